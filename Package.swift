@@ -1,0 +1,74 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// Layers (see DESIGN.md): each module imports only the ones below it.
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CofferCrypto → CSodium
+let strictSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Coffer",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Coffer", targets: ["Coffer"]),
+        .library(name: "CofferTesting", targets: ["CofferTesting"]),
+        .executable(name: "coffer", targets: ["coffer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
+        ),
+        .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: strictSettings),
+        .target(name: "CofferCore", swiftSettings: strictSettings),
+        .target(name: "CofferStorage", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
+        .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        .target(
+            name: "Coffer",
+            dependencies: ["CofferCore", "CofferStorage", "CofferVault", "CofferState"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "coffer",
+            dependencies: ["Coffer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSettings
+        ),
+        // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
+        .executableTarget(
+            name: "CofferTestHelper",
+            dependencies: ["Coffer"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "CofferCoreTests",
+            dependencies: ["CofferCore", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CofferStorageTests",
+            dependencies: ["CofferStorage", "CofferTesting", "CofferTestHelper"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CofferVaultTests",
+            dependencies: ["CofferVault", "CofferStorage", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CofferStateTests",
+            dependencies: ["CofferState", "CofferStorage", "CofferVault", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(name: "CofferCLITests", dependencies: ["coffer"], swiftSettings: strictSettings),
+    ]
+)

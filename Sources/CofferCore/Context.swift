@@ -1,0 +1,157 @@
+public import Foundation
+import Synchronization
+
+/// How soon a write must survive what.
+public enum Durability: Sendable, Hashable {
+    /// When the call returns, the write survives power loss (fdatasync before returning).
+    case immediate
+    /// When the call returns, the write is in the kernel, so it survives the process crashing;
+    /// it reaches stable storage within `window` seconds, or at an explicit `flush()`.
+    case coalesced(window: Double)
+
+    /// Coalesced with a one-second window.
+    public static let coalesced = Durability.coalesced(window: 1.0)
+}
+
+/// Where the default stores live: the base directory, the durability, the file system, and any
+/// settings other modules attach (the vault's unlock, for example).
+///
+/// `.keyValue`, `.disk` and `.vault` spellings without an explicit store use
+/// ``CofferContext/current``. Override it for a scope — parallel tests each get their own
+/// directory and never touch the user's files:
+///
+/// ```swift
+/// let context = try CofferContext.temporary()
+/// try CofferContext.$current.withValue(context) {
+///     let model = AccountModel()      // its @Stored properties resolve against `context`
+/// }
+/// ```
+///
+/// A property captures the context in effect when it is created.
+public final class CofferContext: Sendable {
+    /// The application's name; the default directory is `$XDG_DATA_HOME/<appName>`.
+    public let appName: String
+    /// The base directory of every default store.
+    public let directory: URL
+    /// Durability of the default key-value suites (the vault always writes immediately).
+    public let durability: Durability
+    /// How long a write waits for another process's lock before failing with ``CofferError/Code/busy``.
+    public let lockTimeout: Double
+    /// The file system the default stores use.
+    public let fileSystem: any FileSystem
+    private let settings: [ObjectIdentifier: any Sendable]
+    private let stores = Mutex<[String: any Sendable]>([:])
+
+    /// Creates a context rooted at `directory`.
+    public convenience init(
+        directory: URL,
+        appName: String = CofferContext.defaultAppName,
+        durability: Durability = .coalesced,
+        lockTimeout: Double = 10,
+        fileSystem: any FileSystem = LiveFileSystem()
+    ) {
+        self.init(
+            directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
+            fileSystem: fileSystem, settings: [:])
+    }
+
+    private init(
+        directory: URL, appName: String, durability: Durability, lockTimeout: Double, fileSystem: any FileSystem,
+        settings: [ObjectIdentifier: any Sendable]
+    ) {
+        self.directory = directory
+        self.appName = appName
+        self.durability = durability
+        self.lockTimeout = lockTimeout
+        self.fileSystem = fileSystem
+        self.settings = settings
+    }
+
+    /// The context in effect for this task (the ``standard`` one unless overridden).
+    @TaskLocal public static var current: CofferContext = .standard
+
+    /// `$XDG_DATA_HOME/<appName>`, else `~/.local/share/<appName>` (on macOS, Application Support).
+    public static let standard = CofferContext(directory: defaultDirectory(appName: defaultAppName))
+
+    /// The process's name, used as the default application name.
+    public static var defaultAppName: String { ProcessInfo.processInfo.processName }
+
+    /// A context in a new private (`0700`) temporary directory, for tests and demos.
+    public static func temporary(
+        prefix: String = "coffer", durability: Durability = .coalesced, fileSystem: any FileSystem = LiveFileSystem()
+    ) throws -> CofferContext {
+        let base = FileManager.default.temporaryDirectory.path
+        let path = "\(base)/\(prefix)-\(DurableIO.randomSuffix())"
+        try DurableIO.ensureDirectory(path, fileSystem: fileSystem)
+        return CofferContext(directory: URL(fileURLWithPath: path), durability: durability, fileSystem: fileSystem)
+    }
+
+    /// The default base directory for an application.
+    public static func defaultDirectory(appName: String) -> URL {
+        let environment = ProcessInfo.processInfo.environment
+        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+            return URL(fileURLWithPath: xdg).appendingPathComponent(appName)
+        }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        #if os(Linux)
+        return URL(fileURLWithPath: home).appendingPathComponent(".local/share").appendingPathComponent(appName)
+        #else
+        return URL(fileURLWithPath: home).appendingPathComponent("Library/Application Support")
+            .appendingPathComponent(appName)
+        #endif
+    }
+
+    /// A copy of this context with `setting` attached (one setting per type), sharing no open stores.
+    public func with<Setting: Sendable>(_ setting: Setting) -> CofferContext {
+        var settings = self.settings
+        settings[ObjectIdentifier(Setting.self)] = setting
+        return CofferContext(
+            directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
+            fileSystem: fileSystem, settings: settings)
+    }
+
+    /// The setting of type `Setting` attached with ``with(_:)``, if any.
+    public func setting<Setting: Sendable>(_ type: Setting.Type) -> Setting? {
+        settings[ObjectIdentifier(Setting.self)] as? Setting
+    }
+
+    /// The store registered under `id`, created by `make` on first use, so every property of a
+    /// context shares one instance per file (one journal per file per process).
+    public func sharedStore<Store: Sendable>(id: String, make: () throws -> Store) throws -> Store {
+        try stores.withLock { stores in
+            if let existing = stores[id] as? Store { return existing }
+            let store = try make()
+            stores[id] = store
+            return store
+        }
+    }
+}
+
+/// How a `@Stored` property persists its value: a strategy and the key within it.
+///
+/// Spelled at the use site as `.memory`, `.keyValue(key:)`, `.disk(key:)`, `.vault(service:account:)`
+/// (each declared by the module that owns the strategy), or ``strategy(_:key:)`` for any
+/// ``PersistenceStrategy`` of your own.
+public struct Backing: Sendable, CustomStringConvertible {
+    /// A readable name of where the value lives, such as `keyValue(suite: network, key: timeout)`.
+    public let description: String
+    /// Resolves the strategy and key in a context; `nil` means memory only.
+    public let resolve: @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
+
+    /// A backing resolved by `resolve` when the property is created.
+    public init(
+        description: String,
+        resolve: @escaping @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
+    ) {
+        self.description = description
+        self.resolve = resolve
+    }
+
+    /// Memory only: the value lives as long as the property and is never written anywhere.
+    public static let memory = Backing(description: "memory") { _ in nil }
+
+    /// Any strategy instance and a key in it.
+    public static func strategy(_ strategy: any PersistenceStrategy, key: String) -> Backing {
+        Backing(description: "\(type(of: strategy))(key: \(key))") { _ in (strategy, key) }
+    }
+}

@@ -1,0 +1,141 @@
+public import Foundation
+
+/// Crash-safe file operations shared by every strategy that writes files.
+///
+/// - ``atomicReplace(_:with:fileSystem:)``: a reader sees the old bytes or the new bytes, never a
+///   mix, and once it returns the new bytes survive power loss.
+/// - Files Coffer creates are `0600`; directories `0700`.
+public enum DurableIO {
+    /// Permission bits of every file Coffer creates.
+    public static let fileMode: UInt32 = 0o600
+    /// Permission bits of every directory Coffer creates.
+    public static let directoryMode: UInt32 = 0o700
+
+    /// Replaces the file at `path` with `bytes`, atomically and durably.
+    ///
+    /// Writes a temporary file created `0600` beside it (`O_EXCL`), fsyncs it, renames it over
+    /// `path`, then fsyncs the directory so the rename itself survives power loss. On any failure
+    /// the temporary file is removed and the old file is untouched.
+    /// - Throws: ``CofferError`` (``CofferError/Code/io`` with the errno) on failure.
+    public static func atomicReplace(_ path: String, with bytes: UnsafeRawBufferPointer, fileSystem fs: any FileSystem)
+        throws
+    {
+        let directory = parentDirectory(of: path)
+        let temp = "\(directory)/.\(lastComponent(of: path)).\(randomSuffix()).tmp"
+        let fd = try fs.open(temp, create: true, exclusive: true, mode: fileMode)
+        do {
+            try fs.writeAll(fd, bytes, at: 0, path: temp)
+            try fs.fsync(fd)
+            fs.close(fd)
+        } catch {
+            fs.close(fd)
+            try? fs.unlink(temp)  // best effort: the original error is the one that matters
+            throw withPath(error, temp)
+        }
+        do {
+            try fs.rename(temp, path)
+        } catch {
+            try? fs.unlink(temp)
+            throw error
+        }
+        try fs.fsyncDirectory(directory)
+    }
+
+    /// ``atomicReplace(_:with:fileSystem:)`` for `Data`.
+    public static func atomicReplace(_ path: String, with data: Data, fileSystem fs: any FileSystem) throws {
+        try data.withUnsafeBytes { try atomicReplace(path, with: $0, fileSystem: fs) }
+    }
+
+    /// Reads a whole file, or returns `nil` when it does not exist.
+    public static func readFile(_ path: String, fileSystem fs: any FileSystem) throws -> Data? {
+        let fd: Int32
+        do {
+            fd = try fs.openReadOnly(path)
+        } catch let error as CofferError where error.errno == ENOENT_ {
+            return nil
+        }
+        defer { fs.close(fd) }
+        let size = Int(try fs.fstat(fd).size)
+        var data = Data(count: size)
+        let n = try data.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+        if n < size { data.removeSubrange(n...) }
+        return data
+    }
+
+    /// Removes a file durably (unlink, then fsync the directory). A missing file is not an error.
+    public static func remove(_ path: String, fileSystem fs: any FileSystem) throws {
+        guard try fs.stat(path) != nil else { return }
+        try fs.unlink(path)
+        try fs.fsyncDirectory(parentDirectory(of: path))
+    }
+
+    /// Creates `path` and any missing parents with mode `0700`; existing directories are left as they are.
+    /// - Throws: ``CofferError`` when a component exists and is not a directory, or mkdir fails.
+    public static func ensureDirectory(_ path: String, fileSystem fs: any FileSystem) throws {
+        if let st = try fs.stat(path) {
+            if st.isDirectory { return }
+            throw CofferError(.io, "a file is in the way of the directory Coffer needs", path: path, errno: ENOTDIR_)
+        }
+        let parent = parentDirectory(of: path)
+        if parent != path { try ensureDirectory(parent, fileSystem: fs) }
+        try fs.mkdir(path, mode: directoryMode)
+    }
+
+    /// The directory part of a path (`/a/b` → `/a`; `/a` → `/`).
+    public static func parentDirectory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        if slash == path.startIndex { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// The last component of a path.
+    public static func lastComponent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+
+    static func randomSuffix() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(generator.next() as UInt64, radix: 36)
+    }
+
+    private static func withPath(_ error: any Error, _ path: String) -> any Error {
+        guard var error = error as? CofferError, error.path == nil else { return error }
+        error.path = path
+        return error
+    }
+}
+
+/// errno values, named without importing Glibc into the public surface.
+let ENOENT_: Int32 = 2
+let ENOTDIR_: Int32 = 20
+let EIO_: Int32 = 5
+
+/// An exclusive or shared `flock` on a separate, stable lock file (`<file>.lock`).
+///
+/// The lock is on its own file because a lock on a data file that compaction replaces by rename
+/// would stop protecting it, and a POSIX `fcntl` lock is dropped when *any* descriptor to the
+/// file is closed. `flock` locks belong to the open file description, so two descriptors in one
+/// process exclude each other just as two processes do.
+public final class FileLock: Sendable {
+    public let path: String
+    private let fd: Int32
+    private let fileSystem: any FileSystem
+
+    /// Opens (creating `0600` if needed) the lock file at `path`.
+    public init(path: String, fileSystem: any FileSystem) throws {
+        self.path = path
+        self.fileSystem = fileSystem
+        self.fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+    }
+
+    deinit { fileSystem.close(fd) }
+
+    /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
+    public func withLock<T>(exclusive: Bool = true, timeout: Double, _ body: () throws -> T) throws -> T {
+        try fileSystem.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
+        defer { fileSystem.unlock(fd) }
+        return try body()
+    }
+}

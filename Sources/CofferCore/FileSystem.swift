@@ -1,0 +1,90 @@
+/// The system calls Coffer's file I/O is built from, as a protocol so tests can inject faults.
+///
+/// ``LiveFileSystem`` calls the kernel. `CofferTesting.InMemoryFileSystem` keeps files in memory
+/// and can fail any call (ENOSPC, EIO, a short write) or simulate a power loss. Every method
+/// throws ``CofferError`` with code ``CofferError/Code/io`` carrying the path and the errno.
+///
+/// Paths are absolute POSIX paths. Descriptors are plain integers owned by the caller, who must
+/// ``close(_:)`` them.
+public protocol FileSystem: Sendable {
+    /// Opens (and with `create`, creates with `mode`) a file for reading and writing.
+    /// With `exclusive`, fails with `EEXIST` when the file exists.
+    func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32
+    /// Opens a file read-only.
+    func openReadOnly(_ path: String) throws -> Int32
+    /// Closes a descriptor. Errors from `close` are ignored (Linux's close always releases it).
+    func close(_ fd: Int32)
+    /// Reads up to `buffer.count` bytes at `offset`; returns how many were read (0 at end of file).
+    func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int
+    /// Writes up to `bytes.count` bytes at `offset`; returns how many were written (may be fewer).
+    func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int
+    /// Flushes the file's data and metadata to stable storage.
+    func fsync(_ fd: Int32) throws
+    /// Flushes the file's data (and the metadata needed to read it back) to stable storage.
+    func fdatasync(_ fd: Int32) throws
+    /// Sets the file's size.
+    func ftruncate(_ fd: Int32, size: Int64) throws
+    /// The file's size and identity.
+    func fstat(_ fd: Int32) throws -> FileStatus
+    /// The size and identity of the file at `path`, or `nil` when there is none.
+    func stat(_ path: String) throws -> FileStatus?
+    /// Renames `from` to `to`, replacing `to` atomically.
+    func rename(_ from: String, _ to: String) throws
+    /// Removes a file. A missing file is not an error.
+    func unlink(_ path: String) throws
+    /// Creates one directory with `mode`. An existing directory is not an error.
+    func mkdir(_ path: String, mode: UInt32) throws
+    /// The names in a directory (without `.` and `..`).
+    func contentsOfDirectory(_ path: String) throws -> [String]
+    /// Flushes a directory's entries (creations, renames, removals) to stable storage.
+    func fsyncDirectory(_ path: String) throws
+    /// Takes an `flock` on `fd`, waiting at most `timeout` seconds.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` when the wait times out.
+    func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws
+    /// Releases an `flock`.
+    func unlock(_ fd: Int32)
+}
+
+/// What ``FileSystem/stat(_:)`` tells: enough to notice a file that grew or was replaced.
+public struct FileStatus: Sendable, Equatable {
+    /// Size in bytes.
+    public var size: Int64
+    /// Device and inode: a file replaced by rename has a different identity.
+    public var device: UInt64
+    public var inode: UInt64
+    /// Permission bits (`0o600` …).
+    public var mode: UInt32
+    public var isDirectory: Bool
+
+    public init(size: Int64, device: UInt64, inode: UInt64, mode: UInt32, isDirectory: Bool) {
+        self.size = size
+        self.device = device
+        self.inode = inode
+        self.mode = mode
+        self.isDirectory = isDirectory
+    }
+}
+
+extension FileSystem {
+    /// Writes all of `bytes` at `offset`, looping over short writes.
+    /// - Throws: the first error; a write that makes no progress is `EIO`.
+    public func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = try pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), at: offset + Int64(done))
+            if n <= 0 { throw CofferError.io("write", path: path, errno: 5 /* EIO */) }
+            done += n
+        }
+    }
+
+    /// Reads exactly `buffer.count` bytes at `offset`, or fewer only at end of file; returns the count.
+    public func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = try pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), at: offset + Int64(done))
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+}

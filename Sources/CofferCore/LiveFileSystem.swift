@@ -1,0 +1,177 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The real file system: each method is one system call, retried on `EINTR`, its failure
+/// translated into a ``CofferError`` with the path and errno.
+public struct LiveFileSystem: FileSystem {
+    public init() {}
+
+    public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
+        var flags = O_RDWR | O_CLOEXEC
+        if create { flags |= O_CREAT }
+        if exclusive { flags |= O_EXCL }
+        let fd = retrying { Glibc_open(path, flags, mode_t(mode)) }
+        if fd < 0 { throw CofferError.io("open", path: path, errno: errno) }
+        return fd
+    }
+
+    public func openReadOnly(_ path: String) throws -> Int32 {
+        let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC, 0) }
+        if fd < 0 { throw CofferError.io("open", path: path, errno: errno) }
+        return fd
+    }
+
+    public func close(_ fd: Int32) {
+        _ = systemClose(fd)
+    }
+
+    public func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        let n = retrying { systemPread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
+        if n < 0 { throw CofferError.io("read", path: nil, errno: errno) }
+        return n
+    }
+
+    public func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+        let n = retrying { systemPwrite(fd, bytes.baseAddress, bytes.count, off_t(offset)) }
+        if n < 0 { throw CofferError.io("write", path: nil, errno: errno) }
+        return n
+    }
+
+    public func fsync(_ fd: Int32) throws {
+        // Not retried on failure other than EINTR: after a failed fsync the kernel may have
+        // dropped the dirty pages, so a second fsync "succeeding" proves nothing (fsyncgate).
+        if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync", path: nil, errno: errno) }
+    }
+
+    public func fdatasync(_ fd: Int32) throws {
+        #if os(Linux)
+        if retrying({ systemFdatasync(fd) }) != 0 { throw CofferError.io("fdatasync", path: nil, errno: errno) }
+        #else
+        // Darwin: fsync does not reach the platter; F_FULLFSYNC does.
+        if fcntl(fd, F_FULLFSYNC) != 0 { try fsync(fd) }
+        #endif
+    }
+
+    public func ftruncate(_ fd: Int32, size: Int64) throws {
+        if retrying({ systemFtruncate(fd, off_t(size)) }) != 0 {
+            throw CofferError.io("ftruncate", path: nil, errno: errno)
+        }
+    }
+
+    public func fstat(_ fd: Int32) throws -> FileStatus {
+        var st = Glibc.stat()
+        if systemFstat(fd, &st) != 0 { throw CofferError.io("fstat", path: nil, errno: errno) }
+        return Self.status(st)
+    }
+
+    public func stat(_ path: String) throws -> FileStatus? {
+        var st = Glibc.stat()
+        if systemStat(path, &st) != 0 {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
+            throw CofferError.io("stat", path: path, errno: errno)
+        }
+        return Self.status(st)
+    }
+
+    public func rename(_ from: String, _ to: String) throws {
+        if systemRename(from, to) != 0 { throw CofferError.io("rename to \(to)", path: from, errno: errno) }
+    }
+
+    public func unlink(_ path: String) throws {
+        if systemUnlink(path) != 0 && errno != ENOENT { throw CofferError.io("unlink", path: path, errno: errno) }
+    }
+
+    public func mkdir(_ path: String, mode: UInt32) throws {
+        if systemMkdir(path, mode_t(mode)) != 0 {
+            let saved = errno
+            if saved == EEXIST, let st = try stat(path), st.isDirectory { return }
+            throw CofferError.io("mkdir", path: path, errno: saved)
+        }
+    }
+
+    public func contentsOfDirectory(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else { throw CofferError.io("opendir", path: path, errno: errno) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    public func fsyncDirectory(_ path: String) throws {
+        let fd = retrying { Glibc_open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
+        if fd < 0 { throw CofferError.io("open directory", path: path, errno: errno) }
+        defer { _ = systemClose(fd) }
+        if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync directory", path: path, errno: errno) }
+    }
+
+    public func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
+        let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
+        var clock = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &clock)
+        let start = Double(clock.tv_sec) + Double(clock.tv_nsec) / 1e9
+        var pause: UInt32 = 50  // microseconds, doubling up to 20 ms
+        while true {
+            if flock(fd, operation) == 0 { return }
+            let saved = errno
+            if saved == EINTR { continue }
+            guard saved == EWOULDBLOCK else { throw CofferError.io("flock", path: path, errno: saved) }
+            clock_gettime(CLOCK_MONOTONIC, &clock)
+            let now = Double(clock.tv_sec) + Double(clock.tv_nsec) / 1e9
+            if now - start >= timeout {
+                throw CofferError(
+                    .busy,
+                    "another process holds the lock on this store (waited \(timeout) s); try again when it is done",
+                    path: path, errno: saved)
+            }
+            usleep(pause)
+            pause = min(pause * 2, 20_000)
+        }
+    }
+
+    public func unlock(_ fd: Int32) {
+        _ = flock(fd, LOCK_UN)
+    }
+
+    private static func status(_ st: Glibc.stat) -> FileStatus {
+        FileStatus(
+            size: Int64(st.st_size), device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
+            mode: UInt32(st.st_mode) & 0o7777, isDirectory: (UInt32(st.st_mode) & UInt32(S_IFMT)) == UInt32(S_IFDIR))
+    }
+}
+
+@inline(__always)
+private func retrying<T: BinaryInteger>(_ call: () -> T) -> T {
+    while true {
+        let result = call()
+        if result < 0 && errno == EINTR { continue }
+        return result
+    }
+}
+
+// Thin names for the C calls, so the methods above (which share their names) read clearly.
+private func Glibc_open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 { Glibc.open(path, flags, mode) }
+private func systemClose(_ fd: Int32) -> Int32 { Glibc.close(fd) }
+private func systemPread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ n: Int, _ off: off_t) -> Int {
+    Glibc.pread(fd, buf, n, off)
+}
+private func systemPwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ n: Int, _ off: off_t) -> Int {
+    Glibc.pwrite(fd, buf, n, off)
+}
+private func systemFsync(_ fd: Int32) -> Int32 { Glibc.fsync(fd) }
+#if os(Linux)
+private func systemFdatasync(_ fd: Int32) -> Int32 { Glibc.fdatasync(fd) }
+#endif
+private func systemFtruncate(_ fd: Int32, _ size: off_t) -> Int32 { Glibc.ftruncate(fd, size) }
+private func systemFstat(_ fd: Int32, _ st: inout Glibc.stat) -> Int32 { Glibc.fstat(fd, &st) }
+private func systemStat(_ path: String, _ st: inout Glibc.stat) -> Int32 { fstatat(AT_FDCWD, path, &st, 0) }
+private func systemRename(_ a: String, _ b: String) -> Int32 { Glibc.rename(a, b) }
+private func systemUnlink(_ path: String) -> Int32 { Glibc.unlink(path) }
+private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { Glibc.mkdir(path, mode) }

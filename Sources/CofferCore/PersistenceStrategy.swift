@@ -1,0 +1,61 @@
+public import Foundation
+
+/// Where values live: memory, a file per key, a key-value file, or the encrypted vault.
+///
+/// A strategy stores opaque bytes under string keys. It is synchronous, thread-safe and
+/// `Sendable`: every method may be called from any thread or task. Failures throw a
+/// ``CofferError``; a missing key is `nil` from ``load(_:)``, never an error.
+///
+/// ```swift
+/// let store: any PersistenceStrategy = try KeyValueFileStrategy(directory: dir, suite: "prefs")
+/// try store.set(42, for: "answer")
+/// let answer = try store.get(Int.self, for: "answer")   // 42
+/// ```
+///
+/// Run `CofferTesting`'s conformance suite against your own strategy to check it behaves like
+/// the built-in ones.
+public protocol PersistenceStrategy: Sendable {
+    /// The bytes stored under `key`, or `nil` when there are none.
+    /// - Throws: ``CofferError`` when the store cannot be read (I/O, damage, a locked vault).
+    func load(_ key: String) throws -> Data?
+    /// Stores `data` under `key`, replacing what was there. Durable as the strategy documents.
+    /// - Throws: ``CofferError``; on failure the previous value is still stored.
+    func save(_ data: Data, for key: String) throws
+    /// Removes `key`. Removing a key that is absent is not an error.
+    /// - Throws: ``CofferError`` when the store cannot be written.
+    func remove(_ key: String) throws
+    /// Every key currently stored, in no particular order.
+    /// - Throws: ``CofferError`` when the store cannot be read.
+    func keys() throws -> [String]
+}
+
+/// A strategy that can persist several changes as one commit (one append, one fsync).
+public protocol BatchPersistenceStrategy: PersistenceStrategy {
+    /// Applies every change in one commit: all of them survive a crash, or none does.
+    /// A `nil` value removes the key.
+    func saveBatch(_ changes: [(key: String, data: Data?)]) throws
+}
+
+/// A strategy that writes lazily and can be asked to make its writes durable now.
+public protocol FlushablePersistenceStrategy: PersistenceStrategy {
+    /// Makes every write made so far durable (fsync). Returns when it is.
+    func flush() throws
+}
+
+extension PersistenceStrategy {
+    /// Reads a typed value stored with ``set(_:for:)``, or `nil` when the key is absent.
+    ///
+    /// Bool, integers, Double, Float, String and Data use Coffer's compact binary encoding;
+    /// other `Codable` values are JSON.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` when the bytes are not a `T`.
+    public func get<T: Codable>(_ type: T.Type = T.self, for key: String) throws -> T? {
+        guard let data = try load(key) else { return nil }
+        return try ValueCodec.decode(T.self, from: data)
+    }
+
+    /// Stores a typed value under `key` (see ``get(_:for:)`` for the encoding).
+    /// - Throws: ``CofferError`` when the value cannot be encoded or stored.
+    public func set<T: Codable>(_ value: T, for key: String) throws {
+        try save(ValueCodec.encode(value), for: key)
+    }
+}

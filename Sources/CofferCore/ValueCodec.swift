@@ -1,0 +1,158 @@
+public import Foundation
+
+/// Coffer's encoding of typed values into the bytes a ``PersistenceStrategy`` stores.
+///
+/// Primitive values get a compact binary form — one tag byte, then the value:
+///
+/// | tag | type | payload |
+/// |---|---|---|
+/// | `0x01` | Bool | 1 byte, 0 or 1 |
+/// | `0x02` | signed integers | 8 bytes, little-endian two's complement |
+/// | `0x03` | unsigned integers | 8 bytes, little-endian |
+/// | `0x04` | Double, Float | 8 bytes, IEEE 754 binary64 bit pattern, little-endian |
+/// | `0x05` | String | UTF-8 bytes |
+/// | `0x06` | Data | the bytes |
+/// | `0x7B` (`{`), `0x5B` (`[`), … | anything else `Codable` | JSON (the first byte of the JSON text) |
+///
+/// JSON text never starts with bytes `0x01…0x06`, so the two forms cannot be confused.
+public enum ValueCodec {
+    static let tagBool: UInt8 = 0x01
+    static let tagInt: UInt8 = 0x02
+    static let tagUInt: UInt8 = 0x03
+    static let tagDouble: UInt8 = 0x04
+    static let tagString: UInt8 = 0x05
+    static let tagData: UInt8 = 0x06
+
+    /// Encodes `value`.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/encoding`` when JSON encoding fails.
+    public static func encode<T: Encodable>(_ value: T) throws -> Data {
+        switch value {
+        case let v as Bool: return Data([tagBool, v ? 1 : 0])
+        case let v as Int: return fixed(tagInt, UInt64(bitPattern: Int64(v)))
+        case let v as Int64: return fixed(tagInt, UInt64(bitPattern: v))
+        case let v as Int32: return fixed(tagInt, UInt64(bitPattern: Int64(v)))
+        case let v as Int16: return fixed(tagInt, UInt64(bitPattern: Int64(v)))
+        case let v as Int8: return fixed(tagInt, UInt64(bitPattern: Int64(v)))
+        case let v as UInt: return fixed(tagUInt, UInt64(v))
+        case let v as UInt64: return fixed(tagUInt, v)
+        case let v as UInt32: return fixed(tagUInt, UInt64(v))
+        case let v as UInt16: return fixed(tagUInt, UInt64(v))
+        case let v as UInt8: return fixed(tagUInt, UInt64(v))
+        case let v as Double: return fixed(tagDouble, v.bitPattern)
+        case let v as Float: return fixed(tagDouble, Double(v).bitPattern)
+        case let v as String:
+            var data = Data(capacity: v.utf8.count + 1)
+            data.append(tagString)
+            data.append(contentsOf: v.utf8)
+            return data
+        case let v as Data:
+            var data = Data(capacity: v.count + 1)
+            data.append(tagData)
+            data.append(v)
+            return data
+        default:
+            do {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                return try encoder.encode(value)
+            } catch {
+                // The cause is dropped on purpose: EncodingError.invalidValue carries the value itself.
+                throw CofferError(.encoding, "cannot encode a value of type \(T.self) as JSON (\(codingPath(of: error)))")
+            }
+        }
+    }
+
+    /// Decodes a `T` from bytes made by ``encode(_:)``.
+    ///
+    /// Integers decode into any integer type whose range holds them, and into Double when the
+    /// conversion is exact, so widening a property's type keeps its stored value.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` when the bytes are not a `T`.
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        guard let tag = data.first else {
+            throw CofferError(.decoding, "cannot decode \(T.self) from zero bytes")
+        }
+        let body = data.dropFirst()
+        let primitive: Any?
+        switch tag {
+        case tagBool:
+            guard body.count == 1, let b = body.first, b <= 1 else { throw malformed(T.self, "Bool") }
+            primitive = b == 1
+        case tagInt:
+            guard body.count == 8 else { throw malformed(T.self, "integer") }
+            let raw = Int64(bitPattern: readUInt64(body))
+            primitive = convertInteger(raw, to: T.self)
+        case tagUInt:
+            guard body.count == 8 else { throw malformed(T.self, "unsigned integer") }
+            primitive = convertInteger(readUInt64(body), to: T.self)
+        case tagDouble:
+            guard body.count == 8 else { throw malformed(T.self, "Double") }
+            let d = Double(bitPattern: readUInt64(body))
+            if T.self == Float.self || T.self == Float?.self { primitive = Float(d) } else { primitive = d }
+        case tagString:
+            guard let s = String(validating: body, as: UTF8.self) else { throw malformed(T.self, "String") }
+            primitive = s
+        case tagData:
+            primitive = Data(body)
+        default:
+            do {
+                return try JSONDecoder().decode(T.self, from: data)
+            } catch {
+                // The cause is dropped on purpose: JSON parse errors quote characters of the input.
+                throw CofferError(.decoding, "stored JSON is not a \(T.self) (\(codingPath(of: error)))")
+            }
+        }
+        if let value = primitive as? T { return value }
+        throw CofferError(.decoding, "stored value is not a \(T.self)")
+    }
+
+    private static func fixed(_ tag: UInt8, _ bits: UInt64) -> Data {
+        var data = Data(count: 9)
+        data[0] = tag
+        withUnsafeBytes(of: bits.littleEndian) { data.replaceSubrange(1..<9, with: $0) }
+        return data
+    }
+
+    /// Where in the value a coding error happened ("at items[2].name"), without any of its content.
+    private static func codingPath(of error: any Error) -> String {
+        let path: [any CodingKey]
+        switch error {
+        case let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context),
+            let DecodingError.keyNotFound(_, context), let DecodingError.dataCorrupted(context):
+            path = context.codingPath
+        case let EncodingError.invalidValue(_, context):
+            path = context.codingPath
+        default:
+            return "not valid JSON"
+        }
+        let rendered = path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+        return rendered.isEmpty ? "at the top level" : "at \(rendered)"
+    }
+
+    private static func readUInt64(_ bytes: Data.SubSequence) -> UInt64 {
+        var value: UInt64 = 0
+        for (i, byte) in bytes.prefix(8).enumerated() { value |= UInt64(byte) << (8 * UInt64(i)) }
+        return value
+    }
+
+    private static func convertInteger<Source: BinaryInteger, T>(_ raw: Source, to type: T.Type) -> Any? {
+        switch type {
+        case is Int.Type, is Int?.Type: return Int(exactly: raw)
+        case is Int64.Type, is Int64?.Type: return Int64(exactly: raw)
+        case is Int32.Type, is Int32?.Type: return Int32(exactly: raw)
+        case is Int16.Type, is Int16?.Type: return Int16(exactly: raw)
+        case is Int8.Type, is Int8?.Type: return Int8(exactly: raw)
+        case is UInt.Type, is UInt?.Type: return UInt(exactly: raw)
+        case is UInt64.Type, is UInt64?.Type: return UInt64(exactly: raw)
+        case is UInt32.Type, is UInt32?.Type: return UInt32(exactly: raw)
+        case is UInt16.Type, is UInt16?.Type: return UInt16(exactly: raw)
+        case is UInt8.Type, is UInt8?.Type: return UInt8(exactly: raw)
+        case is Double.Type, is Double?.Type: return Double(exactly: raw)
+        case is Float.Type, is Float?.Type: return Float(exactly: raw)
+        default: return nil
+        }
+    }
+
+    private static func malformed<T>(_ type: T.Type, _ what: String) -> CofferError {
+        CofferError(.decoding, "stored \(what) is malformed; cannot decode \(T.self)")
+    }
+}

@@ -1,0 +1,1 @@
+// `CofferCrypto` — see DESIGN.md.

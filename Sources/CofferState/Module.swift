@@ -1,0 +1,1 @@
+// `CofferState` — see DESIGN.md.

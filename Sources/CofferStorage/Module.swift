@@ -1,0 +1,1 @@
+// `CofferStorage` — see DESIGN.md.

@@ -1,0 +1,1 @@
+// `CofferTesting` — see DESIGN.md.

@@ -1,0 +1,1 @@
+// `CofferVault` — see DESIGN.md.

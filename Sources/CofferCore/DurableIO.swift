@@ -46,6 +46,11 @@ public enum DurableIO {
         try data.withUnsafeBytes { try atomicReplace(path, with: $0, fileSystem: fs) }
     }
 
+    /// ``atomicReplace(_:with:fileSystem:)`` for a byte array.
+    public static func atomicReplace(_ path: String, with bytes: [UInt8], fileSystem fs: any FileSystem) throws {
+        try bytes.withUnsafeBytes { try atomicReplace(path, with: $0, fileSystem: fs) }
+    }
+
     /// Reads a whole file, or returns `nil` when it does not exist.
     public static func readFile(_ path: String, fileSystem fs: any FileSystem) throws -> Data? {
         let fd: Int32

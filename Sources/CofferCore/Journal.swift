@@ -1,0 +1,731 @@
+public import Foundation
+
+/// One record read back from a ``Journal``.
+public struct JournalRecord: Sendable, Equatable {
+    /// Byte offset of the record's frame in the file.
+    public let offset: Int64
+    /// The bytes the owner appended.
+    public let payload: Data
+
+    public init(offset: Int64, payload: Data) {
+        self.offset = offset
+        self.payload = payload
+    }
+}
+
+/// How a ``Journal`` is set up. The same options must be used by every process on one file.
+public struct JournalOptions: Sendable {
+    /// Identifies what the file holds (a key-value suite, a vault), so one is never opened as the other.
+    public var application: UInt16
+    /// Bytes reserved after the file header for the owner (the vault keeps its key slots there).
+    public var headerAreaSize: Int
+    /// When an append must be on stable storage.
+    public var durability: Durability
+    /// How long a write waits for another process's lock.
+    public var lockTimeout: Double
+    /// The largest payload accepted, written or read (a larger length in a file is damage).
+    public var maxPayload: Int
+
+    public init(
+        application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Double = 10,
+        maxPayload: Int = 1 << 30
+    ) {
+        self.application = application
+        self.headerAreaSize = headerAreaSize
+        self.durability = durability
+        self.lockTimeout = lockTimeout
+        self.maxPayload = maxPayload
+    }
+}
+
+/// What to do with a record that fails its checksum before the end of the file.
+public enum JournalRecovery: Sendable {
+    /// Refuse to open: throw ``CofferError/Code/corrupted`` with the record's byte offset.
+    case strict
+    /// Keep every intact record: copy the damaged file aside (`<file>.damaged-<time>`), then
+    /// rewrite the file with the intact records only.
+    case salvage
+}
+
+/// What changed in the file since this process last looked.
+public struct JournalChanges: Sendable {
+    /// The file was replaced (compacted by another process): forget everything and apply `records`.
+    public var reset: Bool
+    /// Records to apply, in order.
+    public var records: [JournalRecord]
+    /// Whether there is nothing to do.
+    public var isEmpty: Bool { !reset && records.isEmpty }
+}
+
+/// The append-only storage engine shared by the key-value file and the vault (see docs/FORMAT.md).
+///
+/// A write appends framed records (length, CRC-32C, payload); opening scans the frames, applies
+/// them in order, and repairs a torn tail left by a crash. Compaction rewrites the live records
+/// to a new file and renames it into place. Writers in several processes are serialised by an
+/// `flock` on `<file>.lock`; a reader picks up other processes' appends on its next
+/// ``refresh()`` without rereading the file.
+///
+/// Rule: a `Journal` is not thread-safe. Its owner serialises every call (the strategies keep
+/// it inside a `Mutex`).
+public final class Journal {
+    /// Size of the fixed file header.
+    public static let fileHeaderSize = 32
+    /// Size of a frame's header.
+    public static let frameHeaderSize = 12
+    static let magic: [UInt8] = Array("COFFERJL".utf8)
+    /// The journal format version this code writes and reads.
+    public static let formatVersion: UInt16 = 1
+    static let continuedFlag: UInt32 = 0x8000_0000
+
+    /// The journal file.
+    public let path: String
+    /// The options it was opened with.
+    public let options: JournalOptions
+    private let fs: any FileSystem
+    private let lock: FileLock
+    private var fd: Int32
+    private var identity: FileStatus
+    /// The owner's header area as last read or written.
+    public private(set) var headerArea: [UInt8]
+    /// Offset just past the last committed frame.
+    public private(set) var dataEnd: Int64
+    /// The file's size including preallocated zeros.
+    public private(set) var allocatedSize: Int64
+    /// Whether appends made since the last fsync are not yet durable (coalesced mode).
+    public private(set) var hasUnsyncedWrites = false
+    private var closed = false
+    /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
+    /// write and flush fails too, until the store is reopened (and reread from the disk).
+    private var syncFailure: CofferError?
+
+    /// Offset of the first frame.
+    public var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
+
+    private init(
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, fd: Int32, identity: FileStatus,
+        headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64
+    ) {
+        self.path = path
+        self.options = options
+        self.fs = fs
+        self.lock = lock
+        self.fd = fd
+        self.identity = identity
+        self.headerArea = headerArea
+        self.dataEnd = dataEnd
+        self.allocatedSize = allocatedSize
+    }
+
+    deinit {
+        if !closed { fs.close(fd) }
+    }
+
+    /// How ``open(path:options:fileSystem:create:initialHeaderArea:recovery:)`` treats a missing file.
+    public enum CreateMode: Sendable {
+        /// The file must exist.
+        case openExisting
+        /// Create the file when it is missing.
+        case openOrCreate
+        /// The file must not exist yet.
+        case createNew
+    }
+
+    /// Opens (or creates) a journal and returns it with every committed record, in order.
+    ///
+    /// - Parameters:
+    ///   - initialHeaderArea: the owner's header area for a new file (`options.headerAreaSize` bytes).
+    ///   - recovery: what to do when a record before the end of the file is damaged.
+    /// - Throws: ``CofferError``: ``CofferError/Code/notFound`` (missing, with `.openExisting`),
+    ///   ``CofferError/Code/alreadyExists`` (with `.createNew`), ``CofferError/Code/corrupted``
+    ///   (damage, with its byte offset), ``CofferError/Code/unsupportedVersion``,
+    ///   ``CofferError/Code/busy``, ``CofferError/Code/io``.
+    public static func open(
+        path: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
+        initialHeaderArea: [UInt8]? = nil, recovery: JournalRecovery = .strict
+    ) throws -> (journal: Journal, records: [JournalRecord]) {
+        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload < Int(continuedFlag) else {
+            throw CofferError(.invalidArgument, "journal options out of range")
+        }
+        let lock = try FileLock(path: path + ".lock", fileSystem: fs)
+        return try lock.withLock(timeout: options.lockTimeout) {
+            try removeStaleTemporaryFiles(of: path, fs: fs)
+            let existing = try fs.stat(path)
+            switch (existing, create) {
+            case (nil, .openExisting):
+                throw CofferError(.notFound, "no store file exists here", path: path, errno: ENOENT_)
+            case (.some, .createNew):
+                throw CofferError(.alreadyExists, "a file already exists here; refusing to overwrite it", path: path)
+            case (nil, _):
+                var area = initialHeaderArea ?? []
+                guard area.count <= options.headerAreaSize else {
+                    throw CofferError(.invalidArgument, "header area larger than reserved")
+                }
+                area += [UInt8](repeating: 0, count: options.headerAreaSize - area.count)
+                let bytes = fileImage(options: options, headerArea: area, payloads: [])
+                try DurableIO.atomicReplace(path, with: bytes, fileSystem: fs)
+            default:
+                break
+            }
+            let fd = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+            do {
+                let status = try fs.fstat(fd)
+                var bytes = [UInt8](repeating: 0, count: Int(status.size))
+                let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+                bytes.removeSubrange(n...)
+                let header = try parseFileHeader(bytes, options: options, path: path)
+                let scan = bytes.withUnsafeBytes {
+                    scanFrames($0, from: header.dataStart, maxPayload: options.maxPayload, salvage: recovery == .salvage)
+                }
+                var effective = options
+                effective.headerAreaSize = header.headerArea.count
+                let journal = Journal(
+                    path: path, options: effective, fs: fs, lock: lock, fd: fd, identity: status,
+                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(bytes.count))
+                if let damaged = scan.damage.first {
+                    if recovery == .strict {
+                        throw CofferError(
+                            .corrupted,
+                            "record at byte \(damaged) fails its checksum with \(scan.intactAfterDamage) intact "
+                                + "record(s) after it; nothing was changed. Open with salvage recovery to keep the "
+                                + "\(scan.records.count + scan.intactAfterDamage) intact records",
+                            path: path, offset: Int64(damaged))
+                    }
+                    try DurableIO.atomicReplace(
+                        path + ".damaged-\(Int(Date().timeIntervalSince1970))", with: Data(bytes), fileSystem: fs)
+                    try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
+                    let reread = try journal.readAllLocked()
+                    return (journal, reread)
+                }
+                if scan.garbageEnd > scan.end {
+                    // A torn tail from a crash mid-append: wipe it so later scans stop at the end.
+                    try journal.zero(from: Int64(scan.end), to: Int64(scan.garbageEnd))
+                    try fs.fdatasync(fd)
+                }
+                return (journal, scan.records)
+            } catch {
+                fs.close(fd)
+                throw error
+            }
+        }
+    }
+
+    /// Reads what other processes appended since this process last looked, without locking.
+    ///
+    /// An incomplete frame at the end (another process mid-write, or a crashed one) is left for
+    /// the next writer to judge; it is simply not applied yet.
+    /// - Throws: ``CofferError`` on I/O failure or when the file was removed.
+    public func refresh() throws -> JournalChanges {
+        try checkOpen()
+        if let changes = try reopenIfReplaced() { return changes }
+        let (records, _) = try readForward(repair: false)
+        return JournalChanges(reset: false, records: records)
+    }
+
+    /// Runs `body` holding the exclusive write lock, after catching up with other processes.
+    ///
+    /// `body` receives what changed since this process last looked (apply it before deciding
+    /// what to write) and may call ``append(_:)``, ``rewrite(payloads:headerArea:)`` and
+    /// ``writeHeaderArea(_:)``.
+    public func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
+        try checkOpen()
+        return try lock.withLock(timeout: options.lockTimeout) {
+            if let changes = try reopenIfReplaced() {
+                return try body(changes)
+            }
+            let (records, _) = try readForward(repair: true)
+            return try body(JournalChanges(reset: false, records: records))
+        }
+    }
+
+    /// Appends `payloads` as one commit: after a crash all of them are present, or none is.
+    ///
+    /// Call inside ``withWriteLock(_:)``. Durable on return in `.immediate` mode; in the kernel
+    /// (safe from a process crash) in `.coalesced` mode until the next ``flush()``.
+    /// - Returns: the byte offset of each record's frame.
+    @discardableResult
+    public func append(_ payloads: [Data]) throws -> [Int64] {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        guard !payloads.isEmpty else { return [] }
+        var offsets: [Int64] = []
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(payloads.reduce(0) { $0 + $1.count + Journal.frameHeaderSize })
+        for (i, payload) in payloads.enumerated() {
+            guard !payload.isEmpty, payload.count <= options.maxPayload else {
+                throw CofferError(
+                    .invalidArgument,
+                    "a record must hold 1 to \(options.maxPayload) bytes; this one holds \(payload.count)")
+            }
+            offsets.append(dataEnd + Int64(buffer.count))
+            payload.withUnsafeBytes {
+                Journal.appendFrame($0, continued: i < payloads.count - 1, to: &buffer)
+            }
+        }
+        let needed = dataEnd + Int64(buffer.count)
+        let grew = try ensureCapacity(needed)
+        try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
+        dataEnd = needed
+        switch options.durability {
+        case .immediate:
+            try syncData(metadata: grew)
+        case .coalesced:
+            hasUnsyncedWrites = true
+        }
+        return offsets
+    }
+
+    /// Makes every append durable now (fdatasync). Does nothing when nothing is pending.
+    public func flush() throws {
+        try checkOpen()
+        guard hasUnsyncedWrites else { return }
+        try syncData(metadata: false)
+    }
+
+    /// Replaces the file with one holding just `payloads` (each its own commit), atomically.
+    ///
+    /// Call inside ``withWriteLock(_:)``. A crash at any point leaves the old file or the new one.
+    /// - Parameter headerArea: a new header area, or `nil` to keep the current one.
+    public func rewrite(payloads: [Data], headerArea: [UInt8]? = nil) throws {
+        try checkOpen()
+        try rewriteLocked(payloads: payloads, headerArea: headerArea)
+    }
+
+    /// Overwrites the header area in place and makes it durable. Call inside ``withWriteLock(_:)``.
+    ///
+    /// A crash during this write can leave the area torn: owners keep two copies with
+    /// checksums and sequence numbers and write one at a time (the vault does).
+    public func writeHeaderArea(_ bytes: [UInt8], at offset: Int = 0) throws {
+        try checkOpen()
+        guard offset >= 0, offset + bytes.count <= options.headerAreaSize else {
+            throw CofferError(.invalidArgument, "header area write out of range")
+        }
+        try bytes.withUnsafeBytes {
+            try fs.writeAll(fd, $0, at: Int64(Journal.fileHeaderSize + offset), path: path)
+        }
+        try syncData(metadata: false)
+        headerArea.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
+    }
+
+    /// Rereads the header area from the file (another process may have rewritten it).
+    public func reloadHeaderArea() throws -> [UInt8] {
+        try checkOpen()
+        var area = [UInt8](repeating: 0, count: options.headerAreaSize)
+        let n = try area.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: Int64(Journal.fileHeaderSize)) }
+        guard n == area.count else {
+            throw CofferError(.corrupted, "the file ends inside its header", path: path, offset: Int64(n))
+        }
+        headerArea = area
+        return area
+    }
+
+    /// Flushes pending writes and closes the file. Later calls throw ``CofferError/Code/closed``.
+    public func close() throws {
+        guard !closed else { return }
+        defer {
+            fs.close(fd)
+            closed = true
+        }
+        if hasUnsyncedWrites { try syncData(metadata: false) }
+    }
+
+    // MARK: - Internals
+
+    private func checkOpen() throws {
+        if closed { throw CofferError(.closed, "the store was closed", path: path) }
+    }
+
+    private func syncData(metadata: Bool) throws {
+        if let syncFailure { throw syncFailure }
+        do {
+            if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
+        } catch var error as CofferError {
+            // After a failed fsync the kernel may have dropped the dirty pages: the pending
+            // writes' fate is unknown, so the error stands and is never retried as a success.
+            error.path = path
+            error.message += "; writes since the last successful sync may be lost — reopen the store to see what it holds"
+            syncFailure = error
+            throw error
+        }
+        hasUnsyncedWrites = false
+    }
+
+    /// Grows the file with written zeros so appends land in allocated blocks and fdatasync need
+    /// not update metadata. Returns whether the size changed.
+    private func ensureCapacity(_ needed: Int64) throws -> Bool {
+        if needed <= allocatedSize { return false }
+        let current = try fs.fstat(fd).size
+        if current >= needed {
+            allocatedSize = current
+            return false
+        }
+        let growth = max(Int64(4096), min(current / 4, Int64(8 << 20)))
+        let target = ((max(needed, current + growth) + 4095) / 4096) * 4096
+        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset = current
+        while offset < target {
+            let chunk = Int(min(Int64(zeros.count), target - offset))
+            try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
+            offset += Int64(chunk)
+        }
+        allocatedSize = target
+        return true
+    }
+
+    private func zero(from start: Int64, to end: Int64) throws {
+        let zeros = [UInt8](repeating: 0, count: Int(min(end - start, 64 * 1024)))
+        var offset = start
+        while offset < end {
+            let chunk = Int(min(Int64(zeros.count), end - offset))
+            try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
+            offset += Int64(chunk)
+        }
+    }
+
+    /// If another process replaced the file (compaction), switches to the new one and returns
+    /// all of its records with `reset`.
+    private func reopenIfReplaced() throws -> JournalChanges? {
+        guard let current = try fs.stat(path) else {
+            throw CofferError(.notFound, "the store file was removed while it was open", path: path, errno: ENOENT_)
+        }
+        if current.inode == identity.inode && current.device == identity.device { return nil }
+        let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+        fs.close(fd)
+        fd = newFD
+        identity = try fs.fstat(fd)
+        let records = try readAllLocked()
+        return JournalChanges(reset: true, records: records)
+    }
+
+    /// Rereads the whole current file: header area and every committed record.
+    private func readAllLocked() throws -> [JournalRecord] {
+        let status = try fs.fstat(fd)
+        identity = status
+        var bytes = [UInt8](repeating: 0, count: Int(status.size))
+        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+        bytes.removeSubrange(n...)
+        let header = try Journal.parseFileHeader(bytes, options: options, path: path)
+        headerArea = header.headerArea
+        let scan = bytes.withUnsafeBytes {
+            Journal.scanFrames($0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false)
+        }
+        if let damaged = scan.damage.first {
+            throw CofferError(.corrupted, "record at byte \(damaged) fails its checksum", path: path, offset: Int64(damaged))
+        }
+        dataEnd = Int64(scan.end)
+        allocatedSize = Int64(bytes.count)
+        return scan.records
+    }
+
+    /// Reads committed frames from `dataEnd` on. With `repair` (write lock held) an invalid frame
+    /// is judged: a torn tail is wiped; damage followed by intact records throws.
+    private func readForward(repair: Bool) throws -> ([JournalRecord], Bool) {
+        var records: [JournalRecord] = []
+        var group: [JournalRecord] = []
+        var offset = dataEnd
+        var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
+        while true {
+            let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: offset) }
+            if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && group.isEmpty) { break }
+            guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload) else {
+                return (records, try judgeTail(repair: repair))
+            }
+            var payload = Data(count: frame.length)
+            let got = try payload.withUnsafeMutableBytes {
+                try fs.readFully(fd, into: $0, at: offset + Int64(Journal.frameHeaderSize))
+            }
+            let crcOK = got == frame.length && payload.withUnsafeBytes { CRC32C.checksum($0) } == frame.payloadCRC
+            guard crcOK else { return (records, try judgeTail(repair: repair)) }
+            group.append(JournalRecord(offset: offset, payload: payload))
+            offset += Int64(Journal.frameHeaderSize + frame.length)
+            if !frame.continued {
+                records += group
+                group.removeAll()
+                dataEnd = offset
+            }
+        }
+        return (records, false)
+    }
+
+    /// Decides what an invalid frame at `dataEnd` is. Without the lock it may be a write in
+    /// progress, so nothing is concluded. With it, the rest of the file is scanned.
+    private func judgeTail(repair: Bool) throws -> Bool {
+        guard repair else { return false }
+        let size = try fs.fstat(fd).size
+        allocatedSize = size
+        let length = Int(size - dataEnd)
+        guard length > 0 else { return false }
+        var bytes = [UInt8](repeating: 0, count: length)
+        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: dataEnd) }
+        bytes.removeSubrange(n...)
+        let scan = bytes.withUnsafeBytes {
+            Journal.scanFrames($0, from: 0, maxPayload: options.maxPayload, salvage: false)
+        }
+        if let damaged = scan.damage.first {
+            throw CofferError(
+                .corrupted, "record at byte \(dataEnd + Int64(damaged)) fails its checksum; records follow it",
+                path: path, offset: dataEnd + Int64(damaged))
+        }
+        // No intact frame follows: a crashed writer's torn tail. Wipe it.
+        if scan.garbageEnd > 0 {
+            try zero(from: dataEnd, to: dataEnd + Int64(scan.garbageEnd))
+            try fs.fdatasync(fd)
+        }
+        return true
+    }
+
+    private func rewriteLocked(payloads: [Data], headerArea newArea: [UInt8]?) throws {
+        let area = newArea ?? headerArea
+        guard area.count == options.headerAreaSize else {
+            throw CofferError(.invalidArgument, "header area must be \(options.headerAreaSize) bytes")
+        }
+        for payload in payloads where payload.isEmpty || payload.count > options.maxPayload {
+            throw CofferError(.invalidArgument, "a record must hold 1 to \(options.maxPayload) bytes")
+        }
+        let image = Journal.fileImage(options: options, headerArea: area, payloads: payloads)
+        try DurableIO.atomicReplace(path, with: image, fileSystem: fs)
+        let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+        fs.close(fd)
+        fd = newFD
+        identity = try fs.fstat(fd)
+        headerArea = area
+        allocatedSize = Int64(image.count)
+        dataEnd = Int64(Journal.fileHeaderSize + area.count) + payloads.reduce(0) {
+            $0 + Int64($1.count + Journal.frameHeaderSize)
+        }
+        hasUnsyncedWrites = false
+    }
+
+    private static func removeStaleTemporaryFiles(of path: String, fs: any FileSystem) throws {
+        let directory = DurableIO.parentDirectory(of: path)
+        let prefix = "." + DurableIO.lastComponent(of: path) + "."
+        guard (try fs.stat(directory)) != nil else { return }
+        for name in try fs.contentsOfDirectory(directory) where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {
+            try fs.unlink(directory + "/" + name)
+        }
+    }
+
+    // MARK: - Format (pure functions: bytes in, values out)
+
+    static func fileImage(options: JournalOptions, headerArea: [UInt8], payloads: [Data]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        let framesSize = payloads.reduce(0) { $0 + $1.count + frameHeaderSize }
+        let used = fileHeaderSize + headerArea.count + framesSize
+        let preallocation = max(4096 - used % 4096, min(used / 8, 8 << 20))
+        bytes.reserveCapacity(used + preallocation)
+        bytes += magic
+        appendLE(formatVersion, to: &bytes)
+        appendLE(options.application, to: &bytes)
+        appendLE(UInt32(headerArea.count), to: &bytes)
+        bytes += [UInt8](repeating: 0, count: 12)
+        appendLE(CRC32C.checksum(bytes), to: &bytes)
+        bytes += headerArea
+        for payload in payloads {
+            payload.withUnsafeBytes { appendFrame($0, continued: false, to: &bytes) }
+        }
+        bytes += [UInt8](repeating: 0, count: preallocation)
+        return bytes
+    }
+
+    struct FileHeader {
+        var dataStart: Int
+        var headerArea: [UInt8]
+    }
+
+    static func parseFileHeader(_ bytes: [UInt8], options: JournalOptions, path: String) throws -> FileHeader {
+        guard bytes.count >= fileHeaderSize else {
+            throw CofferError(
+                .corrupted, "the file is \(bytes.count) bytes, shorter than a Coffer file header", path: path, offset: 0)
+        }
+        guard Array(bytes[0..<8]) == magic else {
+            throw CofferError(.corrupted, "not a Coffer store file (wrong magic bytes)", path: path, offset: 0)
+        }
+        let crc = readLE(bytes, 28, as: UInt32.self)
+        guard CRC32C.checksum(Array(bytes[0..<28])) == crc else {
+            throw CofferError(.corrupted, "the file header fails its checksum", path: path, offset: 0)
+        }
+        let version = readLE(bytes, 8, as: UInt16.self)
+        guard version == formatVersion else {
+            throw CofferError(
+                .unsupportedVersion,
+                "the file has format version \(version); this Coffer reads version \(formatVersion)", path: path)
+        }
+        let application = readLE(bytes, 10, as: UInt16.self)
+        guard application == options.application else {
+            throw CofferError(
+                .invalidArgument,
+                "the file holds another kind of store (application \(application), expected \(options.application))",
+                path: path)
+        }
+        let areaSize = Int(readLE(bytes, 12, as: UInt32.self))
+        guard areaSize == options.headerAreaSize else {
+            throw CofferError(
+                .corrupted, "the header area is \(areaSize) bytes, expected \(options.headerAreaSize)", path: path,
+                offset: 12)
+        }
+        guard bytes.count >= fileHeaderSize + areaSize else {
+            throw CofferError(.corrupted, "the file ends inside its header area", path: path, offset: Int64(bytes.count))
+        }
+        return FileHeader(dataStart: fileHeaderSize + areaSize, headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]))
+    }
+
+    struct FrameHeader {
+        var length: Int
+        var continued: Bool
+        var payloadCRC: UInt32
+    }
+
+    /// A frame header, or `nil` when its check fails or its length is out of range.
+    static func parseFrameHeader(_ h: UnsafeRawBufferPointer, maxPayload: Int) -> FrameHeader? {
+        guard h.count >= frameHeaderSize else { return nil }
+        let word = loadLE(h, 0)
+        let payloadCRC = loadLE(h, 4)
+        let check = loadLE(h, 8)
+        guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: h[0..<8])) == check else { return nil }
+        let length = Int(word & ~continuedFlag)
+        guard length >= 1, length <= maxPayload else { return nil }
+        return FrameHeader(length: length, continued: word & continuedFlag != 0, payloadCRC: payloadCRC)
+    }
+
+    static func parseFrameHeader(_ h: [UInt8], maxPayload: Int) -> FrameHeader? {
+        h.withUnsafeBytes { parseFrameHeader($0, maxPayload: maxPayload) }
+    }
+
+    static func appendFrame(_ payload: UnsafeRawBufferPointer, continued: Bool, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        appendLE(UInt32(payload.count) | (continued ? continuedFlag : 0), to: &bytes)
+        appendLE(CRC32C.checksum(payload), to: &bytes)
+        let check = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<(start + 8)])) }
+        appendLE(check, to: &bytes)
+        bytes.append(contentsOf: payload)
+    }
+
+    /// The result of scanning frames in a byte image.
+    struct Scan {
+        var records: [JournalRecord] = []
+        /// Offset just past the last committed frame (relative to the image).
+        var end: Int
+        /// Offset just past the last non-zero byte of a torn tail (== end when clean).
+        var garbageEnd: Int
+        /// Offsets of damaged frames that intact frames follow.
+        var damage: [Int] = []
+        /// Intact records after the first damage (counted in strict mode, kept in salvage mode).
+        var intactAfterDamage = 0
+    }
+
+    /// Scans frames from `start`. Pure: used by open, by the tail repair and by the fuzzer.
+    ///
+    /// An invalid frame (bad header check, length out of range, payload CRC mismatch, or an
+    /// unfinished commit) is a torn tail when no intact frame starts anywhere after it, and
+    /// damage otherwise.
+    static func scanFrames(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool) -> Scan {
+        var scan = Scan(end: start, garbageEnd: start)
+        var offset = start
+        var group: [JournalRecord] = []
+        var groupStart = start
+        let count = bytes.count
+        while true {
+            var bad = false
+            if offset >= count {
+                if group.isEmpty { break }
+                bad = true
+            } else if count - offset < frameHeaderSize {
+                if group.isEmpty && isZero(bytes, from: offset) { break }
+                bad = true
+            } else if let frame = parseFrameHeader(
+                UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
+                frame.length <= count - offset - frameHeaderSize,
+                CRC32C.checksum(
+                    UnsafeRawBufferPointer(
+                        rebasing: bytes[(offset + frameHeaderSize)..<(offset + frameHeaderSize + frame.length)]))
+                    == frame.payloadCRC
+            {
+                let body = offset + frameHeaderSize
+                group.append(JournalRecord(offset: Int64(offset), payload: Data(bytes[body..<(body + frame.length)])))
+                offset = body + frame.length
+                if !frame.continued {
+                    scan.records += group
+                    group.removeAll()
+                    groupStart = offset
+                    scan.end = offset
+                    scan.garbageEnd = offset
+                }
+                continue
+            } else if group.isEmpty && isZero(bytes, from: offset) {
+                break
+            } else {
+                bad = true
+            }
+            guard bad else { break }
+            // Judge the invalid frame at `offset` (its commit began at `groupStart`).
+            guard let next = nextIntactFrame(bytes, after: max(offset, groupStart), maxPayload: maxPayload) else {
+                scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
+                scan.end = groupStart
+                break
+            }
+            scan.damage.append(groupStart)
+            group.removeAll()
+            if !salvage {
+                scan.intactAfterDamage = countIntact(bytes, from: next, maxPayload: maxPayload)
+                scan.end = groupStart
+                scan.garbageEnd = groupStart
+                break
+            }
+            offset = next
+            groupStart = next
+        }
+        if salvage { scan.intactAfterDamage = 0 }
+        return scan
+    }
+
+    private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {
+        var p = offset + 1
+        while p + frameHeaderSize <= bytes.count {
+            if let frame = parseFrameHeader(
+                UnsafeRawBufferPointer(rebasing: bytes[p..<(p + frameHeaderSize)]), maxPayload: maxPayload),
+                frame.length <= bytes.count - p - frameHeaderSize,
+                CRC32C.checksum(
+                    UnsafeRawBufferPointer(rebasing: bytes[(p + frameHeaderSize)..<(p + frameHeaderSize + frame.length)]))
+                    == frame.payloadCRC
+            {
+                return p
+            }
+            p += 1
+        }
+        return nil
+    }
+
+    private static func countIntact(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int) -> Int {
+        scanFrames(bytes, from: start, maxPayload: maxPayload, salvage: true).records.count
+    }
+
+    private static func isZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Bool {
+        lastNonZero(bytes, from: offset) == nil
+    }
+
+    private static func lastNonZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Int? {
+        var i = bytes.count - 1
+        while i >= offset {
+            if bytes[i] != 0 { return i }
+            i -= 1
+        }
+        return nil
+    }
+}
+
+@inline(__always)
+func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+}
+
+@inline(__always)
+func readLE<T: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as: T.Type) -> T {
+    var value: T = 0
+    for i in 0..<MemoryLayout<T>.size { value |= T(bytes[offset + i]) << (8 * i) }
+    return value
+}
+
+@inline(__always)
+func loadLE(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt32 {
+    UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16
+        | UInt32(bytes[offset + 3]) << 24
+}

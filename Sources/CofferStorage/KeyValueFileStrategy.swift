@@ -1,0 +1,264 @@
+public import CofferCore
+public import Foundation
+import Synchronization
+
+/// Many keys in one file per suite: the UserDefaults of Coffer, built on the crash-safe journal.
+///
+/// Each suite is a journal file `<directory>/<suite>.cofferkv`. A write appends one record, so
+/// its cost grows with the size of the value, not of the suite; reads are served from an
+/// in-memory index. When more than half of the file is superseded records the suite is
+/// compacted (rewritten and renamed into place).
+///
+/// Durability (see ``Durability``): `.coalesced` (the default) — when `save` returns, the write
+/// is in the kernel and survives a crash of the process; it reaches the disk within the window
+/// or at ``flush()``. `.immediate` — when `save` returns it survives power loss.
+///
+/// Rule: open one instance per suite per process and share it (it is thread-safe). Several
+/// processes may use one suite: writes are serialised by a lock file, and each process sees the
+/// others' writes on its next call.
+///
+/// ```swift
+/// let prefs = try KeyValueFileStrategy(directory: dir, suite: "preferences")
+/// try prefs.set("dark", for: "theme")
+/// ```
+public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy {
+    /// The suite's file.
+    public let path: String
+    /// The durability of each write.
+    public let durability: Durability
+    /// The journal's application number for key-value suites.
+    static let application: UInt16 = 1
+
+    private struct Entry {
+        var value: Data
+        var recordSize: Int
+    }
+
+    private struct State {
+        var journal: Journal
+        var index: [String: Entry] = [:]
+        var liveBytes = 0
+        var flushScheduled = false
+    }
+
+    private let state: Mutex<State>
+
+    /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
+    ///
+    /// - Parameters:
+    ///   - recovery: `.strict` (the default) refuses to open a damaged file and says where the
+    ///     damage is; `.salvage` keeps every intact record and sets the damaged file aside.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/corrupted`` for damage,
+    ///   ``CofferError/Code/busy`` when another process holds the lock, ``CofferError/Code/io``.
+    public init(
+        directory: URL, suite: String = "standard", durability: Durability = .coalesced, lockTimeout: Double = 10,
+        recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
+    ) throws {
+        guard !suite.isEmpty, !suite.contains("/"), suite != ".", suite != "..", !suite.contains("\0") else {
+            throw CofferError(.invalidArgument, "a suite name must be a non-empty file name without '/'")
+        }
+        try DurableIO.ensureDirectory(directory.path, fileSystem: fileSystem)
+        self.path = directory.appendingPathComponent(suite + ".cofferkv").path
+        self.durability = durability
+        let options = JournalOptions(
+            application: Self.application, durability: durability, lockTimeout: lockTimeout)
+        let (journal, records) = try Journal.open(
+            path: path, options: options, fileSystem: fileSystem, create: .openOrCreate, recovery: recovery)
+        var state = State(journal: journal)
+        try Self.apply(records, to: &state)
+        self.state = Mutex(state)
+    }
+
+    deinit {
+        // Best effort: the data is already in the kernel; this only hastens it to the disk.
+        state.withLock { try? $0.journal.close() }
+    }
+
+    public func load(_ key: String) throws -> Data? {
+        try state.withLock { state in
+            try Self.catchUp(&state)
+            return state.index[key]?.value
+        }
+    }
+
+    public func save(_ data: Data, for key: String) throws {
+        try saveBatch([(key, data)])
+    }
+
+    public func remove(_ key: String) throws {
+        try saveBatch([(key, nil)])
+    }
+
+    public func keys() throws -> [String] {
+        try state.withLock { state in
+            try Self.catchUp(&state)
+            return Array(state.index.keys)
+        }
+    }
+
+    /// Applies every change as one commit (one append, at most one fsync): after a crash all of
+    /// them are present or none is.
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
+        guard !changes.isEmpty else { return }
+        let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
+        let scheduleFlush = try state.withLock { state -> Bool in
+            try state.journal.withWriteLock { changes in
+                try Self.apply(changes, to: &state)
+                try state.journal.append(payloads)
+            }
+            for payload in payloads { try Self.apply(payload, size: payload.count + Journal.frameHeaderSize, to: &state) }
+            try compactIfWorthIt(&state)
+            guard case .coalesced = durability, state.journal.hasUnsyncedWrites, !state.flushScheduled else {
+                return false
+            }
+            state.flushScheduled = true
+            return true
+        }
+        if scheduleFlush, case .coalesced(let window) = durability {
+            DispatchQueue.global().asyncAfter(deadline: .now() + window) { [weak self] in
+                try? self?.flush()  // a failure here resurfaces at the next explicit flush()
+            }
+        }
+    }
+
+    /// Makes every write so far durable (fdatasync), now.
+    /// - Throws: ``CofferError/Code/io`` with the errno when the disk refuses.
+    public func flush() throws {
+        try state.withLock { state in
+            state.flushScheduled = false
+            try state.journal.flush()
+        }
+    }
+
+    /// Rewrites the suite with only its live values, whatever the garbage ratio.
+    public func compact() throws {
+        try state.withLock { state in try Self.compact(&state) }
+    }
+
+    /// Size facts, for `coffer info` and tests.
+    public var statistics: (keys: Int, liveBytes: Int, fileBytes: Int64) {
+        state.withLock { ($0.index.count, $0.liveBytes, $0.journal.dataEnd) }
+    }
+
+    // MARK: - Internals
+
+    private func compactIfWorthIt(_ state: inout State) throws {
+        let used = Int(state.journal.dataEnd - state.journal.dataStart)
+        let garbage = used - state.liveBytes
+        if garbage > 64 * 1024 && garbage > state.liveBytes {
+            try Self.compact(&state)
+        }
+    }
+
+    private static func compact(_ state: inout State) throws {
+        try state.journal.withWriteLock { changes in
+            try apply(changes, to: &state)
+            let payloads = try state.index.map { try encode(key: $0.key, value: $0.value.value) }
+            try state.journal.rewrite(payloads: payloads)
+        }
+    }
+
+    private static func catchUp(_ state: inout State) throws {
+        let changes = try state.journal.refresh()
+        if !changes.isEmpty { try apply(changes, to: &state) }
+    }
+
+    private static func apply(_ changes: JournalChanges, to state: inout State) throws {
+        if changes.reset {
+            state.index.removeAll()
+            state.liveBytes = 0
+        }
+        try apply(changes.records, to: &state)
+    }
+
+    private static func apply(_ records: [JournalRecord], to state: inout State) throws {
+        for record in records {
+            try apply(record.payload, size: record.payload.count + Journal.frameHeaderSize, to: &state, offset: record.offset)
+        }
+    }
+
+    /// Record payload: op (1 = set, 2 = remove), key length (LEB128), key (UTF-8), value.
+    private static func apply(_ payload: Data, size: Int, to state: inout State, offset: Int64? = nil) throws {
+        guard let (op, key, value) = decode(payload) else {
+            throw CofferError(
+                .corrupted, "a record has a valid checksum but an invalid layout", path: state.journal.path,
+                offset: offset)
+        }
+        if let old = state.index[key] { state.liveBytes -= old.recordSize }
+        if op == 1 {
+            state.index[key] = Entry(value: value, recordSize: size)
+            state.liveBytes += size
+        } else {
+            state.index[key] = nil
+        }
+    }
+
+    static func encode(key: String, value: Data?) throws -> Data {
+        var bytes = Data()
+        let keyBytes = Array(key.utf8)
+        bytes.reserveCapacity(1 + 5 + keyBytes.count + (value?.count ?? 0))
+        bytes.append(value == nil ? 2 : 1)
+        var length = UInt32(keyBytes.count)
+        repeat {
+            let low = UInt8(length & 0x7F)
+            length >>= 7
+            bytes.append(length == 0 ? low : low | 0x80)
+        } while length != 0
+        bytes.append(contentsOf: keyBytes)
+        if let value { bytes.append(value) }
+        return bytes
+    }
+
+    static func decode(_ payload: Data) -> (op: UInt8, key: String, value: Data)? {
+        payload.withUnsafeBytes { raw -> (UInt8, String, Data)? in
+            guard raw.count >= 2 else { return nil }
+            let op = raw[0]
+            guard op == 1 || op == 2 else { return nil }
+            var length = 0
+            var shift = 0
+            var i = 1
+            while true {
+                guard i < raw.count, shift <= 28 else { return nil }
+                let byte = raw[i]
+                length |= Int(byte & 0x7F) << shift
+                i += 1
+                if byte & 0x80 == 0 { break }
+                shift += 7
+            }
+            guard length <= raw.count - i else { return nil }
+            guard let key = String(validating: UnsafeRawBufferPointer(rebasing: raw[i..<(i + length)]), as: UTF8.self)
+            else { return nil }
+            let valueStart = i + length
+            if op == 2 && valueStart != raw.count { return nil }
+            return (op, key, Data(UnsafeRawBufferPointer(rebasing: raw[valueStart...])))
+        }
+    }
+}
+
+extension Backing {
+    /// A key in the default suite of the current ``CofferContext``.
+    ///
+    /// ```swift
+    /// @Stored(backed: .keyValue(key: "theme")) var theme = "light"
+    /// ```
+    public static func keyValue(key: String) -> Backing {
+        keyValue(suite: "standard", key: key)
+    }
+
+    /// A key in a named suite (`<context directory>/<suite>.cofferkv`) of the current context.
+    public static func keyValue(suite: String, key: String) -> Backing {
+        Backing(description: "keyValue(suite: \(suite), key: \(key))") { context in
+            let store = try context.sharedStore(id: "keyValue:\(suite)") {
+                try KeyValueFileStrategy(
+                    directory: context.directory, suite: suite, durability: context.durability,
+                    lockTimeout: context.lockTimeout, fileSystem: context.fileSystem)
+            }
+            return (store, key)
+        }
+    }
+
+    /// A key in an explicit key-value store.
+    public static func keyValue(_ store: KeyValueFileStrategy, key: String) -> Backing {
+        Backing(description: "keyValue(\(store.path), key: \(key))") { _ in (store, key) }
+    }
+}

@@ -1,1 +1,0 @@
-// `CofferStorage` — see DESIGN.md.

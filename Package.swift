@@ -45,7 +45,7 @@ let package = Package(
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
-            dependencies: ["Coffer"],
+            dependencies: ["CofferStorage", "CofferVault"],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),

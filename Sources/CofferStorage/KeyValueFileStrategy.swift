@@ -101,10 +101,32 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         guard !changes.isEmpty else { return }
         let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
+        try commit { _ in payloads }
+    }
+
+    /// Reads, transforms and writes one value atomically with respect to every process: the
+    /// store's lock is held from the read to the write, so concurrent increments are never lost.
+    ///
+    /// ```swift
+    /// try store.update("launches") { (count: Int?) in (count ?? 0) + 1 }
+    /// ```
+    /// Returning `nil` removes the key.
+    public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
+        try commit { index in
+            let current = try index[key].map { try ValueCodec.decode(T.self, from: $0.value) }
+            let next = try transform(current)
+            return [try Self.encode(key: key, value: next.map { try ValueCodec.encode($0) })]
+        }
+    }
+
+    /// Appends the payloads `makePayloads` returns, under the write lock and after catching up.
+    private func commit(_ makePayloads: ([String: Entry]) throws -> [Data]) throws {
         let scheduleFlush = try state.withLock { state -> Bool in
-            try state.journal.withWriteLock { changes in
+            let payloads = try state.journal.withWriteLock { changes in
                 try Self.apply(changes, to: &state)
+                let payloads = try makePayloads(state.index)
                 try state.journal.append(payloads)
+                return payloads
             }
             for payload in payloads { try Self.apply(payload, size: payload.count + Journal.frameHeaderSize, to: &state) }
             try compactIfWorthIt(&state)
@@ -116,7 +138,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         }
         if scheduleFlush, case .coalesced(let window) = durability {
             DispatchQueue.global().asyncAfter(deadline: .now() + window) { [weak self] in
-                try? self?.flush()  // a failure here resurfaces at the next explicit flush()
+                // A failure here is kept by the journal and thrown by the next write or flush().
+                try? self?.flush()
             }
         }
     }

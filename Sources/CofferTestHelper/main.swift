@@ -1,1 +1,45 @@
-print("helper")
+// A child process for Coffer's multi-process and crash tests. Not part of the public API.
+//
+//   CofferTestHelper kv-write DIR SUITE COUNT PREFIX [immediate|coalesced]
+//       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
+//   CofferTestHelper kv-increment DIR SUITE KEY TIMES
+//       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+import CofferCore
+import CofferStorage
+import Foundation
+
+setvbuf(stdout, nil, _IOLBF, 0)
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+    exit(2)
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 2 else { fail("usage: CofferTestHelper COMMAND …") }
+
+do {
+    switch arguments[1] {
+    case "kv-write":
+        guard arguments.count >= 6, let count = Int(arguments[4]) else { fail("usage: kv-write DIR SUITE COUNT PREFIX") }
+        let durability: Durability = arguments.count > 6 && arguments[6] == "immediate" ? .immediate : .coalesced
+        let store = try KeyValueFileStrategy(
+            directory: URL(fileURLWithPath: arguments[2]), suite: arguments[3], durability: durability)
+        for i in 0..<count {
+            try store.set(i, for: "\(arguments[5])\(i)")
+            print("ack \(i)")
+        }
+        try store.flush()
+    case "kv-increment":
+        guard arguments.count >= 6, let times = Int(arguments[5]) else { fail("usage: kv-increment DIR SUITE KEY TIMES") }
+        let store = try KeyValueFileStrategy(directory: URL(fileURLWithPath: arguments[2]), suite: arguments[3])
+        for _ in 0..<times {
+            try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
+        }
+        try store.flush()
+    default:
+        fail("unknown command \(arguments[1])")
+    }
+} catch {
+    fail("error: \(error)")
+}

@@ -67,7 +67,8 @@ public struct JournalChanges: Sendable {
 ///
 /// Rule: a `Journal` is not thread-safe. Its owner serialises every call (the strategies keep
 /// it inside a `Mutex`).
-public final class Journal {
+// @unchecked Sendable: not thread-safe by itself; every owner keeps it inside a Mutex (the Rule above).
+public final class Journal: @unchecked Sendable {
     /// Size of the fixed file header.
     public static let fileHeaderSize = 32
     /// Size of a frame's header.

@@ -8,7 +8,10 @@ import CofferCore
 import CofferStorage
 import Foundation
 
-setvbuf(stdout, nil, _IOLBF, 0)
+/// Writes one line straight to standard output (unbuffered: the parent reads each ack at once).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
 
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n").utf8))
@@ -27,7 +30,7 @@ do {
             directory: URL(fileURLWithPath: arguments[2]), suite: arguments[3], durability: durability)
         for i in 0..<count {
             try store.set(i, for: "\(arguments[5])\(i)")
-            print("ack \(i)")
+            say("ack \(i)")
         }
         try store.flush()
     case "kv-increment":

@@ -1,1 +1,0 @@
-// `CofferCrypto` — see DESIGN.md.

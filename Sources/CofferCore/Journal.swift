@@ -658,12 +658,19 @@ public final class Journal: @unchecked Sendable {
             }
             guard bad else { break }
             // Judge the invalid frame at `offset` (its commit began at `groupStart`).
-            guard let next = nextIntactFrame(bytes, after: max(offset, groupStart), maxPayload: maxPayload) else {
+            let next = nextIntactFrame(bytes, after: max(offset, groupStart), maxPayload: maxPayload)
+            if next == nil && looksTorn(bytes, frameAt: offset, maxPayload: maxPayload) {
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
                 scan.end = groupStart
                 break
             }
             scan.damage.append(groupStart)
+            guard let next else {
+                // Damage in the last record (not a torn write): salvage drops it.
+                scan.end = groupStart
+                scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
+                break
+            }
             group.removeAll()
             if !salvage {
                 scan.intactAfterDamage = countIntact(bytes, from: next, maxPayload: maxPayload)
@@ -676,6 +683,33 @@ public final class Journal: @unchecked Sendable {
         }
         if salvage { scan.intactAfterDamage = 0 }
         return scan
+    }
+
+    /// Sector size assumed by the torn-write model: a device persists whole sectors, so a write
+    /// cut short by power loss leaves a sector-aligned suffix of it unwritten (still zero — the
+    /// space after the last record is always zero) or the file ends inside it.
+    static let sectorSize = 512
+
+    /// Whether the invalid frame at `offset` (with no intact frame after it) can be a torn
+    /// append rather than damage: the file ends inside it, or everything from some sector
+    /// boundary inside it to its end is zero.
+    static func looksTorn(_ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int) -> Bool {
+        let count = bytes.count
+        if offset >= count || count - offset < frameHeaderSize { return true }
+        let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)])
+        let end: Int
+        if let frame = parseFrameHeader(header, maxPayload: maxPayload) {
+            if frame.length > count - offset - frameHeaderSize { return true }
+            end = offset + frameHeaderSize + frame.length
+        } else {
+            end = offset + frameHeaderSize  // an untrustworthy header: judge the header alone
+        }
+        if header.allSatisfy({ $0 == 0 }) { return true }
+        // The last sector boundary strictly inside the frame.
+        let lastBoundary = ((end - 1) / sectorSize) * sectorSize
+        guard lastBoundary > offset else { return false }
+        for i in lastBoundary..<end where bytes[i] != 0 { return false }
+        return true
     }
 
     private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {

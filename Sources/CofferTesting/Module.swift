@@ -1,1 +1,0 @@
-// `CofferTesting` — see DESIGN.md.

@@ -1,0 +1,266 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+internal import CSodium
+
+/// The libsodium functions and sizes of one combined-mode AEAD construction.
+///
+/// Both IETF constructions share libsodium's calling convention, so one generic implementation
+/// (``AEAD``) checks lengths and translates results for both.
+protocol SodiumAEADBinding {
+    /// Name used in error messages.
+    static var name: String { get }
+    static var keyLength: Int { get }
+    static var nonceLength: Int { get }
+    static var tagLength: Int { get }
+    /// Largest plaintext libsodium accepts (`*_messagebytes_max()`).
+    static var maximumMessageLength: Int { get }
+
+    /// `crypto_aead_*_encrypt(c, NULL, m, mlen, ad, adlen, NULL, npub, k)`.
+    static func encrypt(
+        _ output: UnsafeMutablePointer<UInt8>,
+        _ message: UnsafePointer<UInt8>?, _ messageLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32
+
+    /// `crypto_aead_*_decrypt(m, NULL, NULL, c, clen, ad, adlen, npub, k)`.
+    static func decrypt(
+        _ output: UnsafeMutablePointer<UInt8>?,
+        _ sealed: UnsafePointer<UInt8>, _ sealedLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32
+}
+
+enum XChaCha20Poly1305Binding: SodiumAEADBinding {
+    static let name = "XChaCha20-Poly1305"
+    static let keyLength = Int(crypto_aead_xchacha20poly1305_ietf_keybytes())
+    static let nonceLength = Int(crypto_aead_xchacha20poly1305_ietf_npubbytes())
+    static let tagLength = Int(crypto_aead_xchacha20poly1305_ietf_abytes())
+    static let maximumMessageLength = Int(clamping: crypto_aead_xchacha20poly1305_ietf_messagebytes_max())
+
+    static func encrypt(
+        _ output: UnsafeMutablePointer<UInt8>,
+        _ message: UnsafePointer<UInt8>?, _ messageLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32 {
+        crypto_aead_xchacha20poly1305_ietf_encrypt(
+            output, nil, message, messageLength, associatedData, associatedDataLength, nil, nonce, key)
+    }
+
+    static func decrypt(
+        _ output: UnsafeMutablePointer<UInt8>?,
+        _ sealed: UnsafePointer<UInt8>, _ sealedLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32 {
+        crypto_aead_xchacha20poly1305_ietf_decrypt(
+            output, nil, nil, sealed, sealedLength, associatedData, associatedDataLength, nonce, key)
+    }
+}
+
+enum ChaCha20Poly1305IETFBinding: SodiumAEADBinding {
+    static let name = "ChaCha20-Poly1305-IETF"
+    static let keyLength = Int(crypto_aead_chacha20poly1305_ietf_keybytes())
+    static let nonceLength = Int(crypto_aead_chacha20poly1305_ietf_npubbytes())
+    static let tagLength = Int(crypto_aead_chacha20poly1305_ietf_abytes())
+    static let maximumMessageLength = Int(clamping: crypto_aead_chacha20poly1305_ietf_messagebytes_max())
+
+    static func encrypt(
+        _ output: UnsafeMutablePointer<UInt8>,
+        _ message: UnsafePointer<UInt8>?, _ messageLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32 {
+        crypto_aead_chacha20poly1305_ietf_encrypt(
+            output, nil, message, messageLength, associatedData, associatedDataLength, nil, nonce, key)
+    }
+
+    static func decrypt(
+        _ output: UnsafeMutablePointer<UInt8>?,
+        _ sealed: UnsafePointer<UInt8>, _ sealedLength: UInt64,
+        _ associatedData: UnsafePointer<UInt8>?, _ associatedDataLength: UInt64,
+        _ nonce: UnsafePointer<UInt8>, _ key: UnsafePointer<UInt8>
+    ) -> Int32 {
+        crypto_aead_chacha20poly1305_ietf_decrypt(
+            output, nil, nil, sealed, sealedLength, associatedData, associatedDataLength, nonce, key)
+    }
+}
+
+/// Length checks and result translation shared by the public AEAD enums.
+///
+/// libsodium's AEAD functions take no key or nonce length and would read past a short buffer, so
+/// every length is checked here, before any C call.
+enum AEAD<Binding: SodiumAEADBinding> {
+    private static func checkKeyAndNonce(key: SecureBytes, nonce: UnsafeRawBufferPointer) throws {
+        guard key.count == Binding.keyLength else {
+            throw CryptoError.invalidLength("\(Binding.name) key", expected: Binding.keyLength, actual: key.count)
+        }
+        guard nonce.count == Binding.nonceLength else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) nonce", expected: Binding.nonceLength, actual: nonce.count)
+        }
+    }
+
+    static func seal(
+        _ plaintext: UnsafeRawBufferPointer,
+        key: SecureBytes,
+        nonce: UnsafeRawBufferPointer,
+        associatedData: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) throws {
+        try Sodium.initialize()
+        try checkKeyAndNonce(key: key, nonce: nonce)
+        guard plaintext.count <= Binding.maximumMessageLength else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) plaintext", in: 0...Binding.maximumMessageLength, actual: plaintext.count)
+        }
+        let sealedLength = plaintext.count + Binding.tagLength
+        guard output.count == sealedLength, let outputStart = output.mutableBytePointer else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) output buffer", expected: sealedLength, actual: output.count)
+        }
+        // Key and nonce lengths were checked above, so their buffers are non-empty.
+        let status = key.withUnsafeBytes { keyBytes in
+            withNonNullBytes(keyBytes) { keyStart in
+                withNonNullBytes(nonce) { nonceStart in
+                    Binding.encrypt(
+                        outputStart,
+                        plaintext.bytePointer, UInt64(plaintext.count),
+                        associatedData.bytePointer, UInt64(associatedData.count),
+                        nonceStart, keyStart)
+                }
+            }
+        }
+        guard status == 0 else {
+            throw CryptoError.failed("\(Binding.name) encryption")
+        }
+    }
+
+    static func open(
+        _ sealed: UnsafeRawBufferPointer,
+        key: SecureBytes,
+        nonce: UnsafeRawBufferPointer,
+        associatedData: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) throws {
+        try Sodium.initialize()
+        try checkKeyAndNonce(key: key, nonce: nonce)
+        guard sealed.count >= Binding.tagLength, let sealedStart = sealed.bytePointer else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) sealed data", expected: "at least \(Binding.tagLength)", actual: sealed.count)
+        }
+        let plaintextLength = sealed.count - Binding.tagLength
+        guard output.count == plaintextLength else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) output buffer", expected: plaintextLength, actual: output.count)
+        }
+        let status = key.withUnsafeBytes { keyBytes in
+            withNonNullBytes(keyBytes) { keyStart in
+                withNonNullBytes(nonce) { nonceStart in
+                    Binding.decrypt(
+                        output.mutableBytePointer,
+                        sealedStart, UInt64(sealed.count),
+                        associatedData.bytePointer, UInt64(associatedData.count),
+                        nonceStart, keyStart)
+                }
+            }
+        }
+        guard status == 0 else {
+            throw CryptoError(
+                code: .authenticationFailed,
+                message: "\(Binding.name) authentication failed: wrong key, or the data was modified")
+        }
+    }
+
+    static func seal(
+        _ plaintext: UnsafeRawBufferPointer,
+        key: SecureBytes,
+        nonce: UnsafeRawBufferPointer,
+        associatedData: UnsafeRawBufferPointer
+    ) throws -> [UInt8] {
+        let sealedLength = plaintext.count.addingReportingOverflow(Binding.tagLength)
+        guard !sealedLength.overflow else {
+            throw CryptoError.invalidLength(
+                "\(Binding.name) plaintext", in: 0...Binding.maximumMessageLength, actual: plaintext.count)
+        }
+        return try [UInt8](unsafeUninitializedCapacity: sealedLength.partialValue) { buffer, initialized in
+            try seal(
+                plaintext, key: key, nonce: nonce, associatedData: associatedData,
+                into: UnsafeMutableRawBufferPointer(buffer))
+            initialized = buffer.count
+        }
+    }
+
+    static func open(
+        _ sealed: UnsafeRawBufferPointer,
+        key: SecureBytes,
+        nonce: UnsafeRawBufferPointer,
+        associatedData: UnsafeRawBufferPointer
+    ) throws -> [UInt8] {
+        let plaintextLength = max(sealed.count - Binding.tagLength, 0)
+        return try [UInt8](unsafeUninitializedCapacity: plaintextLength) { buffer, initialized in
+            try open(
+                sealed, key: key, nonce: nonce, associatedData: associatedData,
+                into: UnsafeMutableRawBufferPointer(buffer))
+            initialized = buffer.count
+        }
+    }
+
+    static func seal<P: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+        _ plaintext: P, key: SecureBytes, nonce: N, associatedData: A
+    ) throws -> Data {
+        try plaintext.withUnsafeBytes { plaintext in
+            try nonce.withUnsafeBytes { nonce in
+                try associatedData.withUnsafeBytes { associatedData in
+                    var output = Data(count: plaintext.count + Binding.tagLength)
+                    try output.withUnsafeMutableBytes { output in
+                        try seal(plaintext, key: key, nonce: nonce, associatedData: associatedData, into: output)
+                    }
+                    return output
+                }
+            }
+        }
+    }
+
+    static func open<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+        _ sealed: S, key: SecureBytes, nonce: N, associatedData: A
+    ) throws -> Data {
+        try sealed.withUnsafeBytes { sealed in
+            try nonce.withUnsafeBytes { nonce in
+                try associatedData.withUnsafeBytes { associatedData in
+                    var output = Data(count: max(sealed.count - Binding.tagLength, 0))
+                    try output.withUnsafeMutableBytes { output in
+                        try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
+                    }
+                    return output
+                }
+            }
+        }
+    }
+
+    static func openSecure<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+        _ sealed: S, key: SecureBytes, nonce: N, associatedData: A
+    ) throws -> SecureBytes {
+        try sealed.withUnsafeBytes { sealed in
+            try nonce.withUnsafeBytes { nonce in
+                try associatedData.withUnsafeBytes { associatedData in
+                    // Check lengths before allocating guarded memory for the plaintext.
+                    try checkKeyAndNonce(key: key, nonce: nonce)
+                    guard sealed.count >= Binding.tagLength else {
+                        throw CryptoError.invalidLength(
+                            "\(Binding.name) sealed data", expected: "at least \(Binding.tagLength)",
+                            actual: sealed.count)
+                    }
+                    return try SecureBytes(count: sealed.count - Binding.tagLength) { output in
+                        try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+internal import CSodium
+
+/// Cryptographically secure random bytes from libsodium (`randombytes_buf`: `getrandom(2)` on Linux).
+public enum SecureRandom {
+    /// Returns `count` random bytes; an empty array when `count <= 0`.
+    ///
+    /// For nonces and salts. Keys belong in guarded memory: use ``SecureBytes/random(count:)``.
+    public static func bytes(count: Int) -> [UInt8] {
+        guard count > 0 else {
+            return []
+        }
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            fill(UnsafeMutableRawBufferPointer(buffer))
+            initialized = count
+        }
+    }
+
+    /// Overwrites every byte of `buffer` with random bytes.
+    public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
+        guard let start = buffer.baseAddress, buffer.count > 0 else {
+            return
+        }
+        Sodium.initializeForNonThrowingAPI()
+        randombytes_buf(start, buffer.count)
+    }
+}

@@ -1,0 +1,53 @@
+public import CofferCore
+public import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A private (`0700`) directory under the system temporary directory, removed with everything
+/// in it by ``remove()`` or when the last reference goes away.
+///
+/// ```swift
+/// let directory = try TemporaryDirectory()
+/// let store = try DiskStrategy(directory: directory.url)
+/// ```
+public final class TemporaryDirectory: Sendable {
+    /// The directory's absolute path.
+    public let path: String
+    private let removed = Mutex(false)
+
+    /// Creates the directory with `mkdtemp`, which makes it `0700` whatever the umask.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/io`` when it cannot be created.
+    public init(prefix: String = "coffer-test") throws {
+        let base = FileManager.default.temporaryDirectory.path
+        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
+        let created = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress) }
+        guard let created else {
+            throw CofferError.io("mkdtemp", path: base, errno: errno)
+        }
+        path = String(cString: created)
+    }
+
+    deinit { try? remove() }
+
+    /// The directory as a file URL.
+    public var url: URL { URL(fileURLWithPath: path, isDirectory: true) }
+
+    /// The path of `name` inside the directory.
+    public func path(_ name: String) -> String { path + "/" + name }
+
+    /// Deletes the directory and its contents; later calls do nothing.
+    /// - Throws: the file manager's error when removal fails.
+    public func remove() throws {
+        let wasRemoved = removed.withLock { removed in
+            defer { removed = true }
+            return removed
+        }
+        guard !wasRemoved else { return }
+        try FileManager.default.removeItem(atPath: path)
+    }
+}

@@ -1,0 +1,2 @@
+import CofferCore
+import Testing

@@ -1,4 +1,4 @@
-public import CofferCore
+import CofferCore
 public import Foundation
 import Synchronization
 
@@ -25,7 +25,7 @@ public final class TemporaryDirectory: Sendable {
     public init(prefix: String = "coffer-test") throws {
         let base = FileManager.default.temporaryDirectory.path
         var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-        let created = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress) }
+        let created = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
         guard let created else {
             throw CofferError.io("mkdtemp", path: base, errno: errno)
         }

@@ -1,1 +1,0 @@
-// `CofferState` — see DESIGN.md.

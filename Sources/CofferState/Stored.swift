@@ -1,0 +1,404 @@
+// # CofferState: observable, persistent properties
+//
+// `@Stored` keeps a typed value in memory and persists it through a `PersistenceStrategy`
+// chosen per property; `@Computed` derives a value from others and finds its inputs by
+// itself. Both work in plain classes (no macro, no `@Observable` needed), with Swift's
+// Observation, with `AsyncSequence`, and from any thread.
+//
+// ```swift
+// import Coffer
+//
+// final class AccountModel {
+//     @Stored var draft = ""                                              // memory (the default)
+//     @Stored(backed: .keyValue(key: "theme")) var theme = "light"        // default suite
+//     @Stored(backed: .keyValue(suite: "network", key: "timeout")) var timeout = 30.0
+//     @Stored(backed: .disk(key: "session")) var session: Session? = nil  // own file, JSON
+//     @Stored(backed: .vault(service: "api.github.com", account: "octocat"))
+//     var token: String? = nil                                            // encrypted at rest
+//
+//     @Computed var isSignedIn: Bool
+//
+//     init() {
+//         $isSignedIn = Computed { [$token] in $token.wrappedValue != nil }
+//     }
+// }
+// ```
+//
+// **Default context.** `.keyValue`, `.disk` and `.vault` resolve against
+// `CofferContext.current`, captured when the property is created (`$XDG_DATA_HOME/<app>` unless
+// overridden). Tests create models inside `CofferContext.$current.withValue(try .temporary()) { … }`.
+//
+// **Reads and writes.** The first read loads from the strategy (absent → the initial value);
+// later reads are served from memory. A write equal to the current value (when `Equatable`)
+// does nothing; otherwise it updates memory, invalidates computed values, notifies observers
+// and persists (`nil` removes the key).
+//
+// **Batching.** `batch { … }` groups writes: observers are told once per property, and each
+// strategy gets one commit (`saveBatch` when it supports it).
+//
+// **Errors.** A setter cannot throw: `$x.error` holds the last load or save failure (and is
+// cleared by the next success); `try $x.load()` and `try $x.save(_:)` throw.
+//
+// **Migration.** `try $token.migrate(from: .keyValue(key: "token"))` copies an old copy into this
+// property's store, makes it durable, then deletes the old copy.
+//
+// See docs/STATE.md for the full guide.
+
+public import CofferCore
+import Foundation
+public import Observation
+import Synchronization
+
+/// A property whose value lives in memory and persists through a ``Backing``.
+///
+/// ```swift
+/// final class Preferences {
+///     @Stored(backed: .keyValue(key: "fontSize")) var fontSize = 13.0
+/// }
+/// let prefs = Preferences()
+/// prefs.fontSize = 15          // memory now, persisted before the setter returns
+/// prefs.$fontSize.error        // the last load/save failure, observable
+/// ```
+///
+/// - The first read loads the value from the strategy (a missing key gives the initial value;
+///   a failure keeps the initial value and sets ``error``). Later reads come from memory.
+/// - A write equal to the current value (when `Value` is `Equatable`) does nothing. Any other
+///   write updates memory, invalidates the ``Computed`` values that read this one, notifies
+///   Observation and ``values``, and persists (an `Optional` set to `nil` removes the key).
+/// - The backing resolves against ``CofferContext/current`` as it was when the property was
+///   created.
+/// - Safe to use from any thread or task. The projected value (`$name`) is the `Stored` itself, a
+///   reference that closures can capture.
+@propertyWrapper
+public final class Stored<Value: Codable & Sendable>: Sendable {
+    private enum Resolution: Sendable {
+        case unresolved
+        case resolved(strategy: any PersistenceStrategy, key: String)
+        case memory
+        case failed
+    }
+
+    private struct State: Sendable {
+        var value: Value
+        var version: UInt64 = 0
+        var loaded = false
+        var resolution = Resolution.unresolved
+        var error: CofferError?
+        /// The version the strategy holds.
+        var persistedVersion: UInt64 = 0
+    }
+
+    private struct Links: Sendable {
+        var dependents = DependentLinks()
+        var subscribers = Subscribers<Value>()
+    }
+
+    /// Where the value persists.
+    public let backing: Backing
+    /// The value before anything was stored, and after the stored copy is removed.
+    public let initialValue: Value
+    /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
+    public let context: CofferContext
+
+    private let state: Mutex<State>
+    private let links = Mutex(Links())
+    /// Serialises persistence of this property, so an older value never overwrites a newer one.
+    private let persistLock = Mutex(())
+    private let registrar = ObservationRegistrar()
+    private let valueKeyPath: any KeyPath<Stored, Value> & Sendable = \Stored.wrappedValue
+    private let errorKeyPath: any KeyPath<Stored, CofferError?> & Sendable = \Stored.error
+    private let isEqual: (@Sendable (Value, Value) -> Bool)?
+    private let isNil: (@Sendable (Value) -> Bool)?
+
+    /// A property starting at `wrappedValue`, persisted through `backing` (memory by default).
+    ///
+    /// - Parameters:
+    ///   - wrappedValue: The value until one is stored, and after the stored one is removed.
+    ///   - backing: Where the value persists: `.memory`, `.keyValue(key:)`, `.disk(key:)`,
+    ///     `.vault(service:account:)`, or `.strategy(_:key:)` for a strategy of your own.
+    public init(wrappedValue: Value, backed backing: Backing = .memory) {
+        self.backing = backing
+        self.initialValue = wrappedValue
+        self.context = CofferContext.current
+        self.state = Mutex(State(value: wrappedValue))
+        self.isEqual = ValueTraits.equality(for: Value.self)
+        self.isNil = ValueTraits.nilTest(for: Value.self)
+    }
+
+    deinit {
+        for subscriber in links.withLock({ $0.subscribers.removeAll() }) { subscriber.continuation.finish() }
+    }
+
+    /// The value: from memory after the first read.
+    public var wrappedValue: Value {
+        get {
+            registrar.access(self, keyPath: valueKeyPath)
+            let (value, version) = read()
+            recordRead(of: self, version: version)
+            return value
+        }
+        set { write(newValue) }
+    }
+
+    /// The property itself: `$name.error`, `$name.values`, `try $name.save(…)`.
+    public var projectedValue: Stored<Value> { self }
+
+    /// The last load or save failure, or `nil` once a load or save succeeds. Observable.
+    public var error: CofferError? {
+        registrar.access(self, keyPath: errorKeyPath)
+        loadIfNeeded()
+        return state.withLock { $0.error }
+    }
+
+    /// The current value, then each new one, until the consumer stops iterating.
+    ///
+    /// Every change is delivered (the buffer is unbounded); writes inside one ``batch(_:)`` are
+    /// delivered once, as their final value.
+    public var values: AsyncStream<Value> {
+        let (stream, subscriber) = makeValueStream(
+            register: { subscriber in links.withLock { $0.subscribers.insert(subscriber) } },
+            unregister: { [weak self] id in self?.links.withLock { $0.subscribers.remove(id) } }
+        )
+        let (value, version) = read()
+        subscriber.deliver(value, version: version)
+        return stream
+    }
+
+    // MARK: Throwing paths
+
+    /// Reads the value from the strategy now, replacing the one in memory.
+    ///
+    /// A missing key gives ``initialValue``. Observers are notified when the value changes.
+    /// - Returns: The loaded value.
+    /// - Throws: ``CofferError`` when the backing cannot be resolved, the strategy cannot read,
+    ///   or the stored bytes are not a `Value` (``CofferError/Code/decoding``). The value in
+    ///   memory is then unchanged, and ``error`` holds the failure.
+    @discardableResult
+    public func load() throws -> Value {
+        let outcome: Result<(value: Value, changed: Bool), CofferError> = persistLock.withLock { _ in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error): return .failure(error)
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else {
+                return .success((state.withLock { s in s.loaded = true; return s.value }, false))
+            }
+            let loaded: Value
+            do {
+                loaded = try strategy.load(key).map { try ValueCodec.decode(Value.self, from: $0) } ?? initialValue
+            } catch {
+                state.withLock { $0.loaded = true }
+                return .failure(.wrapping(error, "loading \(backing)"))
+            }
+            let changed = state.withLock { s in
+                s.loaded = true
+                let changed = !(isEqual?(s.value, loaded) ?? false)
+                if changed {
+                    s.value = loaded
+                    s.version += 1
+                }
+                s.persistedVersion = s.version
+                return changed
+            }
+            return .success((loaded, changed))
+        }
+        switch outcome {
+        case .success(let result):
+            setError(nil)
+            if result.changed { valueDidChange() }
+            return result.value
+        case .failure(let error):
+            setError(error)
+            throw error
+        }
+    }
+
+    /// Sets the value and writes it to the strategy before returning, even inside a ``batch(_:)``.
+    ///
+    /// Unlike the setter, this writes even when `value` equals the current one, so it also
+    /// retries a save that failed earlier.
+    /// - Throws: ``CofferError`` when the value cannot be encoded or stored; the value stays in
+    ///   memory and ``error`` holds the failure.
+    public func save(_ value: Value) throws {
+        write(value, persist: false)
+        if let error = persist(force: true) { throw error }
+    }
+
+    // MARK: Internals
+
+    @inline(__always)
+    private func read() -> (Value, UInt64) {
+        if let hit = state.withLock({ $0.loaded ? ($0.value, $0.version) : nil }) { return hit }
+        loadIfNeeded()
+        return state.withLock { ($0.value, $0.version) }
+    }
+
+    /// The first load. A failure keeps the initial value and sets ``error`` without a
+    /// notification: nobody can have read the value or the error before (both load first).
+    private func loadIfNeeded() {
+        guard !state.withLock({ $0.loaded }) else { return }
+        state.withLock { s in
+            guard !s.loaded else { return }
+            s.loaded = true
+            switch resolve(&s) {
+            case .failure(let error):
+                s.error = error
+            case .success(nil):
+                break
+            case .success(let (strategy, key)?):
+                do {
+                    if let data = try strategy.load(key) { s.value = try ValueCodec.decode(Value.self, from: data) }
+                } catch {
+                    s.error = .wrapping(error, "loading \(backing)")
+                }
+            }
+        }
+    }
+
+    /// The strategy and key, resolving the backing on first use (and again after a failure).
+    private func resolve(_ s: inout State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
+        switch s.resolution {
+        case .resolved(let strategy, let key): return .success((strategy, key))
+        case .memory: return .success(nil)
+        case .unresolved, .failed:
+            do {
+                if let (strategy, key) = try backing.resolve(context) {
+                    s.resolution = .resolved(strategy: strategy, key: key)
+                    return .success((strategy, key))
+                }
+                s.resolution = .memory
+                return .success(nil)
+            } catch {
+                s.resolution = .failed
+                return .failure(.wrapping(error, "opening \(backing)"))
+            }
+        }
+    }
+
+    private func write(_ newValue: Value, persist shouldPersist: Bool = true) {
+        loadIfNeeded()
+        let changed = state.withLock { s in
+            if let isEqual, isEqual(s.value, newValue) { return false }
+            s.value = newValue
+            s.version += 1
+            return true
+        }
+        guard changed else { return }
+        if let scope = BatchScope.current {
+            Graph.bumpEpoch()
+            scope.add(self)
+            return
+        }
+        valueDidChange()
+        if shouldPersist { _ = persist(force: false) }
+    }
+
+    /// Tells everyone the value changed: computed dependents, Observation, `values` streams.
+    ///
+    /// Observation is told after the locked update (an empty `withMutation`), not around it, so
+    /// that an equal write and a write inside a batch can be recognised first and never notify.
+    private func valueDidChange() {
+        Graph.bumpEpoch()
+        registrar.withMutation(of: self, keyPath: valueKeyPath) {}
+        let subscribers = links.withLock { $0.subscribers.snapshot }
+        if !subscribers.isEmpty {
+            let (value, version) = state.withLock { ($0.value, $0.version) }
+            for subscriber in subscribers { subscriber.deliver(value, version: version) }
+        }
+        Graph.propagate(from: self)
+    }
+
+    /// Writes the newest value to the strategy unless it is there already, and records the
+    /// outcome in ``error``. Returns the failure, if any.
+    @discardableResult
+    private func persist(force: Bool) -> CofferError? {
+        let outcome: CofferError?? = persistLock.withLock { _ in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error): return .some(error)
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else { return .none }
+            let (value, version, persisted) = state.withLock { ($0.value, $0.version, $0.persistedVersion) }
+            guard force || version != persisted else { return .none }
+            do {
+                if let isNil, isNil(value) {
+                    try strategy.remove(key)
+                } else {
+                    try strategy.save(ValueCodec.encode(value), for: key)
+                }
+                state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
+                return .some(nil)
+            } catch {
+                return .some(.wrapping(error, "saving \(backing)"))
+            }
+        }
+        guard let result = outcome else { return nil }
+        setError(result)
+        return result
+    }
+
+    /// Sets ``error``, notifying Observation when it appears, changes or clears.
+    private func setError(_ error: CofferError?) {
+        let notify = state.withLock { s in
+            let notify = s.error != nil || error != nil
+            s.error = error
+            return notify
+        }
+        if notify { registrar.withMutation(of: self, keyPath: errorKeyPath) {} }
+    }
+}
+
+extension Stored: Observable {}
+
+// MARK: Graph and batch participation
+
+extension Stored: SourceNode {
+    var nodeName: String { "Stored<\(Value.self)>(\(backing))" }
+
+    func currentVersion() -> UInt64 { read().1 }
+
+    func addDependent(_ node: any DependentNode) { links.withLock { $0.dependents.insert(node) } }
+    func removeDependent(_ id: ObjectIdentifier) { links.withLock { $0.dependents.remove(id) } }
+    func dependents() -> [any DependentNode] { links.withLock { $0.dependents.live() } }
+}
+
+extension Stored: BatchParticipant {
+    func batchDidEnd() {
+        valueDidChange()
+    }
+
+    func batchTarget() -> (strategy: any PersistenceStrategy, key: String)? {
+        switch state.withLock({ resolve(&$0) }) {
+        case .failure(let error):
+            setError(error)
+            return nil
+        case .success(let target):
+            return target
+        }
+    }
+
+    func withPersistLock(_ body: () -> Void) {
+        persistLock.withLock { _ in body() }
+    }
+
+    func pendingChange() -> PendingChange? {
+        let (value, version, persisted) = state.withLock { ($0.value, $0.version, $0.persistedVersion) }
+        guard version != persisted else { return nil }
+        if let isNil, isNil(value) { return PendingChange(version: version, data: .success(nil)) }
+        do {
+            return PendingChange(version: version, data: .success(try ValueCodec.encode(value)))
+        } catch {
+            return PendingChange(version: version, data: .failure(.wrapping(error, "encoding for \(backing)")))
+        }
+    }
+
+    func markPersisted(_ version: UInt64) {
+        state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
+    }
+
+    func reportPersistOutcome(_ error: CofferError?) {
+        setError(error)
+    }
+}

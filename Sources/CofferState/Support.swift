@@ -1,0 +1,81 @@
+import CofferCore
+
+// Small generic helpers, chosen once per property at creation so the write path pays no
+// protocol lookups.
+
+enum ValueTraits {
+    /// `==` when `T` is `Equatable` (found at run time, conditional conformances included).
+    static func equality<T>(for type: T.Type) -> (@Sendable (T, T) -> Bool)? {
+        guard let equatable = T.self as? any Equatable.Type else { return nil }
+        let witness = equalityWitness(equatable)
+        return { lhs, rhs in witness.equal(lhs, rhs) }
+    }
+
+    private static func equalityWitness<E: Equatable>(_: E.Type) -> any EqualityWitness { Equality<E>() }
+
+    /// A test for `nil` when `T` is an `Optional`; `nil` otherwise.
+    static func nilTest<T>(for type: T.Type) -> (@Sendable (T) -> Bool)? {
+        guard let optional = T.self as? any OptionalValue.Type else { return nil }
+        let witness = nilWitness(optional)
+        return { value in witness.isNil(value) }
+    }
+
+    private static func nilWitness<O: OptionalValue>(_: O.Type) -> any NilWitness { NilTest<O>() }
+
+    /// The "zero" of a type that has one through a literal: `nil`, `false`, `0`, `""`, `[]`, `[:]`.
+    static func literalZero<T>(of type: T.Type) -> T? {
+        if let t = T.self as? any ExpressibleByNilLiteral.Type { return nilLiteral(t) as? T }
+        if let t = T.self as? any ExpressibleByBooleanLiteral.Type { return falseLiteral(t) as? T }
+        if let t = T.self as? any ExpressibleByIntegerLiteral.Type { return zeroLiteral(t) as? T }
+        if let t = T.self as? any ExpressibleByStringLiteral.Type { return emptyString(t) as? T }
+        if let t = T.self as? any ExpressibleByArrayLiteral.Type { return emptyArray(t) as? T }
+        if let t = T.self as? any ExpressibleByDictionaryLiteral.Type { return emptyDictionary(t) as? T }
+        return nil
+    }
+
+    private static func nilLiteral<T: ExpressibleByNilLiteral>(_: T.Type) -> T { nil }
+    private static func falseLiteral<T: ExpressibleByBooleanLiteral>(_: T.Type) -> T { false }
+    private static func zeroLiteral<T: ExpressibleByIntegerLiteral>(_: T.Type) -> T { 0 }
+    private static func emptyString<T: ExpressibleByStringLiteral>(_: T.Type) -> T { "" }
+    private static func emptyArray<T: ExpressibleByArrayLiteral>(_: T.Type) -> T { [] }
+    private static func emptyDictionary<T: ExpressibleByDictionaryLiteral>(_: T.Type) -> T { [:] }
+}
+
+// Witnesses are structs rather than closures so that no closure captures a metatype.
+protocol EqualityWitness: Sendable {
+    func equal<T>(_ lhs: T, _ rhs: T) -> Bool
+}
+
+private struct Equality<E: Equatable>: EqualityWitness {
+    func equal<T>(_ lhs: T, _ rhs: T) -> Bool {
+        guard let lhs = lhs as? E, let rhs = rhs as? E else { return false }
+        return lhs == rhs
+    }
+}
+
+protocol NilWitness: Sendable {
+    func isNil<T>(_ value: T) -> Bool
+}
+
+private struct NilTest<O: OptionalValue>: NilWitness {
+    func isNil<T>(_ value: T) -> Bool { (value as? O)?.isNone ?? false }
+}
+
+protocol OptionalValue {
+    var isNone: Bool { get }
+}
+
+extension Optional: OptionalValue {
+    var isNone: Bool { self == nil }
+}
+
+extension CofferError {
+    /// `error` as a `CofferError`: itself when it is one, else wrapped with `context`.
+    ///
+    /// Strategies are documented to throw `CofferError`; a custom one that throws something else
+    /// is reported as an I/O failure of the strategy, with the original error as the cause.
+    static func wrapping(_ error: any Error, _ context: @autoclosure () -> String) -> CofferError {
+        if let error = error as? CofferError { return error }
+        return CofferError(.io, "\(context()) failed: \(error)", cause: error)
+    }
+}

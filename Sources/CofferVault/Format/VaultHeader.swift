@@ -1,0 +1,142 @@
+import CofferCore
+
+/// The vault's header, as bytes (docs/FORMAT.md, "Vault header"). Pure: no crypto, no I/O.
+///
+/// The journal reserves a 4,096-byte header area; it holds two copies of the header, 2,048
+/// bytes each. A change writes the copy that is not current, fsyncs, then the other: a crash
+/// at any moment leaves at least one intact copy, the old or the new.
+struct VaultHeader: Equatable {
+    static let copySize = 2048
+    static let areaSize = 2 * copySize
+    static let magic: [UInt8] = Array("CFVH".utf8)
+    static let formatVersion: UInt16 = 1
+    static let maximumSlots = 8
+    static let slotsOffset = 48
+    static let macOffset = slotsOffset + maximumSlots * KeySlot.size  // 1072
+    static let macLength = 32
+    static let crcOffset = copySize - 4
+
+    var sequence: UInt64
+    var vaultID: [UInt8]  // 16 bytes
+    var epoch: [UInt8]  // 16 bytes, new at each compaction
+    var slots: [KeySlot]
+    var mac: [UInt8]  // BLAKE2b-256 keyed with the header subkey over bytes [0, macOffset)
+
+    /// The bytes the MAC covers.
+    func authenticatedBytes() -> [UInt8] {
+        var bytes = Self.magic
+        appendLE(Self.formatVersion, to: &bytes)
+        appendLE(UInt16(slots.count), to: &bytes)
+        appendLE(sequence, to: &bytes)
+        bytes += vaultID
+        bytes += epoch
+        for slot in slots { bytes += slot.bytes() }
+        bytes += [UInt8](repeating: 0, count: Self.macOffset - bytes.count)
+        return bytes
+    }
+
+    /// One 2,048-byte copy.
+    func copyBytes() -> [UInt8] {
+        var bytes = authenticatedBytes()
+        bytes += mac
+        bytes += [UInt8](repeating: 0, count: Self.crcOffset - bytes.count)
+        appendLE(CRC32C.checksum(bytes), to: &bytes)
+        return bytes
+    }
+
+    /// The whole header area: both copies identical (used when a file is created or rewritten).
+    func areaBytes() -> [UInt8] { copyBytes() + copyBytes() }
+
+    enum ParseResult {
+        case header(VaultHeader)
+        case unsupported(UInt16)
+        case damaged(String)
+    }
+
+    /// Parses one copy. A bad checksum or layout is damage; a known-good checksum with a newer
+    /// version is "unsupported".
+    static func parse(copy bytes: ArraySlice<UInt8>) -> ParseResult {
+        let b = Array(bytes)
+        guard b.count == copySize else { return .damaged("wrong size") }
+        guard CRC32C.checksum(Array(b[0..<crcOffset])) == readLE32(b, crcOffset) else {
+            return .damaged("checksum mismatch")
+        }
+        guard Array(b[0..<4]) == magic else { return .damaged("wrong magic bytes") }
+        let version = UInt16(b[4]) | UInt16(b[5]) << 8
+        guard version == formatVersion else { return .unsupported(version) }
+        let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
+        guard (1...maximumSlots).contains(count) else { return .damaged("slot count \(count) out of range") }
+        var slots: [KeySlot] = []
+        for i in 0..<count {
+            let start = slotsOffset + i * KeySlot.size
+            guard let slot = KeySlot.parse(b[start..<(start + KeySlot.size)]) else {
+                return .damaged("key slot \(i) is malformed")
+            }
+            slots.append(slot)
+        }
+        return .header(
+            VaultHeader(
+                sequence: readLE64(b, 8), vaultID: Array(b[16..<32]), epoch: Array(b[32..<48]), slots: slots,
+                mac: Array(b[macOffset..<(macOffset + macLength)])))
+    }
+}
+
+/// How a key slot turns its unlock source into the key that unwraps the master key.
+enum KeySlotKind: UInt8 {
+    case passphrase = 1  // Argon2id13 over the passphrase
+    case keyFile = 2  // BLAKE2b-256 over a key file's bytes
+    case rawKey = 3  // keyed BLAKE2b-256 under a 32-byte key
+}
+
+/// One 128-byte key slot: the master key wrapped under a key derived from one unlock source.
+struct KeySlot: Equatable {
+    static let size = 128
+    static let saltLength = 16
+    static let nonceLength = 24
+    static let wrappedLength = 48  // 32-byte master key + 16-byte tag
+
+    var kind: KeySlotKind
+    var opsLimit: UInt64
+    var memLimitBytes: UInt64
+    var salt: [UInt8]
+    var nonce: [UInt8]
+    var wrappedKey: [UInt8]
+
+    /// Bytes 0..<40 (kind, parameters, salt): bound into the wrapping's associated data.
+    func parameterBytes() -> [UInt8] {
+        var bytes: [UInt8] = [kind.rawValue] + [UInt8](repeating: 0, count: 7)
+        appendLE(opsLimit, to: &bytes)
+        appendLE(memLimitBytes, to: &bytes)
+        bytes += salt
+        return bytes
+    }
+
+    func bytes() -> [UInt8] {
+        var bytes = parameterBytes() + nonce + wrappedKey
+        bytes += [UInt8](repeating: 0, count: Self.size - bytes.count)
+        return bytes
+    }
+
+    static func parse(_ bytes: ArraySlice<UInt8>) -> KeySlot? {
+        let b = Array(bytes)
+        guard b.count == size, let kind = KeySlotKind(rawValue: b[0]) else { return nil }
+        guard b[1..<8].allSatisfy({ $0 == 0 }), b[112..<128].allSatisfy({ $0 == 0 }) else { return nil }
+        return KeySlot(
+            kind: kind, opsLimit: readLE64(b, 8), memLimitBytes: readLE64(b, 16), salt: Array(b[24..<40]),
+            nonce: Array(b[40..<64]), wrappedKey: Array(b[64..<112]))
+    }
+}
+
+func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+}
+
+func readLE32(_ b: [UInt8], _ o: Int) -> UInt32 {
+    UInt32(b[o]) | UInt32(b[o + 1]) << 8 | UInt32(b[o + 2]) << 16 | UInt32(b[o + 3]) << 24
+}
+
+func readLE64(_ b: [UInt8], _ o: Int) -> UInt64 {
+    var value: UInt64 = 0
+    for i in 0..<8 { value |= UInt64(b[o + i]) << (8 * UInt64(i)) }
+    return value
+}

@@ -1,1 +1,0 @@
-// `CofferVault` — see DESIGN.md.

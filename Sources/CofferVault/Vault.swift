@@ -1,0 +1,668 @@
+public import CofferCore
+public import CofferCrypto
+public import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An encrypted, keychain-style store of credentials in one file.
+///
+/// Items are identified by a service and an account, carry a label, a comment and dates, and
+/// hold a secret. Everything in the file except record sizes is encrypted and authenticated
+/// (XChaCha20-Poly1305 under keys derived from a random master key, which each key slot wraps
+/// under a passphrase, key file or raw key). See SECURITY.md for the threat model and
+/// docs/FORMAT.md for the bytes.
+///
+/// ```swift
+/// let vault = try Vault.create(at: url, unlock: .passphrase("correct horse battery staple"))
+/// try vault.set("ghp_…", service: "api.github.com", account: "octocat", label: "GitHub token")
+/// let token = try vault.string(service: "api.github.com", account: "octocat")
+/// vault.lock()
+/// ```
+///
+/// Rules:
+/// 1. Open one `Vault` per file per process and share it; it is thread-safe.
+/// 2. Every write is durable when it returns (`.immediate`, the default): it survives power loss.
+/// 3. Several processes may use one vault file: writes are serialised by `<file>.lock`, and
+///    each process sees the others' writes on its next call.
+/// 4. After ``lock()`` no key stays in memory; calls throw ``CofferError/Code/locked`` until
+///    ``unlock(_:)``.
+public final class Vault: Sendable {
+    /// The vault file.
+    public let url: URL
+    private let fs: any FileSystem
+    private let options: JournalOptions
+    private let state: Mutex<Session?>
+
+    static let application: UInt16 = 2
+
+    private init(url: URL, fileSystem: any FileSystem, options: JournalOptions, session: sending Session) {
+        self.url = url
+        self.fs = fileSystem
+        self.options = options
+        self.state = Mutex(session)
+    }
+
+    deinit {
+        state.withLock { session in try? session?.journal.close() }
+    }
+
+    // MARK: - Creating and opening
+
+    /// Creates a new vault file (and its directory, `0700`), refusing to overwrite one.
+    ///
+    /// - Parameters:
+    ///   - unlock: the first key slot's source.
+    ///   - kdf: Argon2id parameters for a passphrase slot (stored in the header).
+    ///   - durability: `.immediate` (default) or `.coalesced` (see ``Durability``).
+    /// - Throws: ``CofferError`` — ``CofferError/Code/alreadyExists``, ``CofferError/Code/io``, …
+    public static func create(
+        at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
+        lockTimeout: Double = 10, fileSystem: any FileSystem = LiveFileSystem()
+    ) throws -> Vault {
+        let material = try unlock.material(fileSystem: fileSystem)
+        let master = try crypto { try SecureBytes.random(count: 32) }
+        let keys = try VaultKeys(master: master)
+        let vaultID = SecureRandom.bytes(count: 16)
+        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        var header = VaultHeader(
+            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
+        header.mac = try keys.headerMAC(header)
+        try DurableIO.ensureDirectory(DurableIO.parentDirectory(of: url.path), fileSystem: fileSystem)
+        let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
+        let (journal, _) = try Journal.open(
+            path: url.path, options: options, fileSystem: fileSystem, create: .createNew,
+            initialHeaderArea: header.areaBytes())
+        let session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0)
+        return Vault(url: url, fileSystem: fileSystem, options: options, session: session)
+    }
+
+    /// Opens and unlocks an existing vault, authenticating every record.
+    ///
+    /// - Throws: ``CofferError`` — ``CofferError/Code/notFound`` (no file),
+    ///   ``CofferError/Code/wrongKey`` (the source opens no key slot; the file is intact),
+    ///   ``CofferError/Code/corrupted`` (damage or tampering, with the byte offset when known),
+    ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
+    public static func open(
+        at url: URL, unlock: VaultUnlock, durability: Durability = .immediate, lockTimeout: Double = 10,
+        fileSystem: any FileSystem = LiveFileSystem()
+    ) throws -> Vault {
+        let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
+        let session = try openSession(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
+        return Vault(url: url, fileSystem: fileSystem, options: options, session: session)
+    }
+
+    /// Whether a vault file exists at `url`.
+    public static func exists(at url: URL, fileSystem: any FileSystem = LiveFileSystem()) throws -> Bool {
+        try fileSystem.stat(url.path) != nil
+    }
+
+    private static func journalOptions(durability: Durability, lockTimeout: Double) -> JournalOptions {
+        JournalOptions(
+            application: application, headerAreaSize: VaultHeader.areaSize, durability: durability,
+            lockTimeout: lockTimeout)
+    }
+
+    private static func openSession(
+        url: URL, unlock: VaultUnlock, options: JournalOptions, fileSystem: any FileSystem
+    ) throws -> Session {
+        let (journal, records) = try Journal.open(
+            path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
+        do {
+            let (header, _) = try selectHeader(journal.headerArea, path: url.path)
+            let material = try unlock.material(fileSystem: fileSystem)
+            var master: SecureBytes?
+            var unlockedSlot = 0
+            let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
+            for index in candidates {
+                if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
+                    master = key
+                    unlockedSlot = index
+                    break
+                }
+            }
+            guard let master else {
+                let what: String
+                switch material {
+                case .passphrase: what = "the passphrase does not open this vault"
+                case .keyFile: what = "the key file does not open this vault"
+                case .rawKey: what = "the key does not open this vault"
+                }
+                let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
+                throw CofferError(.wrongKey, what + hint, path: url.path)
+            }
+            let keys = try VaultKeys(master: master)
+            try verifyMAC(header, keys: keys, path: url.path)
+            var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
+            try session.apply(records)
+            return session
+        } catch {
+            try? journal.close()
+            throw error
+        }
+    }
+
+    // MARK: - Locking
+
+    /// Whether the vault is locked (no keys in memory).
+    public var isLocked: Bool { state.withLock { $0 == nil } }
+
+    /// Drops every key and cached attribute from memory (keys are wiped). Pending coalesced
+    /// writes are flushed first.
+    public func lock() {
+        let session = state.withLock { session -> Session? in
+            defer { session = nil }
+            return session
+        }
+        try? session?.journal.close()  // its error can only concern coalesced writes, already in the kernel
+    }
+
+    /// Unlocks a locked vault (rereading and authenticating the file). Does nothing when unlocked.
+    /// - Throws: as ``open(at:unlock:durability:lockTimeout:fileSystem:)``.
+    public func unlock(_ source: VaultUnlock) throws {
+        if !isLocked { return }
+        let session = try Self.openSession(url: url, unlock: source, options: options, fileSystem: fs)
+        state.withLock { $0 = session }
+    }
+
+    // MARK: - Items
+
+    /// Stores a secret under `service` and `account`, replacing any earlier one.
+    ///
+    /// - Parameters:
+    ///   - label: a readable name; `nil` keeps the current one (empty for a new item).
+    ///   - comment: a note; `nil` keeps the current one.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/io``, …
+    public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
+        throws
+    {
+        try write([.set(service: service, account: account, secret: [UInt8](secret), label: label, comment: comment)])
+    }
+
+    /// Stores a UTF-8 string secret. See ``set(_:service:account:label:comment:)-(Data,_,_,_,_)``.
+    public func set(_ secret: String, service: String, account: String, label: String? = nil, comment: String? = nil)
+        throws
+    {
+        try write([.set(service: service, account: account, secret: Array(secret.utf8), label: label, comment: comment)])
+    }
+
+    /// Stores a secret held in guarded memory.
+    public func set(
+        _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
+    ) throws {
+        let bytes = secret.withUnsafeBytes { [UInt8]($0) }
+        try write([.set(service: service, account: account, secret: bytes, label: label, comment: comment)])
+    }
+
+    /// The secret of an item as bytes, or `nil` when there is no such item.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/corrupted``, …
+    public func data(service: String, account: String) throws -> Data? {
+        try withSecret(service: service, account: account) { Data($0) }
+    }
+
+    /// The secret of an item as a UTF-8 string, or `nil` when there is no such item.
+    /// - Throws: ``CofferError/Code/decoding`` when the secret is not UTF-8.
+    public func string(service: String, account: String) throws -> String? {
+        try withSecret(service: service, account: account) { bytes in
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                throw CofferError(.decoding, "the secret is not UTF-8 text; read it with data(service:account:)")
+            }
+            return text
+        }
+    }
+
+    /// The secret of an item in guarded memory, or `nil` when there is no such item.
+    public func secret(service: String, account: String) throws -> SecureBytes? {
+        try withSecret(service: service, account: account) { bytes in try crypto { try SecureBytes(copying: bytes) } }
+    }
+
+    /// An item's attributes (never its secret), or `nil` when there is no such item.
+    public func item(service: String, account: String) throws -> VaultItem? {
+        try read { $0.entries[ItemKey(service: service, account: account)]?.item }
+    }
+
+    /// The attributes of every item (of one service when given), sorted by service then account.
+    public func items(service: String? = nil) throws -> [VaultItem] {
+        try read { session in
+            session.entries.values.map(\.item).filter { service == nil || $0.service == service }
+                .sorted { ($0.service, $0.account) < ($1.service, $1.account) }
+        }
+    }
+
+    /// Removes an item. Returns whether it existed.
+    @discardableResult
+    public func remove(service: String, account: String) throws -> Bool {
+        try write([.remove(service: service, account: account)]) > 0
+    }
+
+    /// Applies several changes as one commit (one append, one fsync): all survive a crash or none.
+    public func apply(_ changes: [VaultChange]) throws {
+        try write(changes)
+    }
+
+    // MARK: - Key slots
+
+    /// Replaces the passphrase that unlocked this vault (or its first passphrase slot) with a
+    /// new one. Rewrites only the header, crash-safely: at every moment the old or the new
+    /// passphrase works. The master key is unchanged (see SECURITY.md).
+    /// - Parameter kdf: Argon2id parameters for the new slot; `nil` keeps the old slot's.
+    public func changePassphrase(to new: VaultUnlock, kdf: Argon2idParameters? = nil) throws {
+        try updateHeader { header, session in
+            let material = try new.material(fileSystem: fs)
+            guard case .passphrase = material else {
+                throw CofferError(.invalidArgument, "changePassphrase takes a passphrase; use addKeySlot for keys")
+            }
+            let target: Int
+            if header.slots.indices.contains(session.unlockedSlot),
+                header.slots[session.unlockedSlot].kind == .passphrase
+            {
+                target = session.unlockedSlot
+            } else if let first = header.slots.firstIndex(where: { $0.kind == .passphrase }) {
+                target = first
+            } else {
+                throw CofferError(.invalidArgument, "this vault has no passphrase slot; add one with addKeySlot")
+            }
+            let old = header.slots[target]
+            let parameters = kdf ?? Argon2idParameters(opsLimit: old.opsLimit, memLimitBytes: old.memLimitBytes)
+            header.slots[target] = try KeySlotCrypto.makeSlot(
+                wrapping: session.keys.master, source: material, kdf: parameters, vaultID: header.vaultID)
+        }
+    }
+
+    /// Convenience for ``changePassphrase(to:kdf:)`` with a `String`.
+    public func changePassphrase(to passphrase: String) throws {
+        try changePassphrase(to: .passphrase(passphrase))
+    }
+
+    /// Adds a key slot, so `source` opens the vault too. Header-only, crash-safe.
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
+        try updateHeader { header, session in
+            guard header.slots.count < VaultHeader.maximumSlots else {
+                throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
+            }
+            let material = try source.material(fileSystem: fs)
+            header.slots.append(
+                try KeySlotCrypto.makeSlot(wrapping: session.keys.master, source: material, kdf: kdf, vaultID: header.vaultID))
+        }
+    }
+
+    /// Removes key slot `index` (see ``info()``). The last slot cannot be removed.
+    public func removeKeySlot(at index: Int) throws {
+        try updateHeader { header, session in
+            guard header.slots.indices.contains(index) else {
+                throw CofferError(.invalidArgument, "there is no key slot \(index)")
+            }
+            guard header.slots.count > 1 else {
+                throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault")
+            }
+            header.slots.remove(at: index)
+            if session.unlockedSlot == index { session.unlockedSlot = 0 }
+        }
+    }
+
+    // MARK: - Maintenance
+
+    /// Format, key slots and sizes. Nothing secret.
+    public func info() throws -> VaultInfo {
+        try read { session in
+            VaultInfo(
+                formatVersion: Int(VaultHeader.formatVersion),
+                keySlots: session.header.slots.map { slot in
+                    switch slot.kind {
+                    case .passphrase:
+                        KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
+                    case .keyFile: KeySlotInfo(kind: "keyFile")
+                    case .rawKey: KeySlotInfo(kind: "key")
+                    }
+                },
+                itemCount: session.entries.count,
+                fileSize: session.journal.dataEnd, recordCount: session.recordCount)
+        }
+    }
+
+    /// Rereads the whole file from the disk and authenticates every record and the header.
+    /// - Returns: how many records authenticated and how many items they leave.
+    /// - Throws: ``CofferError/Code/corrupted`` at the first failure, with its byte offset.
+    public func verify() throws -> VaultVerification {
+        try state.withLock { session in
+            guard let live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            let (journal, records) = try Journal.open(
+                path: url.path, options: options, fileSystem: fs, create: .openExisting)
+            defer { try? journal.close() }
+            let (header, _) = try Self.selectHeader(journal.headerArea, path: url.path)
+            try Self.verifyMAC(header, keys: live.keys, path: url.path)
+            var fresh = try Session(journal: journal, keys: live.keys, header: header, unlockedSlot: 0)
+            try fresh.apply(records)
+            return VaultVerification(records: fresh.recordCount, items: fresh.entries.count)
+        }
+    }
+
+    /// Rewrites the file with only the live items, re-sealed under a new epoch.
+    public func compact() throws {
+        try state.withLock { session in
+            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            try live.journal.withWriteLock { changes in
+                try live.apply(changes)
+                try live.compact()
+            }
+            session = live
+        }
+    }
+
+    /// Makes coalesced writes durable now (nothing to do in `.immediate` mode).
+    public func flush() throws {
+        try state.withLock { session in
+            guard let live = session else { return }
+            try live.journal.flush()
+        }
+    }
+
+    // MARK: - Internals
+
+    private func read<T>(_ body: (Session) throws -> T) throws -> T {
+        try state.withLock { session in
+            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            let changes = try live.journal.refresh()
+            if !changes.isEmpty {
+                try live.apply(changes)
+                session = live
+            }
+            return try body(live)
+        }
+    }
+
+    private func withSecret<T>(service: String, account: String, _ body: ([UInt8]) throws -> T) throws -> T? {
+        let found = try read { session -> (Entry, VaultKeys, [UInt8])? in
+            guard let entry = session.entries[ItemKey(service: service, account: account)] else { return nil }
+            return (entry, session.keys, session.header.vaultID)
+        }
+        guard let (entry, keys, vaultID) = found else { return nil }
+        var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: vaultID, chain: entry.chain)
+        defer { wipe(&plaintext) }
+        guard case .put(_, var secret) = VaultRecordBody.decode(plaintext) else {
+            throw CofferError(.corrupted, "a vault record authenticated but its layout is invalid", path: url.path)
+        }
+        defer { wipe(&secret) }
+        return try body(secret)
+    }
+
+    @discardableResult
+    private func write(_ changes: [VaultChange]) throws -> Int {
+        for change in changes {
+            let (service, account) = change.identity
+            guard !service.isEmpty, !account.isEmpty else {
+                throw CofferError(.invalidArgument, "an item needs a non-empty service and account")
+            }
+        }
+        return try state.withLock { session in
+            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            let written = try live.journal.withWriteLock { journalChanges in
+                try live.apply(journalChanges)
+                return try live.commit(changes)
+            }
+            try live.compactIfWorthIt()
+            session = live
+            return written
+        }
+    }
+
+    private func updateHeader(_ change: (inout VaultHeader, inout Session) throws -> Void) throws {
+        try state.withLock { session in
+            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            try live.journal.withWriteLock { journalChanges in
+                try live.apply(journalChanges)
+                let (current, currentCopy) = try Self.selectHeader(try live.journal.reloadHeaderArea(), path: url.path)
+                try Self.verifyMAC(current, keys: live.keys, path: url.path)
+                var next = current
+                try change(&next, &live)
+                next.sequence = current.sequence + 1
+                next.mac = try live.keys.headerMAC(next)
+                let bytes = next.copyBytes()
+                // The copy that is not current first: until it is durable the current one stands.
+                let first = 1 - currentCopy
+                try live.journal.writeHeaderArea(bytes, at: first * VaultHeader.copySize)
+                try live.journal.writeHeaderArea(bytes, at: currentCopy * VaultHeader.copySize)
+                live.header = next
+            }
+            session = live
+        }
+    }
+
+    /// The current header: the intact copy with the highest sequence, and its index.
+    static func selectHeader(_ area: [UInt8], path: String) throws -> (VaultHeader, Int) {
+        guard area.count == VaultHeader.areaSize else {
+            throw CofferError(.corrupted, "the vault header area has the wrong size", path: path, offset: 32)
+        }
+        var best: (VaultHeader, Int)?
+        var unsupported: UInt16?
+        var problems: [String] = []
+        for copy in 0..<2 {
+            let start = copy * VaultHeader.copySize
+            switch VaultHeader.parse(copy: area[start..<(start + VaultHeader.copySize)]) {
+            case .header(let header):
+                if best == nil || header.sequence > best!.0.sequence { best = (header, copy) }
+            case .unsupported(let version):
+                unsupported = version
+            case .damaged(let why):
+                problems.append("copy \(copy + 1): \(why)")
+            }
+        }
+        if let best { return best }
+        if let unsupported {
+            throw CofferError(
+                .unsupportedVersion,
+                "the vault has format version \(unsupported); this Coffer reads version \(VaultHeader.formatVersion)",
+                path: path)
+        }
+        throw CofferError(
+            .corrupted, "both copies of the vault header are damaged (\(problems.joined(separator: "; ")))",
+            path: path, offset: Int64(Journal.fileHeaderSize))
+    }
+
+    static func verifyMAC(_ header: VaultHeader, keys: VaultKeys, path: String) throws {
+        let expected = try keys.headerMAC(header)
+        guard constantTimeEqual(expected, header.mac) else {
+            throw CofferError(
+                .corrupted, "the vault header fails authentication: it was altered", path: path,
+                offset: Int64(Journal.fileHeaderSize))
+        }
+    }
+}
+
+/// One change for ``Vault/apply(_:)``.
+public enum VaultChange: Sendable {
+    /// Store `secret` (label/comment `nil` keep the current ones).
+    case set(service: String, account: String, secret: [UInt8], label: String?, comment: String?)
+    /// Remove the item.
+    case remove(service: String, account: String)
+
+    var identity: (String, String) {
+        switch self {
+        case .set(let service, let account, _, _, _): (service, account)
+        case .remove(let service, let account): (service, account)
+        }
+    }
+}
+
+struct ItemKey: Hashable, Sendable {
+    var service: String
+    var account: String
+}
+
+struct Entry: Sendable {
+    var item: VaultItem
+    /// The sealed record (nonce ‖ ciphertext ‖ tag), decrypted only when the secret is read.
+    var payload: [UInt8]
+    /// The chain value the record was sealed against (part of its associated data).
+    var chain: [UInt8]
+}
+
+/// An unlocked vault's state: the open journal, the keys and the index of sealed records.
+struct Session: Sendable {
+    var journal: Journal
+    let keys: VaultKeys
+    var header: VaultHeader
+    var unlockedSlot: Int
+    var chain: [UInt8]
+    var entries: [ItemKey: Entry] = [:]
+    var recordCount = 0
+    var liveBytes = 0
+
+    init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int) throws {
+        self.journal = journal
+        self.keys = keys
+        self.header = header
+        self.unlockedSlot = unlockedSlot
+        self.chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+    }
+
+    mutating func apply(_ changes: JournalChanges) throws {
+        if changes.reset {
+            // Another process compacted the file: a new epoch, so a new chain from its start.
+            let (header, _) = try Vault.selectHeader(journal.headerArea, path: journal.path)
+            try Vault.verifyMAC(header, keys: keys, path: journal.path)
+            self.header = header
+            chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+            entries.removeAll()
+            recordCount = 0
+            liveBytes = 0
+        }
+        try apply(changes.records)
+    }
+
+    /// Authenticates and applies records in order, advancing the chain.
+    mutating func apply(_ records: [JournalRecord]) throws {
+        for record in records {
+            let payload = [UInt8](record.payload)
+            var plaintext: [UInt8]
+            do {
+                plaintext = try RecordCipher.open(payload, keys: keys, vaultID: header.vaultID, chain: chain)
+            } catch var error as CofferError {
+                error.path = journal.path
+                error.offset = record.offset
+                throw error
+            }
+            defer { wipe(&plaintext) }
+            guard let body = VaultRecordBody.decode(plaintext) else {
+                throw CofferError(
+                    .corrupted, "a vault record authenticated but its layout is invalid", path: journal.path,
+                    offset: record.offset)
+            }
+            try index(body, payload: payload)
+        }
+    }
+
+    /// Records a sealed body in the index and advances the chain past it.
+    private mutating func index(_ body: VaultRecordBody, payload: [UInt8]) throws {
+        let size = payload.count + Journal.frameHeaderSize
+        switch body {
+        case .put(let item, _):
+            let key = ItemKey(service: item.service, account: item.account)
+            if let old = entries[key] { liveBytes -= old.payload.count + Journal.frameHeaderSize }
+            entries[key] = Entry(item: item, payload: payload, chain: chain)
+            liveBytes += size
+        case .delete(let service, let account):
+            if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {
+                liveBytes -= old.payload.count + Journal.frameHeaderSize
+            }
+        }
+        chain = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+        recordCount += 1
+    }
+
+    /// Seals and appends `changes` as one commit; returns how many changed something.
+    mutating func commit(_ changes: [VaultChange]) throws -> Int {
+        var bodies: [VaultRecordBody] = []
+        var pending = entries  // to resolve attributes of several changes to one item in order
+        let now = Date()
+        for change in changes {
+            switch change {
+            case .set(let service, let account, let secret, let label, let comment):
+                let key = ItemKey(service: service, account: account)
+                let old = pending[key]?.item
+                let item = VaultItem(
+                    service: service, account: account, label: label ?? old?.label ?? "",
+                    comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
+                bodies.append(.put(item, secret: secret))
+                pending[key] = Entry(item: item, payload: [], chain: [])
+            case .remove(let service, let account):
+                let key = ItemKey(service: service, account: account)
+                if pending.removeValue(forKey: key) != nil {
+                    bodies.append(.delete(service: service, account: account))
+                }
+            }
+        }
+        guard !bodies.isEmpty else { return 0 }
+        // Seal against the chain as it will be when each record lands; commit nothing to `self`
+        // until the append has succeeded.
+        var next = self
+        var payloads: [Data] = []
+        for body in bodies {
+            var plaintext = body.encoded()
+            defer { wipe(&plaintext) }
+            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
+            try next.index(body, payload: payload)
+            payloads.append(Data(payload))
+        }
+        try journal.append(payloads)
+        self = next
+        return bodies.count
+    }
+
+    mutating func compactIfWorthIt() throws {
+        let used = Int(journal.dataEnd - journal.dataStart)
+        let garbage = used - liveBytes
+        if garbage > 64 * 1024 && garbage > liveBytes {
+            try journal.withWriteLock { changes in
+                try apply(changes)
+                try compact()
+            }
+        }
+    }
+
+    /// Re-seals every live item under a new epoch and rewrites the file. Call under the write lock.
+    mutating func compact() throws {
+        var header = self.header
+        header.sequence += 1
+        header.epoch = SecureRandom.bytes(count: 16)
+        header.mac = try keys.headerMAC(header)
+        var next = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
+        var payloads: [Data] = []
+        for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
+            var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
+            defer { wipe(&plaintext) }
+            guard let body = VaultRecordBody.decode(plaintext) else {
+                throw CofferError(.corrupted, "a vault record's layout is invalid", path: journal.path)
+            }
+            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
+            try next.index(body, payload: payload)
+            payloads.append(Data(payload))
+        }
+        try journal.rewrite(payloads: payloads, headerArea: header.areaBytes())
+        self = next
+    }
+}
+
+/// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the
+/// array made earlier are beyond its reach (see SECURITY.md).
+func wipe(_ bytes: inout [UInt8]) {
+    bytes.withUnsafeMutableBytes { buffer in
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        #if canImport(Glibc)
+        explicit_bzero(base, buffer.count)
+        #else
+        _ = memset_s(base, buffer.count, 0, buffer.count)
+        #endif
+    }
+}
+
+func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for i in 0..<a.count { difference |= a[i] ^ b[i] }
+    return difference == 0
+}

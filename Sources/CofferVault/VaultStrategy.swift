@@ -1,0 +1,97 @@
+public import CofferCore
+public import CofferCrypto
+public import Foundation
+
+/// A ``PersistenceStrategy`` over one service of a ``Vault``: each key is an account.
+///
+/// ```swift
+/// let tokens = VaultStrategy(vault: vault, service: "api.example.com")
+/// try tokens.set("s3cr3t", for: "alice")
+/// ```
+public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy {
+    /// The vault holding the items.
+    public let vault: Vault
+    /// The service every key of this strategy belongs to.
+    public let service: String
+
+    /// Keys of this strategy are accounts of `service` in `vault`.
+    public init(vault: Vault, service: String) {
+        self.vault = vault
+        self.service = service
+    }
+
+    public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
+    public func save(_ data: Data, for key: String) throws { try vault.set(data, service: service, account: key) }
+    public func remove(_ key: String) throws { try vault.remove(service: service, account: key) }
+    public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
+    public func flush() throws { try vault.flush() }
+
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
+        try vault.apply(
+            changes.map { change in
+                if let data = change.data {
+                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
+                } else {
+                    .remove(service: service, account: change.key)
+                }
+            })
+    }
+}
+
+/// How the default vault of a ``CofferContext`` is found and unlocked, for `.vault(service:account:)`.
+///
+/// ```swift
+/// let context = CofferContext(directory: dir).with(VaultConfiguration(unlock: .keyFile(keyURL)))
+/// ```
+public struct VaultConfiguration: Sendable {
+    /// The vault file; `nil` means `<context directory>/default.coffervault`.
+    public var url: URL?
+    /// How to unlock it.
+    public var unlock: VaultUnlock
+    /// Create the vault when it does not exist.
+    public var createIfMissing: Bool
+    /// Argon2id parameters used when creating it with a passphrase.
+    public var kdf: Argon2idParameters
+
+    public init(url: URL? = nil, unlock: VaultUnlock, createIfMissing: Bool = true, kdf: Argon2idParameters = .moderate) {
+        self.url = url
+        self.unlock = unlock
+        self.createIfMissing = createIfMissing
+        self.kdf = kdf
+    }
+}
+
+extension Backing {
+    /// An item of the current context's default vault (see ``VaultConfiguration``), encrypted at rest.
+    ///
+    /// ```swift
+    /// @Stored(backed: .vault(service: "api.github.com", account: "octocat")) var token: String? = nil
+    /// ```
+    public static func vault(service: String, account: String) -> Backing {
+        Backing(description: "vault(service: \(service), account: \(account))") { context in
+            guard let configuration = context.setting(VaultConfiguration.self) else {
+                throw CofferError(
+                    .locked,
+                    "no default vault is configured: attach a VaultConfiguration to the CofferContext to say how to unlock it")
+            }
+            let url = configuration.url ?? context.directory.appendingPathComponent("default.coffervault")
+            let vault = try context.sharedStore(id: "vault:\(url.path)") { () throws -> Vault in
+                if try !Vault.exists(at: url, fileSystem: context.fileSystem) && configuration.createIfMissing {
+                    return try Vault.create(
+                        at: url, unlock: configuration.unlock, kdf: configuration.kdf, lockTimeout: context.lockTimeout,
+                        fileSystem: context.fileSystem)
+                }
+                return try Vault.open(
+                    at: url, unlock: configuration.unlock, lockTimeout: context.lockTimeout, fileSystem: context.fileSystem)
+            }
+            return (VaultStrategy(vault: vault, service: service), account)
+        }
+    }
+
+    /// An item of an explicit vault.
+    public static func vault(_ vault: Vault, service: String, account: String) -> Backing {
+        Backing(description: "vault(\(vault.url.path), service: \(service), account: \(account))") { _ in
+            (VaultStrategy(vault: vault, service: service), account)
+        }
+    }
+}

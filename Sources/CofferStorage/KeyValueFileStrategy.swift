@@ -36,7 +36,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
 
     private struct State {
         var journal: Journal
-        var index: [String: Entry] = [:]
+        var index: [ExactKey: Entry] = [:]
         var liveBytes = 0
         var flushScheduled = false
     }
@@ -77,7 +77,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     public func load(_ key: String) throws -> Data? {
         try state.withLock { state in
             try Self.catchUp(&state)
-            return state.index[key]?.value
+            return state.index[ExactKey(key)]?.value
         }
     }
 
@@ -92,7 +92,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     public func keys() throws -> [String] {
         try state.withLock { state in
             try Self.catchUp(&state)
-            return Array(state.index.keys)
+            return state.index.keys.map(\.string)
         }
     }
 
@@ -113,14 +113,14 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// Returning `nil` removes the key.
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
-            let current = try index[key].map { try ValueCodec.decode(T.self, from: $0.value) }
+            let current = try index[ExactKey(key)].map { try ValueCodec.decode(T.self, from: $0.value) }
             let next = try transform(current)
             return [try Self.encode(key: key, value: next.map { try ValueCodec.encode($0) })]
         }
     }
 
     /// Appends the payloads `makePayloads` returns, under the write lock and after catching up.
-    private func commit(_ makePayloads: ([String: Entry]) throws -> [Data]) throws {
+    private func commit(_ makePayloads: ([ExactKey: Entry]) throws -> [Data]) throws {
         let scheduleFlush = try state.withLock { state -> Bool in
             let payloads = try state.journal.withWriteLock { changes in
                 try Self.apply(changes, to: &state)
@@ -176,7 +176,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     private static func compact(_ state: inout State) throws {
         try state.journal.withWriteLock { changes in
             try apply(changes, to: &state)
-            let payloads = try state.index.map { try encode(key: $0.key, value: $0.value.value) }
+            let payloads = try state.index.map { try encode(key: $0.key.string, value: $0.value.value) }
             try state.journal.rewrite(payloads: payloads)
         }
     }
@@ -207,12 +207,13 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
                 .corrupted, "a record has a valid checksum but an invalid layout", path: state.journal.path,
                 offset: offset)
         }
-        if let old = state.index[key] { state.liveBytes -= old.recordSize }
+        let exact = ExactKey(key)
+        if let old = state.index[exact] { state.liveBytes -= old.recordSize }
         if op == 1 {
-            state.index[key] = Entry(value: value, recordSize: size)
+            state.index[exact] = Entry(value: value, recordSize: size)
             state.liveBytes += size
         } else {
-            state.index[key] = nil
+            state.index[exact] = nil
         }
     }
 

@@ -228,7 +228,7 @@ public final class Vault: Sendable {
     /// The attributes of every item (of one service when given), sorted by service then account.
     public func items(service: String? = nil) throws -> [VaultItem] {
         try read { session in
-            session.entries.values.map(\.item).filter { service == nil || $0.service == service }
+            session.entries.values.map(\.item).filter { item in service.map { item.service.utf8.elementsEqual($0.utf8) } ?? true }
                 .sorted { ($0.service, $0.account) < ($1.service, $1.account) }
         }
     }
@@ -488,9 +488,15 @@ public enum VaultChange: Sendable {
     }
 }
 
+/// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
 struct ItemKey: Hashable, Sendable {
-    var service: String
-    var account: String
+    var service: ExactKey
+    var account: ExactKey
+
+    init(service: String, account: String) {
+        self.service = ExactKey(service)
+        self.account = ExactKey(account)
+    }
 }
 
 struct Entry: Sendable {
@@ -578,7 +584,8 @@ struct Session: Sendable {
     mutating func commit(_ changes: [VaultChange]) throws -> Int {
         var bodies: [VaultRecordBody] = []
         var pending = entries  // to resolve attributes of several changes to one item in order
-        let now = Date()
+        // Milliseconds, as stored: the item in memory equals the item read back from the file.
+        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
         for change in changes {
             switch change {
             case .set(let service, let account, let secret, let label, let comment):

@@ -1,0 +1,46 @@
+import CofferCore
+import CofferCrypto
+import CofferVault
+import Foundation
+import Testing
+
+/// A private temporary directory for one test, removed when the test ends.
+final class Scratch {
+    let url: URL
+    var path: String { url.path }
+
+    init(_ name: String = "vault") throws {
+        let path = FileManager.default.temporaryDirectory.path + "/coffer-vault-\(name)-\(UUID().uuidString)"
+        try DurableIO.ensureDirectory(path, fileSystem: LiveFileSystem())
+        url = URL(fileURLWithPath: path)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+}
+
+/// Argon2id at libsodium's minimum cost: the tests exercise the format, not the KDF's strength.
+let fastKDF = Argon2idParameters.minimum
+
+/// Expects `body` to throw a ``CofferError`` with `code`; returns it.
+@discardableResult
+func expectError(
+    _ code: CofferError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) -> CofferError? {
+    let error = #expect(throws: CofferError.self, sourceLocation: sourceLocation) { try body() }
+    #expect(error?.code == code, "got \(error.map { String(describing: $0.code) } ?? "nothing")", sourceLocation: sourceLocation)
+    return error
+}
+
+func readBytes(_ url: URL) throws -> [UInt8] { Array(try Data(contentsOf: url)) }
+func writeBytes(_ bytes: [UInt8], to url: URL) throws { try Data(bytes).write(to: url) }
+
+/// Whether `needle` occurs in `haystack`.
+func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+    guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+    for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] {
+        if Array(haystack[i..<(i + needle.count)]) == needle { return true }
+    }
+    return false
+}

@@ -1,0 +1,163 @@
+import CofferCore
+import CofferCrypto
+@testable import CofferVault
+import Foundation
+import Testing
+
+/// Tampering: a changed vault file opens to exactly the original data or fails with an
+/// authentication/corruption error. Never different data, never a crash.
+@Suite("Vault tamper detection")
+struct TamperTests {
+    struct Snapshot: Equatable {
+        var items: [VaultItem]
+        var secrets: [Data?]
+    }
+
+    static func snapshot(_ vault: Vault) throws -> Snapshot {
+        let items = try vault.items()
+        return Snapshot(items: items, secrets: try items.map { try vault.data(service: $0.service, account: $0.account) })
+    }
+
+    static func makeSmallVault(at url: URL) throws -> Snapshot {
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        try vault.set("first-secret", service: "svc", account: "one", label: "One")
+        try vault.set(Data([0, 1, 2, 3]), service: "svc", account: "two")
+        return try snapshot(vault)
+    }
+
+    /// Flip each byte of a small two-item vault (every offset, two different flips).
+    @Test func everyByteFlipIsDetectedOrHarmless() throws {
+        let dir = try Scratch("flip")
+        let url = dir.file("v")
+        let original = try Self.makeSmallVault(at: url)
+        let bytes = try readBytes(url)
+        let dataEnd = try Vault.open(at: url, unlock: .passphrase("pw")).info().fileSize
+        var detected = 0
+        var harmless = 0
+        for offset in 0..<bytes.count {
+            for mask: UInt8 in [0x01, 0xFF] {
+                var image = bytes
+                image[offset] ^= mask
+                try writeBytes(image, to: url)
+                do {
+                    let vault = try Vault.open(at: url, unlock: .passphrase("pw"))
+                    let seen = try Self.snapshot(vault)
+                    #expect(seen == original, "flip \(mask) at \(offset) gave different data")
+                    harmless += 1
+                } catch let error as CofferError {
+                    #expect(error.code == .corrupted, "flip at \(offset): \(error.code) — \(error.message)")
+                    detected += 1
+                }
+            }
+        }
+        // Every flip inside the records (past both header copies, before the end) is detected.
+        #expect(detected > 0 && harmless > 0)
+        try writeBytes(bytes, to: url)
+        _ = dataEnd
+    }
+
+    /// Offsets of the records of a vault file (parsed from the journal's frames).
+    static func recordRanges(_ bytes: [UInt8]) -> [Range<Int>] {
+        var ranges: [Range<Int>] = []
+        var offset = 32 + VaultHeader.areaSize
+        while offset + 12 <= bytes.count {
+            let word = UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16
+                | UInt32(bytes[offset + 3]) << 24
+            let length = Int(word & 0x7FFF_FFFF)
+            if length == 0 { break }
+            ranges.append(offset..<(offset + 12 + length))
+            offset += 12 + length
+        }
+        return ranges
+    }
+
+    @Test func swappedRecordsAreDetected() throws {
+        let dir = try Scratch("swap")
+        let url = dir.file("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        for i in 0..<3 { try vault.set(String(repeating: "s", count: 10), service: "svc", account: "a\(i)") }
+        let bytes = try readBytes(url)
+        let ranges = Self.recordRanges(bytes)
+        #expect(ranges.count == 3)
+        // Records of equal length, so the swap keeps the framing valid.
+        var image = bytes
+        image.replaceSubrange(ranges[0], with: bytes[ranges[1]])
+        image.replaceSubrange(ranges[1], with: bytes[ranges[0]])
+        try writeBytes(image, to: url)
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        // Dropping a middle record is detected too.
+        image = bytes
+        image.removeSubrange(ranges[1])
+        try writeBytes(image, to: url)
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+    }
+
+    @Test func replayingARecordFromAnOlderCopyIsDetected() throws {
+        let dir = try Scratch("replay")
+        let url = dir.file("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        try vault.set("old-secret", service: "svc", account: "a")
+        let older = try readBytes(url)
+        let oldRecord = older[Self.recordRanges(older)[0]]
+        try vault.set("new-secret", service: "svc", account: "a")
+        // Append the old "put" again after the new one, as if replayed.
+        var image = try readBytes(url)
+        let end = Self.recordRanges(image).last!.upperBound
+        image.replaceSubrange(end..<(end + oldRecord.count), with: oldRecord)
+        try writeBytes(image, to: url)
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+    }
+
+    @Test func movingARecordBetweenVaultsIsDetected() throws {
+        let dir = try Scratch("transplant")
+        let a = dir.file("a")
+        let b = dir.file("b")
+        // Same passphrase, same item: only the vault differs.
+        for url in [a, b] {
+            let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+            try vault.set("secret-x", service: "svc", account: "acct")
+        }
+        let bytesA = try readBytes(a)
+        var bytesB = try readBytes(b)
+        let rangeA = Self.recordRanges(bytesA)[0]
+        let rangeB = Self.recordRanges(bytesB)[0]
+        #expect(rangeA.count == rangeB.count)
+        bytesB.replaceSubrange(rangeB, with: bytesA[rangeA])
+        try writeBytes(bytesB, to: b)
+        expectError(.corrupted) { _ = try Vault.open(at: b, unlock: .passphrase("pw")) }
+        // The header (with its key slots) of one vault over another's records: detected.
+        var mixed = try readBytes(a)
+        let headerEnd = 32 + VaultHeader.areaSize
+        mixed.replaceSubrange(0..<headerEnd, with: try readBytes(b)[0..<headerEnd])
+        try writeBytes(mixed, to: a)
+        expectError(.corrupted) { _ = try Vault.open(at: a, unlock: .passphrase("pw")) }
+    }
+
+    @Test func damagedHeaderReadsAsDamageNotAsWrongPassphrase() throws {
+        let dir = try Scratch("header")
+        let url = dir.file("v")
+        _ = try Self.makeSmallVault(at: url)
+        var bytes = try readBytes(url)
+        // Damage both copies' slot bytes (a random disk error): checksums no longer match.
+        for copy in 0..<2 { bytes[32 + copy * VaultHeader.copySize + VaultHeader.slotsOffset + 70] ^= 0x10 }
+        try writeBytes(bytes, to: url)
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        #expect(error?.message.contains("header") == true)
+    }
+
+    /// An attacker who rewrites a header copy with a valid checksum (here: sequence bumped so it
+    /// wins) is caught by the header MAC once the master key is known.
+    @Test func forgedHeaderWithValidChecksumFailsItsMAC() throws {
+        let dir = try Scratch("forge")
+        let url = dir.file("v")
+        _ = try Self.makeSmallVault(at: url)
+        var bytes = try readBytes(url)
+        let base = 32
+        bytes[base + 8] &+= 5  // sequence
+        let crc = CRC32C.checksum(Array(bytes[base..<(base + VaultHeader.crcOffset)]))
+        withUnsafeBytes(of: crc.littleEndian) { for i in 0..<4 { bytes[base + VaultHeader.crcOffset + i] = $0[i] } }
+        try writeBytes(bytes, to: url)
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        #expect(error?.message.contains("authentication") == true)
+    }
+}

@@ -1,9 +1,10 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 internal import CSodium
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The libsodium functions and sizes of one combined-mode AEAD construction.
 ///
@@ -40,7 +41,7 @@ enum XChaCha20Poly1305Binding: SodiumAEADBinding {
     static let keyLength = Int(crypto_aead_xchacha20poly1305_ietf_keybytes())
     static let nonceLength = Int(crypto_aead_xchacha20poly1305_ietf_npubbytes())
     static let tagLength = Int(crypto_aead_xchacha20poly1305_ietf_abytes())
-    static let maximumMessageLength = Int(clamping: crypto_aead_xchacha20poly1305_ietf_messagebytes_max())
+    static let maximumMessageLength = sizeLimit(crypto_aead_xchacha20poly1305_ietf_messagebytes_max())
 
     static func encrypt(
         _ output: UnsafeMutablePointer<UInt8>,
@@ -68,7 +69,7 @@ enum ChaCha20Poly1305IETFBinding: SodiumAEADBinding {
     static let keyLength = Int(crypto_aead_chacha20poly1305_ietf_keybytes())
     static let nonceLength = Int(crypto_aead_chacha20poly1305_ietf_npubbytes())
     static let tagLength = Int(crypto_aead_chacha20poly1305_ietf_abytes())
-    static let maximumMessageLength = Int(clamping: crypto_aead_chacha20poly1305_ietf_messagebytes_max())
+    static let maximumMessageLength = sizeLimit(crypto_aead_chacha20poly1305_ietf_messagebytes_max())
 
     static func encrypt(
         _ output: UnsafeMutablePointer<UInt8>,

@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-public import FoundationEssentials
+    public import FoundationEssentials
 #else
-public import Foundation
+    public import Foundation
 #endif
 
 /// ChaCha20-Poly1305 (RFC 8439) AEAD: libsodium `crypto_aead_chacha20poly1305_ietf_*`, combined mode.

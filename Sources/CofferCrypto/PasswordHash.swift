@@ -1,15 +1,16 @@
-#if canImport(FoundationEssentials)
-public import FoundationEssentials
-#else
-public import Foundation
-#endif
 internal import CSodium
+
+#if canImport(FoundationEssentials)
+    public import FoundationEssentials
+#else
+    public import Foundation
+#endif
 #if canImport(Glibc)
-internal import Glibc
+    internal import Glibc
 #elseif canImport(Musl)
-internal import Musl
+    internal import Musl
 #elseif canImport(Darwin)
-internal import Darwin
+    internal import Darwin
 #endif
 
 /// Argon2id password hashing (libsodium `crypto_pwhash`, `ALG_ARGON2ID13`, one lane).
@@ -25,8 +26,8 @@ public enum PasswordHash {
     /// Shortest key ``deriveKey(length:passphrase:salt:parameters:)`` produces (16 bytes).
     public static let minimumKeyLength = Int(crypto_pwhash_argon2id_bytes_min())
     /// Longest key it produces (2³²−1 bytes, `crypto_pwhash_BYTES_MAX` on 64-bit).
-    public static let maximumKeyLength = Int(crypto_pwhash_argon2id_bytes_max())
-    private static let maximumPassphraseLength = Int(crypto_pwhash_argon2id_passwd_max())
+    public static let maximumKeyLength = sizeLimit(crypto_pwhash_argon2id_bytes_max())
+    private static let maximumPassphraseLength = sizeLimit(crypto_pwhash_argon2id_passwd_max())
     /// Size of libsodium's encoded-string buffer, terminating NUL included (128).
     private static let encodedBufferLength = Int(crypto_pwhash_argon2id_strbytes())
 

@@ -34,6 +34,13 @@ public enum Sodium {
 
 // MARK: - Helpers for passing Swift buffers to C
 
+/// A libsodium `size_t` limit as an `Int`. Swift imports `size_t` as `Int`, so limits near
+/// `SIZE_MAX` (for example `crypto_aead_xchacha20poly1305_ietf_messagebytes_max()`) arrive negative;
+/// read them as unsigned and clamp to `Int.max`.
+func sizeLimit(_ value: Int) -> Int {
+    Int(clamping: UInt(bitPattern: value))
+}
+
 extension UnsafeRawBufferPointer {
     /// The start as `const unsigned char *`, or nil for an empty buffer without storage.
     var bytePointer: UnsafePointer<UInt8>? {

@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-public import FoundationEssentials
+    public import FoundationEssentials
 #else
-public import Foundation
+    public import Foundation
 #endif
 
 /// XChaCha20-Poly1305 (IETF) AEAD: libsodium `crypto_aead_xchacha20poly1305_ietf_*`, combined mode.

@@ -44,8 +44,9 @@ public func batch<Result>(_ body: () throws -> Result) rethrows -> Result {
 
 /// A property that can defer its notification and persistence to the end of a batch.
 protocol BatchParticipant: AnyObject, Sendable {
-    /// Notifies everyone of the final value.
-    func batchDidEnd()
+    /// Notifies its own observers of the final value; returns itself for the propagation to
+    /// computed dependents, which the batch does once for all participants.
+    func batchDidEnd() -> any SourceNode
     /// The strategy and key to persist to, or `nil` (memory, or a backing that failed to
     /// resolve — the participant reports that failure itself).
     func batchTarget() -> (strategy: any PersistenceStrategy, key: String)?
@@ -78,7 +79,8 @@ final class BatchScope {
 
     /// Notifies, then persists one group per strategy instance.
     func finish() {
-        for participant in participants { participant.batchDidEnd() }
+        Graph.bumpEpoch()
+        Graph.propagate(from: participants.map { $0.batchDidEnd() })
 
         var groups: [(strategy: any PersistenceStrategy, members: [(participant: any BatchParticipant, key: String)])] = []
         var groupOfStrategy: [ObjectIdentifier: Int] = [:]

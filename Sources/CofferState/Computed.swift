@@ -245,7 +245,7 @@ public final class Computed<Value: Sendable>: Sendable {
         guard wasComputed else { return }
         Graph.bumpEpoch()
         notifyChanged()
-        Graph.propagate(from: self)
+        Graph.propagate(from: [self])
     }
 }
 

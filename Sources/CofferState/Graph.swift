@@ -41,10 +41,12 @@ enum Graph {
 
     static var currentEpoch: UInt64 { epoch.load(ordering: .sequentiallyConsistent) }
 
-    /// Marks the dependents of `source` stale, transitively, then notifies each newly stale node
-    /// (Observation, `values` streams). Called with no lock held.
-    static func propagate(from source: any SourceNode) {
-        var work: [(node: any DependentNode, from: any SourceNode)] = source.dependents().map { ($0, source) }
+    /// Marks the dependents of `sources` stale, transitively, then notifies each newly stale node
+    /// once (Observation, `values` streams). Called with no lock held.
+    static func propagate(from sources: [any SourceNode]) {
+        var work: [(node: any DependentNode, from: any SourceNode)] = []
+        for source in sources { work += source.dependents().map { ($0, source) } }
+        guard !work.isEmpty else { return }
         var notify: [any DependentNode] = []
         while let (node, from) = work.popLast() {
             switch node.invalidate(from: ObjectIdentifier(from)) {

@@ -71,14 +71,14 @@ import Synchronization
 ///   reference that closures can capture.
 @propertyWrapper
 public final class Stored<Value: Codable & Sendable>: Sendable {
-    private enum Resolution: Sendable {
+    enum Resolution: Sendable {
         case unresolved
         case resolved(strategy: any PersistenceStrategy, key: String)
         case memory
         case failed
     }
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var value: Value
         var version: UInt64 = 0
         var loaded = false
@@ -100,10 +100,10 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
     public let context: CofferContext
 
-    private let state: Mutex<State>
+    let state: Mutex<State>
     private let links = Mutex(Links())
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
-    private let persistLock = Mutex(())
+    let persistLock = Mutex(())
     private let registrar = ObservationRegistrar()
     private let valueKeyPath: any KeyPath<Stored, Value> & Sendable = \Stored.wrappedValue
     private let errorKeyPath: any KeyPath<Stored, CofferError?> & Sendable = \Stored.error
@@ -193,7 +193,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
             }
             let changed = state.withLock { s in
                 s.loaded = true
-                let changed = !(isEqual?(s.value, loaded) ?? false)
+                let changed = !isEqualValues(s.value, loaded)
                 if changed {
                     s.value = loaded
                     s.version += 1
@@ -257,7 +257,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     }
 
     /// The strategy and key, resolving the backing on first use (and again after a failure).
-    private func resolve(_ s: inout State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
+    func resolve(_ s: inout State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
         switch s.resolution {
         case .resolved(let strategy, let key): return .success((strategy, key))
         case .memory: return .success(nil)
@@ -274,6 +274,10 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
                 return .failure(.wrapping(error, "opening \(backing)"))
             }
         }
+    }
+
+    func isEqualValues(_ lhs: Value, _ rhs: Value) -> Bool {
+        isEqual?(lhs, rhs) ?? false
     }
 
     private func write(_ newValue: Value, persist shouldPersist: Bool = true) {
@@ -298,15 +302,20 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     ///
     /// Observation is told after the locked update (an empty `withMutation`), not around it, so
     /// that an equal write and a write inside a batch can be recognised first and never notify.
-    private func valueDidChange() {
+    func valueDidChange() {
         Graph.bumpEpoch()
+        notifyOwnObservers()
+        Graph.propagate(from: [self])
+    }
+
+    /// Tells Observation and the `values` streams of this property (not its dependents).
+    private func notifyOwnObservers() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
         let subscribers = links.withLock { $0.subscribers.snapshot }
         if !subscribers.isEmpty {
             let (value, version) = state.withLock { ($0.value, $0.version) }
             for subscriber in subscribers { subscriber.deliver(value, version: version) }
         }
-        Graph.propagate(from: self)
     }
 
     /// Writes the newest value to the strategy unless it is there already, and records the
@@ -340,7 +349,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     }
 
     /// Sets ``error``, notifying Observation when it appears, changes or clears.
-    private func setError(_ error: CofferError?) {
+    func setError(_ error: CofferError?) {
         let notify = state.withLock { s in
             let notify = s.error != nil || error != nil
             s.error = error
@@ -365,8 +374,9 @@ extension Stored: SourceNode {
 }
 
 extension Stored: BatchParticipant {
-    func batchDidEnd() {
-        valueDidChange()
+    func batchDidEnd() -> any SourceNode {
+        notifyOwnObservers()
+        return self
     }
 
     func batchTarget() -> (strategy: any PersistenceStrategy, key: String)? {

@@ -1,0 +1,95 @@
+public import CofferCore
+import Foundation
+
+/// What ``Stored/migrate(from:)`` did.
+public enum MigrationOutcome: Sendable, Hashable {
+    /// The old location held nothing: nothing changed.
+    case nothingToMigrate
+    /// The value moved: it is durable in this property's store, and the old copy is gone.
+    case moved
+    /// This property's store already held a value: it was kept, and the old copy was deleted.
+    case keptExisting
+}
+
+extension Stored {
+    /// Moves a value that an older release kept elsewhere into this property's store.
+    ///
+    /// ```swift
+    /// // Release 1 kept the token in the plain key-value file; release 2 keeps it in the vault.
+    /// try model.$token.migrate(from: .keyValue(key: "token"))
+    /// ```
+    ///
+    /// The steps are ordered so that a crash at any point loses nothing:
+    /// 1. read the old copy and check that it decodes as a `Value` (if not, nothing is touched);
+    /// 2. write it to this property's store, unless that store already holds a value — the
+    ///    newer location wins, so running a migration again after a crash is harmless;
+    /// 3. make this store durable (`flush()` for a ``FlushablePersistenceStrategy``);
+    /// 4. delete the old copy, and make that durable too.
+    ///
+    /// A crash between 3 and 4 leaves two copies; the next run finds the destination filled and
+    /// deletes the old one. Both backings resolve in this property's ``context``. Call it once
+    /// at startup, before other writes to the property.
+    ///
+    /// - Parameter old: Where the value used to be.
+    /// - Returns: What happened (``MigrationOutcome``). The value in memory is updated when the
+    ///   value moved, and observers are notified.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/invalidArgument`` when this property is
+    ///   memory-only (deleting the old copy would lose the value),
+    ///   ``CofferError/Code/decoding`` when the old bytes are not a `Value`, or the error of a
+    ///   strategy. The old copy is deleted only after every earlier step succeeded.
+    @discardableResult
+    public func migrate(from old: Backing) throws -> MigrationOutcome {
+        let (outcome, changed) = try persistLock.withLock { _ throws(CofferError) -> (MigrationOutcome, Bool) in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error): throw error
+            case .success(let resolved): target = resolved
+            }
+            guard let (destination, key) = target else {
+                throw CofferError(
+                    .invalidArgument,
+                    "cannot migrate \(old) into \(backing): memory is not durable, and the old copy would be lost")
+            }
+            let source: (strategy: any PersistenceStrategy, key: String)?
+            do { source = try old.resolve(context) } catch { throw .wrapping(error, "opening \(old)") }
+            guard let (sourceStrategy, oldKey) = source else { return (.nothingToMigrate, false) }
+            if oldKey == key, Self.sameInstance(sourceStrategy, destination) { return (.nothingToMigrate, false) }
+
+            do {
+                guard let data = try sourceStrategy.load(oldKey) else { return (.nothingToMigrate, false) }
+                let value = try ValueCodec.decode(Value.self, from: data)
+                let outcome: MigrationOutcome
+                if try destination.load(key) != nil {
+                    outcome = .keptExisting
+                } else {
+                    try destination.save(ValueCodec.encode(value), for: key)
+                    outcome = .moved
+                }
+                if let flushable = destination as? any FlushablePersistenceStrategy { try flushable.flush() }
+                try sourceStrategy.remove(oldKey)
+                if let flushable = sourceStrategy as? any FlushablePersistenceStrategy { try flushable.flush() }
+                guard outcome == .moved else { return (outcome, false) }
+                let changed = state.withLock { s in
+                    s.loaded = true
+                    let changed = !(isEqualValues(s.value, value))
+                    if changed {
+                        s.value = value
+                        s.version += 1
+                    }
+                    s.persistedVersion = s.version
+                    return changed
+                }
+                return (outcome, changed)
+            } catch {
+                throw .wrapping(error, "migrating \(old) to \(backing)")
+            }
+        }
+        if changed { valueDidChange() }
+        return outcome
+    }
+
+    private static func sameInstance(_ a: any PersistenceStrategy, _ b: any PersistenceStrategy) -> Bool {
+        guard type(of: a) is AnyObject.Type, type(of: b) is AnyObject.Type else { return false }
+        return (a as AnyObject) === (b as AnyObject)
+    }
+}

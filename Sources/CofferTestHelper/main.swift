@@ -4,8 +4,12 @@
 //       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
 //   CofferTestHelper kv-increment DIR SUITE KEY TIMES
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+//   CofferTestHelper vault-vectors DIR
+//       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
 import CofferCore
 import CofferStorage
+import CofferCrypto
+import CofferVault
 import Foundation
 
 /// Writes one line straight to standard output (unbuffered: the parent reads each ack at once).
@@ -40,6 +44,9 @@ do {
             try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
         }
         try store.flush()
+    case "vault-vectors":
+        guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
+        try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))
     default:
         fail("unknown command \(arguments[1])")
     }

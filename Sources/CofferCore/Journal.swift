@@ -222,6 +222,15 @@ public final class Journal: @unchecked Sendable {
         return JournalChanges(reset: false, records: records)
     }
 
+    /// Bytes of a failed append still to be zeroed.
+    private var pendingWipe: Range<Int64>?
+
+    private func wipePending() throws {
+        guard let range = pendingWipe else { return }
+        try zero(from: range.lowerBound, to: range.upperBound)
+        pendingWipe = nil
+    }
+
     /// Runs `body` holding the exclusive write lock, after catching up with other processes.
     ///
     /// `body` receives what changed since this process last looked (apply it before deciding
@@ -230,6 +239,7 @@ public final class Journal: @unchecked Sendable {
     public func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
         try checkOpen()
         return try lock.withLock(timeout: options.lockTimeout) {
+            try wipePending()
             if let changes = try reopenIfReplaced() {
                 return try body(changes)
             }
@@ -264,7 +274,15 @@ public final class Journal: @unchecked Sendable {
         }
         let needed = dataEnd + Int64(buffer.count)
         let grew = try ensureCapacity(needed)
-        try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
+        do {
+            try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
+        } catch {
+            // Part of the commit may have landed. Wipe it now (or before the next append), so it
+            // can never be read as a commit nor judged as damage to the last record.
+            pendingWipe = dataEnd..<needed
+            try? wipePending()
+            throw error
+        }
         dataEnd = needed
         switch options.durability {
         case .immediate:

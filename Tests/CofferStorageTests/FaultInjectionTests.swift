@@ -1,0 +1,134 @@
+import CofferCore
+import CofferStorage
+import CofferTesting
+import Foundation
+import Testing
+
+/// A failure at any system call of a save surfaces with its errno and leaves the previous value
+/// readable — from the same instance and after reopening.
+@Suite("Fault injection")
+struct FaultInjectionTests {
+    static let errnos: [Int32] = [28 /* ENOSPC */, 5 /* EIO */]
+    static let directory = "/data"
+
+    /// Every fault of one kind for the calls a save makes on paths matching `path`.
+    static func faults(for fs: InMemoryFileSystem, path: @escaping @Sendable (String) -> Bool) -> [InMemoryFileSystem.Fault] {
+        var faults: [InMemoryFileSystem.Fault] = []
+        for operation in [InMemoryFileSystem.Operation.open, .pwrite, .fsync, .fdatasync, .rename, .fsyncDirectory, .lock] {
+            let count = fs.callCount(operation, where: path)
+            for n in stride(from: 1, through: count, by: 1) {
+                for errno in errnos { faults.append(.fail(operation, occurrence: n, errno: errno, where: path)) }
+            }
+        }
+        for n in stride(from: 1, through: fs.callCount(.pwrite, where: path), by: 1) {
+            for bytes in [1, 5, 12, 13, 20] { faults.append(.shortWrite(occurrence: n, bytes: bytes, where: path)) }
+        }
+        return faults
+    }
+
+    @Test(arguments: [Durability.immediate, .coalesced])
+    func keyValueSaveFailures(durability: Durability) throws {
+        // Count the calls of one save on a store holding an old value.
+        func prepared() throws -> (InMemoryFileSystem, KeyValueFileStrategy) {
+            let fs = InMemoryFileSystem()
+            let store = try KeyValueFileStrategy(
+                directory: URL(fileURLWithPath: Self.directory), suite: "s", durability: durability, fileSystem: fs)
+            try store.set("old", for: "k")
+            try store.flush()
+            return (fs, store)
+        }
+        let (probe, probeStore) = try prepared()
+        probe.resetCalls()
+        try probeStore.set(String(repeating: "new", count: 10), for: "k")
+        try probeStore.flush()
+        let faults = Self.faults(for: probe) { $0.hasPrefix(Self.directory) }
+        #expect(faults.count >= 8)
+        var surfaced = 0
+        for fault in faults {
+            let (fs, store) = try prepared()
+            fs.inject(fault)
+            var failed = false
+            do {
+                try store.set(String(repeating: "new", count: 10), for: "k")
+                try store.flush()
+            } catch let error as CofferError {
+                failed = true
+                #expect(error.errno != nil, "\(fault): \(error)")
+                if case .fail(let errno) = fault.effect { #expect(error.errno == errno, "\(fault)") }
+            }
+            fs.removeAllFaults()
+            guard failed else { continue }  // the fault hit a call this run did not make
+            surfaced += 1
+            // The same instance still serves the old value, unless only the sync failed (the write's
+            // fate is then unknown, and the value stays whichever the file holds).
+            let value = try store.get(String.self, for: "k")
+            let reopened = try KeyValueFileStrategy(
+                directory: URL(fileURLWithPath: Self.directory), suite: "s", durability: durability, fileSystem: fs)
+            let after = try reopened.get(String.self, for: "k")
+            let syncFault = fault.operation == .fsync || fault.operation == .fdatasync
+            if syncFault {
+                #expect(after == "old" || after == String(repeating: "new", count: 10), "\(fault)")
+            } else {
+                #expect(value == "old", "\(fault)")
+                #expect(after == "old", "\(fault)")
+            }
+            // The store accepts writes again once reopened.
+            try reopened.set("later", for: "k")
+            #expect(try reopened.get(String.self, for: "k") == "later")
+        }
+        // Nearly every fault hits a call the save makes (a short write of more than the frame does not).
+        #expect(surfaced * 10 >= faults.count * 8, "\(surfaced) of \(faults.count) faults surfaced")
+    }
+
+    @Test func diskSaveFailures() throws {
+        func prepared() throws -> (InMemoryFileSystem, DiskStrategy) {
+            let fs = InMemoryFileSystem()
+            let store = try DiskStrategy(directory: URL(fileURLWithPath: Self.directory), fileSystem: fs)
+            try store.set("old", for: "k")
+            return (fs, store)
+        }
+        let (probe, probeStore) = try prepared()
+        probe.resetCalls()
+        try probeStore.set("new", for: "k")
+        let faults = Self.faults(for: probe) { $0.hasPrefix(Self.directory) }
+        #expect(faults.count >= 8)
+        var surfaced = 0
+        for fault in faults {
+            let (fs, store) = try prepared()
+            fs.inject(fault)
+            do {
+                try store.set("new", for: "k")
+                continue
+            } catch let error as CofferError {
+                surfaced += 1
+                #expect(error.errno != nil, "\(fault): \(error)")
+            }
+            fs.removeAllFaults()
+            let value = try store.get(String.self, for: "k")
+            // Only a failure after the rename (the directory fsync) may leave the new value visible.
+            if fault.operation == .fsyncDirectory {
+                #expect(value == "old" || value == "new", "\(fault)")
+            } else {
+                #expect(value == "old", "\(fault)")
+            }
+            // No temporary file is left behind.
+            let leftovers = fs.allPaths().filter { $0.hasSuffix(".tmp") }
+            #expect(leftovers.isEmpty, "\(fault): \(leftovers)")
+        }
+        #expect(surfaced * 10 >= faults.count * 8, "\(surfaced) of \(faults.count) faults surfaced")
+    }
+
+    @Test func permissionsInMemory() throws {
+        let fs = InMemoryFileSystem(umask: 0)
+        let kv = try KeyValueFileStrategy(directory: URL(fileURLWithPath: "/a/b"), suite: "s", fileSystem: fs)
+        try kv.set(1, for: "x")
+        try kv.compact()
+        let disk = try DiskStrategy(directory: URL(fileURLWithPath: "/a/c"), fileSystem: fs)
+        try disk.set(1, for: "x")
+        for path in fs.allPaths() where path.hasPrefix("/a") {
+            let mode = try #require(fs.permissions(atPath: path))
+            let isDirectory = try fs.stat(path)?.isDirectory ?? false
+            #expect(mode == (isDirectory ? 0o700 : 0o600), "\(path): \(String(mode, radix: 8))")
+        }
+    }
+}

@@ -1,1 +1,17 @@
-print("coffer")
+// The entry point: parse, run, and turn any error into one line on standard error and the exit
+// code `coffer` promises (see ExitStatus.swift). swift-argument-parser's `main()` is not used
+// because it exits 64 on a usage error; coffer's contract says 2.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+do {
+    var command = try CofferCommand.parseAsRoot()
+    try command.run()
+    exit(ExitStatus.success.rawValue)
+} catch {
+    exit(report(error).rawValue)
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+
+/// `coffer`: a keychain for the terminal and for scripts.
+///
+/// This module only parses, prints and maps errors to exit codes (``ExitStatus``); what a
+/// command does is one or two calls into `Vault`.
+struct CofferCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "coffer",
+        abstract: "A keychain for the terminal and for scripts: secrets in an encrypted, authenticated file.",
+        discussion: """
+            The vault is --vault, else $COFFER_VAULT, else $XDG_DATA_HOME/coffer/default.coffer, \
+            else ~/.local/share/coffer/default.coffer.
+
+            It is unlocked with --key-file, else --passphrase-file, else $COFFER_PASSPHRASE, else \
+            a passphrase typed on the terminal (without echo). With none of these and no terminal, \
+            coffer stops with a usage error instead of waiting. A passphrase file may end with one \
+            newline, which is not part of the passphrase.
+
+            Every change (set, rm, passwd, compact) is on stable storage when coffer exits 0. \
+            Another process using the same vault is waited for up to $COFFER_LOCK_TIMEOUT seconds \
+            (default 5).
+
+            --vault, --key-file and --passphrase-file may also follow the command name.
+
+            Exit codes: 0 success, 1 other error, 2 usage, 3 item not found, 4 wrong passphrase \
+            or key, 5 integrity failure (the file was damaged or tampered with), 6 busy.
+
+            Examples:
+              coffer init
+              printf '%s' "$TOKEN" | coffer set api.github.com octocat --label GitHub
+              curl -H "Authorization: Bearer $(coffer get api.github.com octocat)" …
+              coffer list --json
+              coffer --passphrase-file ~/.config/coffer/pass get db.internal app > db.key
+              coffer demo
+            """,
+        subcommands: [
+            InitCommand.self, SetCommand.self, GetCommand.self, ListCommand.self, RemoveCommand.self,
+            PasswdCommand.self, VerifyCommand.self, InfoCommand.self, CompactCommand.self, BenchCommand.self,
+            DemoCommand.self,
+        ]
+    )
+
+    @OptionGroup var global: GlobalOptions
+}

@@ -1,0 +1,120 @@
+import ArgumentParser
+import Coffer
+import CofferCrypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `--vault`, `--key-file`, `--passphrase-file`: accepted before or after the command name.
+struct GlobalOptions: ParsableArguments {
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The vault file (default: $COFFER_VAULT, else $XDG_DATA_HOME/coffer/default.coffer, else ~/.local/share/coffer/default.coffer).",
+            valueName: "path"))
+    var vault: String?
+
+    @Option(
+        name: .customLong("key-file"),
+        help: ArgumentHelp("Unlock with a key file (its whole content is the key).", valueName: "path"))
+    var keyFile: String?
+
+    @Option(
+        name: .customLong("passphrase-file"),
+        help: ArgumentHelp(
+            "Read the passphrase from a file (one trailing newline is removed). Default: $COFFER_PASSPHRASE, else a prompt on the terminal.",
+            valueName: "path"))
+    var passphraseFile: String?
+
+    func validate() throws {
+        if keyFile != nil && passphraseFile != nil {
+            throw ValidationError("use either --key-file or --passphrase-file, not both")
+        }
+    }
+
+    /// The vault file: `--vault`, `$COFFER_VAULT`, `$XDG_DATA_HOME/coffer/default.coffer`,
+    /// `~/.local/share/coffer/default.coffer`.
+    var vaultURL: URL {
+        let environment = ProcessInfo.processInfo.environment
+        if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
+        if let vault = environment["COFFER_VAULT"], !vault.isEmpty { return URL(fileURLWithPath: vault) }
+        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+            return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
+        }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
+    }
+
+    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5.
+    func lockTimeout() throws -> Double {
+        guard let text = ProcessInfo.processInfo.environment["COFFER_LOCK_TIMEOUT"] else { return 5 }
+        guard let value = Double(text), value >= 0, value.isFinite else {
+            throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got '\(text)'")
+        }
+        return value
+    }
+
+    static let noPassphraseSource =
+        "no passphrase given and no terminal to ask on: use --passphrase-file PATH or --key-file PATH, or set COFFER_PASSPHRASE"
+
+    /// What unlocks the vault: `--key-file`, `--passphrase-file`, `$COFFER_PASSPHRASE`, or the
+    /// terminal (asked twice when `confirm`).
+    func unlock(prompt: String, confirm: Bool = false) throws -> VaultUnlock {
+        if let keyFile {
+            guard FileManager.default.fileExists(atPath: keyFile) else {
+                throw CLIError.usage("the key file \(keyFile) does not exist")
+            }
+            return .keyFile(URL(fileURLWithPath: keyFile))
+        }
+        if let passphraseFile { return .passphrase(try Input.passphraseFile(passphraseFile)) }
+        if let passphrase = try Input.environment("COFFER_PASSPHRASE") { return .passphrase(passphrase) }
+        return .passphrase(
+            try Input.prompt(
+                prompt, confirmation: confirm ? "Repeat the passphrase: " : nil, noSource: Self.noPassphraseSource))
+    }
+
+    /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
+    func openVault() throws -> Vault {
+        let url = vaultURL
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            throw CLIError(
+                .failure,
+                "no vault at \(url.path): create one with `coffer init` (or choose one with --vault or COFFER_VAULT)")
+        }
+        let unlock = try unlock(prompt: "Passphrase for \(url.path): ")
+        return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout())
+    }
+}
+
+/// The Argon2id presets `init` and `passwd` offer.
+enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
+    case interactive, moderate, sensitive
+
+    var parameters: Argon2idParameters {
+        // Test-only: COFFER_TEST_FAST_KDF=1 swaps every preset for libsodium's minimum (1 pass,
+        // 8 KiB) so the CLI integration tests do not spend their time in Argon2id. Deliberately
+        // absent from --help: such a vault's passphrase is cheap to guess. A warning is printed.
+        if ProcessInfo.processInfo.environment["COFFER_TEST_FAST_KDF"] == "1" {
+            writeError("coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
+            return .minimum
+        }
+        switch self {
+        case .interactive: return .interactive
+        case .moderate: return .moderate
+        case .sensitive: return .sensitive
+        }
+    }
+}
+
+/// `2 passes, 64 MiB` for a key slot's Argon2id parameters.
+func describeKDF(opsLimit: UInt64?, memLimitBytes: UInt64?) -> String {
+    guard let opsLimit, let memLimitBytes else { return "" }
+    let memory =
+        memLimitBytes >= 1 << 20 && memLimitBytes % (1 << 20) == 0
+        ? "\(memLimitBytes >> 20) MiB" : memLimitBytes % 1024 == 0 ? "\(memLimitBytes >> 10) KiB" : "\(memLimitBytes) bytes"
+    return "Argon2id, \(opsLimit) pass\(opsLimit == 1 ? "" : "es"), \(memory)"
+}

@@ -1,0 +1,203 @@
+import CofferCrypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Reads secrets (passphrases, key files, the secret given to `set`) as bytes, straight into
+/// ``SecureBytes``, through a buffer that is wiped whenever it grows and when it is released —
+/// never through a Swift `String`, which cannot be wiped.
+enum Input {
+    /// The largest passphrase accepted from a file or a prompt, and the largest secret from a
+    /// terminal. (A secret piped to `set` may be up to 64 MiB.)
+    static let maximumPassphrase = 64 * 1024
+    static let maximumSecret = 64 * 1024 * 1024
+
+    /// A passphrase file's bytes with exactly one trailing `"\n"` removed, if there is one.
+    ///
+    /// `echo 'passphrase' > file` then works, while a passphrase that really ends in a newline
+    /// can still be written (with two). Nothing else is stripped: not `"\r"`, not spaces.
+    static func passphraseFile(_ path: String) throws -> SecureBytes {
+        let buffer = try readFile(path, what: "passphrase file", limit: maximumPassphrase)
+        if buffer.count > 0, buffer.last == UInt8(ascii: "\n") { buffer.count -= 1 }
+        guard buffer.count > 0 else {
+            throw CLIError.usage("the passphrase file \(path) is empty")
+        }
+        return try buffer.secureCopy()
+    }
+
+    /// The value of environment variable `name` as bytes, or `nil` when it is not set.
+    static func environment(_ name: String) throws -> SecureBytes? {
+        guard let value = getenv(name) else { return nil }
+        let count = strlen(value)
+        guard count > 0 else { throw CLIError.usage("\(name) is set but empty") }
+        return try SecureBytes(copying: UnsafeRawBufferPointer(start: value, count: count))
+    }
+
+    /// Whether a terminal can be opened to ask for a passphrase.
+    static var hasTerminal: Bool {
+        let fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        guard fd >= 0 else { return false }
+        close(fd)
+        return true
+    }
+
+    /// Asks for a passphrase on the controlling terminal without echo (twice with
+    /// `confirmation`). Throws a usage error at once when there is no terminal: never waits.
+    static func prompt(_ text: String, confirmation: String? = nil, noSource: String) throws -> SecureBytes {
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else { throw CLIError.usage(noSource) }
+        defer { close(tty) }
+        let first = try readHidden(from: tty, promptTo: tty, prompt: text, limit: maximumPassphrase)
+        guard first.count > 0 else { throw CLIError.usage("the passphrase is empty") }
+        if let confirmation {
+            let second = try readHidden(from: tty, promptTo: tty, prompt: confirmation, limit: maximumPassphrase)
+            guard first == second else { throw CLIError(.failure, "the two passphrases differ; nothing was changed") }
+        }
+        return first
+    }
+
+    /// The secret for `set`: every byte of standard input, or — when standard input is a
+    /// terminal — one line typed without echo.
+    static func secretFromStandardInput(prompt: String) throws -> SecureBytes {
+        if isatty(STDIN_FILENO) == 1 {
+            return try readHidden(from: STDIN_FILENO, promptTo: STDERR_FILENO, prompt: prompt, limit: maximumPassphrase)
+        }
+        let buffer = WipingBuffer(capacity: 4096)
+        try buffer.readToEnd(STDIN_FILENO, limit: maximumSecret, what: "standard input")
+        return try buffer.secureCopy()
+    }
+
+    /// Reads a key file whole (for `init` to check that it exists; the library reads it again).
+    static func readFile(_ path: String, what: String, limit: Int) throws -> WipingBuffer {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw CLIError.usage("the \(what) \(path) does not exist") }
+            throw CLIError(.failure, "cannot open the \(what) \(path): \(String(cString: strerror(code)))")
+        }
+        defer { close(fd) }
+        var status = stat()
+        let size = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
+        guard (status.st_mode & S_IFMT) != S_IFDIR else { throw CLIError.usage("the \(what) \(path) is a directory") }
+        let buffer = WipingBuffer(capacity: min(max(size + 1, 64), limit + 1))
+        try buffer.readToEnd(fd, limit: limit, what: "the \(what) \(path)")
+        return buffer
+    }
+
+    // MARK: - Terminal
+
+    /// Reads one line from `input` with echo off, restoring the terminal afterwards — also when
+    /// the process is interrupted (Ctrl-C) while waiting.
+    private static func readHidden(from input: Int32, promptTo output: Int32, prompt: String, limit: Int) throws
+        -> SecureBytes
+    {
+        writeAll(output, Array(prompt.utf8))
+        var original = termios()
+        let isTerminal = tcgetattr(input, &original) == 0
+        if isTerminal {
+            var quiet = original
+            quiet.c_lflag &= ~tcflag_t(ECHO)
+            savedTerminalFD = input
+            savedTerminalState = original
+            for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { _ = signal(number, restoreTerminalAndDie) }
+            tcsetattr(input, TCSAFLUSH, &quiet)
+        }
+        defer {
+            if isTerminal {
+                tcsetattr(input, TCSAFLUSH, &original)
+                savedTerminalFD = -1
+                for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { _ = signal(number, SIG_DFL) }
+                writeAll(output, [UInt8(ascii: "\n")])
+            }
+        }
+        let buffer = WipingBuffer(capacity: 256)
+        var byte: UInt8 = 0
+        while true {
+            let n = read(input, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw CLIError(.failure, "cannot read from the terminal: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 || byte == UInt8(ascii: "\n") { break }
+            guard buffer.count < limit else { throw CLIError.usage("the input is longer than \(limit) bytes") }
+            buffer.append(byte)
+        }
+        byte = 0
+        return try buffer.secureCopy()
+    }
+}
+
+// The terminal state to put back if a signal arrives while echo is off. Written only on the
+// main thread before the handlers are installed; read only by the handler.
+nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
+nonisolated(unsafe) private var savedTerminalState = termios()
+
+private func restoreTerminalAndDie(_ number: Int32) {
+    if savedTerminalFD >= 0 { tcsetattr(savedTerminalFD, TCSANOW, &savedTerminalState) }
+    _ = signal(number, SIG_DFL)
+    raise(number)
+}
+
+/// A growable byte buffer that wipes its memory when it grows and when it is released, so a
+/// secret read in pieces leaves no copies behind in freed memory.
+final class WipingBuffer {
+    private var storage: UnsafeMutableRawPointer
+    private var capacity: Int
+    var count = 0
+
+    init(capacity: Int) {
+        self.capacity = max(capacity, 16)
+        storage = UnsafeMutableRawPointer.allocate(byteCount: self.capacity, alignment: 16)
+    }
+
+    deinit {
+        explicit_bzero(storage, capacity)
+        storage.deallocate()
+    }
+
+    var last: UInt8? { count > 0 ? storage.load(fromByteOffset: count - 1, as: UInt8.self) : nil }
+
+    func append(_ byte: UInt8) {
+        reserve(count + 1)
+        storage.storeBytes(of: byte, toByteOffset: count, as: UInt8.self)
+        count += 1
+    }
+
+    private func reserve(_ needed: Int) {
+        guard needed > capacity else { return }
+        let bigger = max(needed, capacity * 2)
+        let fresh = UnsafeMutableRawPointer.allocate(byteCount: bigger, alignment: 16)
+        fresh.copyMemory(from: storage, byteCount: count)
+        explicit_bzero(storage, capacity)
+        storage.deallocate()
+        storage = fresh
+        capacity = bigger
+    }
+
+    /// Appends everything `fd` yields until end of file; more than `limit` bytes is an error.
+    func readToEnd(_ fd: Int32, limit: Int, what: String) throws {
+        while true {
+            if capacity - count < 4096 { reserve(capacity + 4096) }
+            let n = read(fd, storage + count, capacity - count)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw CLIError(.failure, "cannot read \(what): \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { return }
+            count += n
+            guard count <= limit else { throw CLIError.usage("\(what) holds more than \(limit) bytes") }
+        }
+    }
+
+    func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(start: storage, count: count))
+    }
+
+    func secureCopy() throws -> SecureBytes {
+        try withUnsafeBytes { try SecureBytes(copying: $0) }
+    }
+}

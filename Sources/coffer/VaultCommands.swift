@@ -1,0 +1,269 @@
+import ArgumentParser
+import Coffer
+import CofferCrypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+struct InitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create a vault. Refuses to overwrite an existing file.",
+        discussion: """
+            The vault is unlocked by a passphrase (asked twice on the terminal, or from \
+            --passphrase-file or $COFFER_PASSPHRASE) or by a key file. With --key-file PATH and \
+            no file there yet, a new random 32-byte key is written to PATH (mode 0600): keep it \
+            somewhere other than beside the vault. The directory is created (mode 0700).
+
+            --kdf sets how hard Argon2id makes each guess at the passphrase (and each unlock): \
+            interactive (64 MiB), moderate (256 MiB, the default) or sensitive (1 GiB). \
+            `coffer bench` shows what each costs on this machine.
+
+            Examples:
+              coffer init
+              coffer --vault ~/work.coffer init --kdf sensitive
+              coffer --vault ci.coffer --key-file /run/secrets/coffer.key init
+            """)
+
+    @ParentCommand var root: CofferCommand
+    @Option(help: "Argon2id cost for a passphrase: interactive, moderate or sensitive.")
+    var kdf: KDFPreset = .moderate
+
+    func run() throws {
+        let global = root.global
+        let url = global.vaultURL
+        if FileManager.default.fileExists(atPath: url.path) {
+            throw CLIError(.failure, "a vault already exists at \(url.path); refusing to overwrite it")
+        }
+        var createdKeyFile = false
+        if let keyFile = global.keyFile, !FileManager.default.fileExists(atPath: keyFile) {
+            try writeNewKeyFile(keyFile)
+            createdKeyFile = true
+        }
+        let unlock = try global.unlock(prompt: "Passphrase for the new vault \(url.path): ", confirm: true)
+        let parameters = global.keyFile == nil ? kdf.parameters : .moderate
+        let vault = try Vault.create(at: url, unlock: unlock, kdf: parameters, lockTimeout: try global.lockTimeout())
+        let slot = try vault.info().keySlots.first
+        let how =
+            slot?.kind == "passphrase"
+            ? "a passphrase (\(describeKDF(opsLimit: slot?.opsLimit, memLimitBytes: slot?.memLimitBytes)))"
+            : "the key file \(global.keyFile ?? "")"
+        writeOut("created vault \(url.path), unlocked by \(how)\n")
+        if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
+    }
+
+    /// Writes 32 random bytes to a new file, `0600`, durably; never replaces an existing file.
+    private func writeNewKeyFile(_ path: String) throws {
+        let key = try SecureBytes.random(count: 32)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw CLIError(.failure, "cannot create the key file \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        let written = key.withUnsafeBytes { writeAll(fd, $0) }
+        guard written, fsync(fd) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(path)
+            throw CLIError(.failure, "cannot write the key file \(path): \(reason)")
+        }
+        let directory = open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
+        }
+    }
+}
+
+struct PasswdCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "passwd",
+        abstract: "Change the vault's passphrase (crash-safe: the old or the new one always works).",
+        discussion: """
+            The current passphrase (or key file) unlocks the vault as for every command. The new \
+            passphrase comes from --new-passphrase-file, else $COFFER_NEW_PASSPHRASE, else the \
+            terminal (asked twice). Only the header is rewritten; items are not re-encrypted.
+
+            Examples:
+              coffer passwd
+              coffer --passphrase-file old.txt passwd --new-passphrase-file new.txt
+              coffer passwd --kdf sensitive
+            """)
+
+    @ParentCommand var root: CofferCommand
+    @Option(
+        name: .customLong("new-passphrase-file"),
+        help: ArgumentHelp("Read the new passphrase from a file (one trailing newline is removed).", valueName: "path"))
+    var newPassphraseFile: String?
+    @Option(help: "New Argon2id cost: interactive, moderate or sensitive (default: keep the current one).")
+    var kdf: KDFPreset?
+
+    func run() throws {
+        let vault = try root.global.openVault()
+        let new: SecureBytes
+        if let newPassphraseFile {
+            new = try Input.passphraseFile(newPassphraseFile)
+        } else if let fromEnvironment = try Input.environment("COFFER_NEW_PASSPHRASE") {
+            new = fromEnvironment
+        } else {
+            new = try Input.prompt(
+                "New passphrase: ", confirmation: "Repeat the new passphrase: ",
+                noSource: "no new passphrase given and no terminal to ask on: use --new-passphrase-file PATH or set COFFER_NEW_PASSPHRASE")
+        }
+        try vault.changePassphrase(to: .passphrase(new), kdf: kdf?.parameters)
+        writeOut("changed the passphrase of \(vault.url.path)\n")
+    }
+}
+
+struct VerifyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Authenticate every record and the header; exit 5 on any failure.",
+        discussion: """
+            Reads the whole file again and checks every record's authentication tag and its \
+            place in the chain of records, so a flipped bit, a truncated, reordered or replayed \
+            record is found. The failure names the byte offset.
+
+            Examples:
+              coffer verify
+              coffer verify || echo "the vault was damaged or tampered with" >&2
+            """)
+
+    @ParentCommand var root: CofferCommand
+
+    func run() throws {
+        do {
+            let vault = try root.global.openVault()
+            let result = try vault.verify()
+            writeOut(
+                "ok: \(vault.url.path): header and \(result.records) record\(result.records == 1 ? "" : "s") authenticated, \(result.items) item\(result.items == 1 ? "" : "s")\n"
+            )
+        } catch let error as CofferError where error.code == .corrupted {
+            throw CLIError(.integrity, "verification FAILED: \(error.description)")
+        }
+    }
+}
+
+struct InfoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "info",
+        abstract: "Show the format version, key slots and KDF parameters, item count and file size.",
+        discussion: """
+            Nothing secret is shown. --json prints an object with path, formatVersion, keySlots \
+            (kind, opsLimit, memLimitBytes), itemCount, recordCount and fileSize.
+
+            Examples:
+              coffer info
+              coffer info --json | jq .itemCount
+            """)
+
+    @ParentCommand var root: CofferCommand
+    @Flag(help: "Print JSON.") var json = false
+
+    struct Report: Encodable {
+        var path: String
+        var formatVersion: Int
+        var keySlots: [KeySlotInfo]
+        var itemCount: Int
+        var recordCount: Int
+        var fileSize: Int64
+    }
+
+    func run() throws {
+        let vault = try root.global.openVault()
+        let info = try vault.info()
+        if json {
+            writeOut(
+                try encodeJSON(
+                    Report(
+                        path: vault.url.path, formatVersion: info.formatVersion, keySlots: info.keySlots,
+                        itemCount: info.itemCount, recordCount: info.recordCount, fileSize: info.fileSize)))
+            return
+        }
+        var rows = [["vault", vault.url.path], ["format", "version \(info.formatVersion)"]]
+        for (index, slot) in info.keySlots.enumerated() {
+            let kdf = describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
+            rows.append(["key slot \(index)", kdf.isEmpty ? slot.kind : "\(slot.kind), \(kdf)"])
+        }
+        rows.append(["items", "\(info.itemCount)"])
+        rows.append(["records", "\(info.recordCount) (\(info.recordCount - info.itemCount) superseded or removed)"])
+        rows.append(["file size", "\(info.fileSize) bytes"])
+        writeOut(formatTable(rows))
+    }
+}
+
+struct CompactCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compact",
+        abstract: "Rewrite the vault with only its live items (drops replaced and removed records).",
+        discussion: """
+            Items are re-sealed under a new epoch and the new file replaces the old one \
+            atomically; it is durable when coffer exits 0.
+
+            Examples:
+              coffer compact
+            """)
+
+    @ParentCommand var root: CofferCommand
+
+    func run() throws {
+        let vault = try root.global.openVault()
+        let before = try vault.info()
+        try vault.compact()
+        let after = try vault.info()
+        writeOut(
+            "compacted \(vault.url.path): \(before.fileSize) → \(after.fileSize) bytes, \(before.recordCount) → \(after.recordCount) records\n"
+        )
+    }
+}
+
+struct BenchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Measure the hot read/write paths and the KDF presets on this machine.",
+        discussion: """
+            Prints median ns/op and ops/s (with min and max over several runs) for stored and \
+            computed reads, key-value and vault writes (coalesced and durable), vault reads, \
+            sealing, opening large stores and Argon2id unlocks, next to peers measured in the \
+            same run. Touches no existing vault.
+
+            Examples:
+              coffer bench --quick
+              coffer bench --json > bench.json
+              coffer bench --svg bench.svg
+            """)
+
+    @Flag(help: "Print JSON: {\"results\": [{\"name\", \"ns_per_op\", \"ops_per_sec\", \"min_ns\", \"max_ns\", \"runs\"}]}.")
+    var json = false
+    @Flag(help: "Fewer iterations: under 10 seconds in all.") var quick = false
+    @Option(help: ArgumentHelp("Also draw the results as an SVG bar chart.", valueName: "file")) var svg: String?
+
+    func run() throws {
+        try runBenchmarks(json: json, quick: quick, svg: svg)
+    }
+}
+
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "A guided tour: a vault, two credentials, a second process, a reactive model.",
+        discussion: """
+            Needs no set-up and asks nothing: it works in a new temporary directory (or --dir, \
+            which must not already hold a demo) and never touches your own vault. The demo's \
+            credentials are random, and never printed in full.
+
+            Examples:
+              coffer demo
+              coffer demo --dir /tmp/coffer-tour
+            """)
+
+    @Option(help: ArgumentHelp("Work in this directory instead of a new temporary one.", valueName: "dir"))
+    var dir: String?
+
+    func run() throws {
+        try Demo(directory: dir).run()
+    }
+}

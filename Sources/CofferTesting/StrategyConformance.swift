@@ -293,7 +293,7 @@ public enum StrategyConformance {
                     case 0, 1, 2, 3:
                         try store.save(ConcurrentValue.encode(thread: thread, op: op), for: own)
                     case 4:
-                        try store.save(ConcurrentValue.encode(thread: thread, op: op), for: sharedKeys[op % 4])
+                        try store.save(ConcurrentValue.encode(thread: thread, op: op), for: sharedKeys[(op / 8 + thread) % 4])
                     case 5:
                         if let data = try store.load(sharedKeys[(op + thread) % 4]), ConcurrentValue.decode(data) == nil {
                             throw ConformanceFailure("a shared key read back \(data.count) bytes that no writer wrote")

@@ -40,7 +40,8 @@ struct InMemoryFileSystemTests {
         #expect(errno { try fs.fsyncDirectory("/d/f") } == 20)
         #expect(errno { try fs.rename("/d/missing", "/d/g") } == 2)
         #expect(errno { try fs.rename("/d/f", "/missing/g") } == 2)
-        #expect(errno { try fs.rename("/d/f", "/d") } == 21)  // EISDIR
+        try fs.mkdir("/d/empty", mode: 0o700)
+        #expect(errno { try fs.rename("/d/f", "/d/empty") } == 21)  // EISDIR
         #expect(errno { try fs.unlink("/d") } == 21)
         #expect(errno { _ = try fs.open("/d", create: false, exclusive: false, mode: 0) } == 21)
         #expect(errno { _ = try fs.open("/d/" + String(repeating: "x", count: 256), create: true, exclusive: false, mode: 0o600) } == 36)
@@ -81,7 +82,8 @@ struct InMemoryFileSystemTests {
         #expect(errno { try live.mkdir(d + "/f", mode: 0o700) } == 17)
         #expect(errno { _ = try live.contentsOfDirectory(d + "/f") } == 20)
         #expect(errno { try live.rename(d + "/missing", d + "/g") } == 2)
-        #expect(errno { try live.rename(d + "/f", d) } == 21)
+        try live.mkdir(d + "/empty", mode: 0o700)
+        #expect(errno { try live.rename(d + "/f", d + "/empty") } == 21)
         #expect(errno { try live.unlink(d) } == 21)
         #expect(errno { _ = try live.open(d, create: false, exclusive: false, mode: 0) } == 21)
         #expect(errno { _ = try live.open(d + "/" + String(repeating: "x", count: 256), create: true, exclusive: false, mode: 0o600) } == 36)

@@ -465,8 +465,7 @@ public final class InMemoryFileSystem: FileSystem {
                 state.diskBudget = budget - max(0, start + count - node.data.count)
             }
             let chunk = [UInt8](UnsafeRawBufferPointer(rebasing: bytes[0..<count]))
-            node.write(chunk, at: start)
-            node.pending.append(.write(offset: start, bytes: chunk))
+            node.change(.write(offset: start, bytes: chunk))
             return count
         }
     }
@@ -489,8 +488,7 @@ public final class InMemoryFileSystem: FileSystem {
         try perform(.ftruncate, "ftruncate", fd: fd) { (state, _) throws(PosixError) in
             let (node, writable) = try state.descriptor(fd)
             guard writable, !node.isDirectory, size >= 0 else { throw PosixError(EINVAL) }
-            node.truncate(to: Int(size))
-            node.pending.append(.truncate(size: Int(size)))
+            node.change(.truncate(size: Int(size)))
         }
     }
 
@@ -651,10 +649,10 @@ final class Node {
     let mode: UInt32
     /// Current bytes (files).
     var data: [UInt8] = []
-    /// Bytes as of the last fsync/fdatasync (files).
-    var durableData: [UInt8] = []
-    /// Writes and truncations since the last fsync, in order (files).
-    var pending: [FileChange] = []
+    /// Writes and truncations since the last fsync, in order, each with what it replaced (files).
+    /// An undo log rather than a copy of the synced bytes, so a sync costs nothing and an append
+    /// after a sync does not copy the whole file.
+    var pending: [(change: FileChange, undo: Undo)] = []
     /// Current entries, by name bytes (directories).
     var entries: [[UInt8]: UInt64] = [:]
     var exclusiveHolder: Int32?
@@ -672,16 +670,38 @@ final class Node {
             mode: mode, isDirectory: isDirectory)
     }
 
-    func write(_ bytes: [UInt8], at offset: Int) {
-        data.apply(.write(offset: offset, bytes: bytes))
+    /// How to take back one change: set the size back to `size`, then put `bytes` back at `offset`.
+    struct Undo {
+        var size: Int
+        var offset: Int
+        var bytes: [UInt8]
     }
 
-    func truncate(to size: Int) {
-        data.apply(.truncate(size: size))
+    /// Applies a write or truncation, remembering it (and what it replaced) until the next sync.
+    func change(_ change: FileChange) {
+        let undo: Undo
+        switch change {
+        case .write(let offset, let bytes):
+            let overlap = offset < data.count ? Array(data[offset..<min(data.count, offset + bytes.count)]) : []
+            undo = Undo(size: data.count, offset: offset, bytes: overlap)
+        case .truncate(let size):
+            undo = Undo(size: data.count, offset: size, bytes: size < data.count ? Array(data[size...]) : [])
+        }
+        data.apply(change)
+        pending.append((change, undo))
+    }
+
+    /// The bytes as of the last fsync/fdatasync.
+    var durableData: [UInt8] {
+        var bytes = data
+        for (_, undo) in pending.reversed() {
+            bytes.apply(.truncate(size: undo.size))
+            if !undo.bytes.isEmpty { bytes.apply(.write(offset: undo.offset, bytes: undo.bytes)) }
+        }
+        return bytes
     }
 
     func markSynced() {
-        durableData = data
         pending.removeAll()
     }
 
@@ -759,6 +779,8 @@ struct State {
     var baseEntries: [UInt64: [[UInt8]: UInt64]] = [State.rootID: [:]]
     /// Directory changes since `baseEntries`, oldest first.
     var metaLog: [LoggedChange] = []
+    /// Node count at which ``collectGarbage()`` next sweeps.
+    var garbageThreshold = 64
 
     init(umask: UInt32) {
         self.umask = umask & 0o777
@@ -900,6 +922,9 @@ struct State {
     /// Drops nodes that nothing can reach any more: not the current tree, an open descriptor,
     /// the durable base, or a logged change.
     mutating func collectGarbage() {
+        // Amortised: unreachable nodes are harmless, so only sweep when the table has doubled.
+        guard nodes.count >= garbageThreshold else { return }
+        defer { garbageThreshold = max(64, nodes.count * 2) }
         var live: Set<UInt64> = [State.rootID]
         for descriptor in descriptors.values { live.insert(descriptor.node) }
         for (directory, entries) in baseEntries {
@@ -993,7 +1018,7 @@ struct State {
                 node.entries = (entries[id] ?? [:]).filter { reachable.contains($0.value) }
             } else {
                 var bytes = node.durableData
-                for change in node.pending {
+                for (change, _) in node.pending {
                     switch change {
                     case .truncate:
                         let keep = dataMode == .keep || (dataMode != .drop && Bool.random(using: &random))
@@ -1031,7 +1056,7 @@ struct State {
                     }
                 }
                 node.data = bytes
-                node.markSynced()
+                node.markSynced()  // what survived is durable now
             }
             node.exclusiveHolder = nil
             node.sharedHolders.removeAll()

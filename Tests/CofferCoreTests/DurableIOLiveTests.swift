@@ -98,4 +98,16 @@ struct DurableIOLiveTests {
         try explicit.remove()
         #expect(try fs.stat(explicit.path) == nil)
     }
+
+    @Test func aPathWithNULIsRefused() throws {
+        let directory = try TemporaryDirectory()
+        var opened: Int32?
+        do { opened = try fs.open(directory.path("a\0b"), create: true, exclusive: false, mode: 0o600) } catch {}
+        if let opened { fs.close(opened) }
+        let names = try fs.contentsOfDirectory(directory.path)
+        withKnownIssue("LiveFileSystem hands Swift strings to C, which stops at the first NUL: \"a\\0b\" opens \"a\"") {
+            #expect(opened == nil, "a path with NUL must fail with EINVAL, as InMemoryFileSystem does")
+            #expect(names.isEmpty)
+        }
+    }
 }

@@ -110,6 +110,30 @@ struct FileLockTests {
         try b.withLock(timeout: 0) {}
     }
 
+    @Test(arguments: Kind.allCases)
+    func oneFileLockSharedByTwoThreads(kind: Kind) throws {
+        // flock belongs to the open file description, so a second thread using the *same*
+        // FileLock (same descriptor) gets in at once, and its unlock releases the first thread's lock.
+        let fixture = try Fixture(kind)
+        let shared = try FileLock(path: fixture.path, fileSystem: fixture.fs)
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let holder = Thread {
+            try? shared.withLock(timeout: 1) {
+                entered.signal()
+                release.wait()
+            }
+        }
+        holder.start()
+        entered.wait()
+        defer { release.signal() }
+        var secondGotIn = false
+        do { secondGotIn = try shared.withLock(timeout: 0.1) { true } } catch {}
+        withKnownIssue("FileLock is Sendable but gives no exclusion between threads sharing one instance") {
+            #expect(!secondGotIn)
+        }
+    }
+
     @Test func mutualExclusionUnderContention() throws {
         // Eight threads, each with its own FileLock, increment a non-atomic counter file.
         let fs = InMemoryFileSystem()

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""An independent reader for Coffer vault files, written from docs/FORMAT.md alone.
+
+It is an interop check: if this reader and the Swift implementation agree on the vectors in
+Vectors/vault/, the document suffices to read the format. §1/§2 refer to docs/FORMAT.md.
+
+  vault-reader.py --check-vectors DIR
+  vault-reader.py VAULT (--passphrase-env VAR | --key-file F | --key-hex H) [--show-secrets]
+
+Needs Python 3.11 and PyNaCl (libsodium); exits 77 if PyNaCl is missing.
+"""
+import argparse, hashlib, hmac, json, os, struct, sys
+
+try:
+    import nacl.bindings as sodium
+    from nacl.exceptions import CryptoError
+except ImportError:
+    print("vault-reader: PyNaCl is not installed (pip install pynacl)", file=sys.stderr)
+    sys.exit(77)
+
+
+class VaultError(Exception):
+    pass
+
+class WrongKey(VaultError):
+    """No key slot of the requested kind opened: the file is intact, the secret is wrong."""
+
+
+# ---------------------------------------------------------------- primitives (Conventions)
+
+_CRC_TABLE = []
+for _n in range(256):
+    for _ in range(8):
+        _n = (_n >> 1) ^ 0x82F63B78 if _n & 1 else _n >> 1
+    _CRC_TABLE.append(_n)
+
+def crc32c(data: bytes) -> int:
+    """Castagnoli CRC: reflected polynomial 0x82F63B78, init and final XOR 0xFFFFFFFF."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+assert crc32c(b"123456789") == 0xE3069283  # the check value given in FORMAT.md
+
+def blake2b_256(message: bytes, key: bytes = b"") -> bytes:
+    return sodium.crypto_generichash_blake2b_salt_personal(message, digest_size=32, key=key)
+
+def kdf_derive(master: bytes, subkey_id: int, context: bytes) -> bytes:
+    """crypto_kdf_derive_from_key as §2 spells it out (PyNaCl has no binding for it):
+    BLAKE2b-256(key = master, empty message, salt = LE64(id) ‖ 0*8, personal = context ‖ 0*8)."""
+    return hashlib.blake2b(b"", digest_size=32, key=master, salt=struct.pack("<Q", subkey_id)
+                           + bytes(8), person=context + bytes(8)).digest()
+
+def aead_open(ciphertext: bytes, ad: bytes, nonce: bytes, key: bytes):
+    """XChaCha20-Poly1305-IETF decryption; None when authentication fails."""
+    try:
+        return sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(ciphertext, ad, nonce, key)
+    except CryptoError:
+        return None
+
+
+# ---------------------------------------------------------------- §1 the journal
+
+def read_journal(data: bytes, application: int, area_size: int):
+    """Check the journal header; return (header area, [(frame offset, payload)]) for the
+    frames of every complete commit. A strict reader: damage raises VaultError."""
+    if len(data) < 32 or data[0:8] != b"COFFERJL":
+        raise VaultError("corrupted: not a Coffer journal")
+    if struct.unpack_from("<I", data, 28)[0] != crc32c(data[0:28]):
+        raise VaultError("corrupted: journal header CRC mismatch")
+    version, app, h = struct.unpack_from("<HHI", data, 8)
+    if version != 1:                                 # checked after the CRC, as §1 says
+        raise VaultError(f"unsupported journal version {version}")
+    if app != application or h != area_size:
+        raise VaultError("not this kind of store")
+    if len(data) < 32 + h:                           # assumption: the area must be present
+        raise VaultError("corrupted: file shorter than its header area")
+
+    def frame_at(pos):
+        """(header plausible, C flag, L, intact) for a frame starting at pos."""
+        if pos + 12 > len(data):
+            return False, 0, 0, False
+        word, payload_crc, header_crc = struct.unpack_from("<III", data, pos)
+        cont, length = word >> 31, word & 0x7FFFFFFF
+        plausible = header_crc == crc32c(data[pos:pos + 8]) and 1 <= length <= 1 << 30
+        intact = (plausible and pos + 12 + length <= len(data)
+                  and crc32c(data[pos + 12:pos + 12 + length]) == payload_crc)
+        return plausible, cont, length, intact
+
+    def looks_torn(pos):
+        """§1 rule 2: the file ends inside the frame; or its header is all zero; or, with a
+        plausible header, all bytes from the last 512-byte boundary inside it are zero."""
+        if pos + 12 > len(data) or not any(data[pos:pos + 12]):
+            return True
+        plausible, _, length, _ = frame_at(pos)
+        end = pos + 12 + length
+        if not plausible:
+            return False
+        if end > len(data):
+            return True
+        boundary = (end - 1) // 512 * 512            # the last multiple of 512 below end,
+        return boundary > pos and not any(data[boundary:end])   # if strictly after pos
+
+    frames, pending, bad = [], [], None
+    pos = commit_start = 32 + h
+    while any(data[pos:]):                           # end of data: only zeros remain
+        _, cont, length, intact = frame_at(pos)
+        if not intact:
+            bad = pos
+            break
+        pending.append((pos, data[pos + 12:pos + 12 + length]))
+        pos += 12 + length
+        if not cont:                                 # C = 0 closes the commit
+            frames.extend(pending)
+            pending, commit_start = [], pos
+    if bad is None and not pending:
+        return data[32:32 + h], frames               # a clean end
+    # An invalid frame, or an unfinished commit at the end of data: a crash or damage?
+    for p in range(pos + 1 if bad is not None else pos, len(data) - 11):
+        if frame_at(p)[3]:
+            raise VaultError(f"damaged at offset {commit_start} (intact frame at {p})")
+    if bad is None or looks_torn(bad):
+        return data[32:32 + h], frames               # a torn tail: data ends at commit_start
+    raise VaultError(f"damaged at offset {commit_start} (last record)")
+
+
+# ---------------------------------------------------------------- §2 vault header, key slots
+
+def parse_header(copy: bytes):
+    """A dict for a usable header copy; 'version' for a copy with a valid CRC but another
+    version; None for a damaged copy."""
+    if struct.unpack_from("<I", copy, 2044)[0] != crc32c(copy[0:2044]) or copy[0:4] != b"CFVH":
+        return None
+    version, n, seq = struct.unpack_from("<HHQ", copy, 4)
+    if version != 1:
+        return "version"
+    if not 1 <= n <= 8:
+        return None
+    slots = []
+    for i in range(8):
+        s = copy[48 + 128 * i:48 + 128 * (i + 1)]
+        if i >= n:
+            if any(s):                               # slots n…7 are zero
+                return None
+            continue
+        if s[0] not in (1, 2, 3) or any(s[1:8]) or any(s[112:128]):
+            return None                              # assumption: what "slots parse" means
+        ops, mem = struct.unpack_from("<QQ", s, 8)
+        slots.append(dict(kind=s[0], ops=ops, mem=mem, salt=s[24:40], nonce=s[40:64],
+                          wrapped=s[64:112], prefix=s[0:40]))
+    return dict(seq=seq, vault_id=copy[16:32], epoch=copy[32:48], slots=slots,
+                mac=copy[1072:1104], mac_input=copy[0:1072])
+
+def choose_header(area: bytes):
+    copies = [parse_header(area[0:2048]), parse_header(area[2048:4096])]
+    usable = [c for c in copies if isinstance(c, dict)]
+    if usable:                                       # assumption: a tie picks copy 1
+        return max(usable, key=lambda c: c["seq"])
+    raise VaultError("unsupported vault version" if "version" in copies else "damaged header")
+
+SLOT_KIND = {"passphrase": 1, "keyFile": 2, "key": 3}
+
+def slot_kek(slot, secret: bytes) -> bytes:
+    """The key-encryption key of a slot, from the secret of that slot's kind."""
+    if slot["kind"] == 1:   # Argon2id; bounds are checked before running the KDF
+        if not (1 <= slot["ops"] <= 64 and 8192 <= slot["mem"] <= 4 << 30):
+            raise VaultError("refusing Argon2id parameters out of range")
+        return sodium.crypto_pwhash_alg(32, secret, slot["salt"], slot["ops"], slot["mem"],
+                                        sodium.crypto_pwhash_ALG_ARGON2ID13)
+    if slot["kind"] == 2:   # the whole key file (assumption: all of its bytes, as read)
+        if len(secret) < 32:
+            raise VaultError("key file shorter than 32 bytes")
+        return blake2b_256(b"coffer-key-file-v1" + slot["salt"] + secret)
+    if len(secret) != 32:
+        raise VaultError("a raw key is 32 bytes")
+    return blake2b_256(b"coffer-raw-key-v1" + slot["salt"], key=secret)
+
+def unwrap_master(header, kind: str, secret: bytes) -> bytes:
+    """Try every slot of the source's kind; the first that authenticates gives the master key."""
+    for slot in header["slots"]:
+        if slot["kind"] == SLOT_KIND[kind]:
+            ad = b"coffer vault key slot v1" + header["vault_id"] + slot["prefix"]
+            master = aead_open(slot["wrapped"], ad, slot["nonce"], slot_kek(slot, secret))
+            if master is not None:
+                return master
+    raise WrongKey("wrong passphrase or key: no slot opened")
+
+
+# ---------------------------------------------------------------- §2 records and bodies
+
+def parse_body(body: bytes):
+    """('put', item dict) or ('delete', item dict with service and account only)."""
+    pos = 1
+    def take(n):
+        nonlocal pos
+        if pos + n > len(body):
+            raise VaultError("truncated record body")
+        pos += n
+        return body[pos - n:pos]
+    def field():                                     # u32 length ‖ bytes
+        return take(struct.unpack("<I", take(4))[0])
+    if not body or body[0] not in (1, 2):
+        raise VaultError("unknown record kind")
+    item = dict(service=field().decode("utf-8"), account=field().decode("utf-8"))
+    if not item["service"] or not item["account"]:
+        raise VaultError("empty service or account")
+    if body[0] == 1:
+        item.update(label=field().decode("utf-8"), comment=field().decode("utf-8"))
+        item["created"], item["modified"] = struct.unpack("<qq", take(16))  # signed ms
+        item["secret"] = field()
+    if pos != len(body):
+        raise VaultError("trailing bytes in record body")
+    return ("put" if body[0] == 1 else "delete"), item
+
+def open_vault(path: str, kind: str, secret: bytes):
+    """Open a vault: (items sorted by service then account, record count, master key)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    area, frames = read_journal(data, application=2, area_size=4096)
+    header = choose_header(area)
+    master = unwrap_master(header, kind, secret)
+    record_key, chain_key, header_key = (kdf_derive(master, 1, b"CFVrecrd"),
+        kdf_derive(master, 2, b"CFVchain"), kdf_derive(master, 3, b"CFVheadr"))
+    if not hmac.compare_digest(blake2b_256(header["mac_input"], key=header_key), header["mac"]):
+        raise VaultError("header MAC mismatch: the header was altered")
+    chain = blake2b_256(b"coffer-chain-genesis-v1" + header["vault_id"] + header["epoch"],
+                        key=chain_key)
+    items = {}
+    for offset, payload in frames:                   # records are numbered in file order
+        ad = b"CFVrec1\x00" + header["vault_id"] + chain
+        body = aead_open(payload[24:], ad, payload[:24], record_key) if len(payload) >= 40 else None
+        if body is None:
+            raise VaultError(f"record at offset {offset} fails to authenticate")
+        chain = blake2b_256(chain + payload[-16:], key=chain_key)
+        op, item = parse_body(body)
+        key = (item["service"].encode(), item["account"].encode())   # exact bytes
+        if op == "put":
+            items[key] = item
+        else:
+            items.pop(key, None)
+    return [items[k] for k in sorted(items)], len(frames), master
+
+
+# ---------------------------------------------------------------- CLI
+
+def check_vault(v, directory):
+    """Problems found (never containing secret values) and a summary line."""
+    path, u = os.path.join(directory, v["file"]), v["unlock"]
+    if u["kind"] == "keyFile":
+        with open(os.path.join(directory, u["key_file"]), "rb") as f:
+            secret = f.read()
+    else:
+        secret = u["passphrase"].encode() if u["kind"] == "passphrase" else bytes.fromhex(u["key_hex"])
+    items, records, master = open_vault(path, u["kind"], secret)
+    problems = []
+    want = sorted(v["items"], key=lambda i: (i["service"].encode(), i["account"].encode()))
+    if len(items) != len(want):
+        problems.append(f"{len(items)} items, manifest has {len(want)}")
+    for got, exp in zip(items, want):
+        exp = dict(exp, secret=bytes.fromhex(exp["secret_hex"]))
+        for name in ("service", "account", "label", "comment", "secret"):
+            if got[name] != exp[name]:
+                problems.append(f"{name} differs (lengths {len(got[name])} vs {len(exp[name])})")
+    if "records" in v and records != v["records"]:
+        problems.append(f"{records} records, manifest says {v['records']}")
+    if "wrong_passphrase" in v:
+        try:
+            open_vault(path, "passphrase", v["wrong_passphrase"].encode())
+            problems.append("wrong_passphrase opened the vault")
+        except WrongKey:
+            pass
+    if "also_opens_with_passphrase" in v:
+        try:
+            if open_vault(path, "passphrase", v["also_opens_with_passphrase"].encode())[2] != master:
+                problems.append("also_opens_with_passphrase gives another master key")
+        except WrongKey:
+            problems.append("also_opens_with_passphrase does not open the vault")
+    return problems, f"{len(items)} items, {records} records"
+
+def check_vectors(directory) -> int:
+    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    if manifest.get("format_version") != 1:
+        print(f"unsupported manifest format_version {manifest.get('format_version')}")
+        return 1
+    passed = failed = 0
+    for v in manifest["vaults"]:
+        try:
+            problems, summary = check_vault(v, directory)
+        except (VaultError, OSError, ValueError, KeyError) as e:
+            problems, summary = [f"{type(e).__name__}: {e}"], ""
+        if problems:
+            failed += 1
+            print(f"FAIL {v.get('file')}: " + "; ".join(problems))
+        else:
+            passed += 1
+            print(f"ok {v['file']}: {summary}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser(description="Independent Coffer vault reader (docs/FORMAT.md).")
+    p.add_argument("vault", nargs="?")
+    p.add_argument("--check-vectors", metavar="DIR")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--passphrase-env", metavar="VAR")
+    g.add_argument("--key-file", metavar="F")
+    g.add_argument("--key-hex", metavar="H")
+    p.add_argument("--show-secrets", action="store_true", help="also print secrets (hex)")
+    a = p.parse_args(argv)
+    if a.check_vectors:
+        return check_vectors(a.check_vectors)
+    if not a.vault:
+        p.error("give VAULT or --check-vectors DIR")
+    try:
+        if a.passphrase_env:
+            if a.passphrase_env not in os.environ:
+                p.error(f"environment variable {a.passphrase_env} is not set")
+            kind, secret = "passphrase", os.environ[a.passphrase_env].encode()
+        elif a.key_file:
+            with open(a.key_file, "rb") as f:
+                kind, secret = "keyFile", f.read()
+        elif a.key_hex:
+            kind, secret = "key", bytes.fromhex(a.key_hex)
+        else:
+            p.error("give one of --passphrase-env, --key-file, --key-hex")
+        items, records, _ = open_vault(a.vault, kind, secret)
+    except (VaultError, OSError, ValueError) as e:
+        print(f"vault-reader: {e}", file=sys.stderr)
+        return 1
+    for it in items:
+        print("\t".join([it["service"], it["account"], it["label"]]
+                        + ([it["secret"].hex()] if a.show_secrets else [])))
+    print(f"{len(items)} items, {records} records", file=sys.stderr)
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

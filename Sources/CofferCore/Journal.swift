@@ -619,16 +619,16 @@ public final class Journal: @unchecked Sendable {
     }
 
     /// The result of scanning frames in a byte image.
-    struct Scan {
-        var records: [JournalRecord] = []
+    package struct Scan {
+        package var records: [JournalRecord] = []
         /// Offset just past the last committed frame (relative to the image).
-        var end: Int
+        package var end: Int
         /// Offset just past the last non-zero byte of a torn tail (== end when clean).
-        var garbageEnd: Int
+        package var garbageEnd: Int
         /// Offsets of damaged frames that intact frames follow.
-        var damage: [Int] = []
+        package var damage: [Int] = []
         /// Intact records after the first damage (counted in strict mode, kept in salvage mode).
-        var intactAfterDamage = 0
+        package var intactAfterDamage = 0
     }
 
     /// Scans frames from `start`. Pure: used by open, by the tail repair and by the fuzzer.
@@ -636,7 +636,7 @@ public final class Journal: @unchecked Sendable {
     /// An invalid frame (bad header check, length out of range, payload CRC mismatch, or an
     /// unfinished commit) is a torn tail when no intact frame starts anywhere after it, and
     /// damage otherwise.
-    static func scanFrames(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool) -> Scan {
+    package static func scanFrames(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
         var group: [JournalRecord] = []

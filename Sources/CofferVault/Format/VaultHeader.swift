@@ -5,7 +5,7 @@ import CofferCore
 /// The journal reserves a 4,096-byte header area; it holds two copies of the header, 2,048
 /// bytes each. A change writes the copy that is not current, fsyncs, then the other: a crash
 /// at any moment leaves at least one intact copy, the old or the new.
-struct VaultHeader: Equatable {
+package struct VaultHeader: Equatable {
     static let copySize = 2048
     static let areaSize = 2 * copySize
     static let magic: [UInt8] = Array("CFVH".utf8)
@@ -47,7 +47,7 @@ struct VaultHeader: Equatable {
     /// The whole header area: both copies identical (used when a file is created or rewritten).
     func areaBytes() -> [UInt8] { copyBytes() + copyBytes() }
 
-    enum ParseResult {
+    package enum ParseResult {
         case header(VaultHeader)
         case unsupported(UInt16)
         case damaged(String)
@@ -55,7 +55,7 @@ struct VaultHeader: Equatable {
 
     /// Parses one copy. A bad checksum or layout is damage; a known-good checksum with a newer
     /// version is "unsupported".
-    static func parse(copy bytes: ArraySlice<UInt8>) -> ParseResult {
+    package static func parse(copy bytes: ArraySlice<UInt8>) -> ParseResult {
         let b = Array(bytes)
         guard b.count == copySize else { return .damaged("wrong size") }
         guard CRC32C.checksum(Array(b[0..<crcOffset])) == readLE32(b, crcOffset) else {
@@ -89,7 +89,7 @@ enum KeySlotKind: UInt8 {
 }
 
 /// One 128-byte key slot: the master key wrapped under a key derived from one unlock source.
-struct KeySlot: Equatable {
+package struct KeySlot: Equatable {
     static let size = 128
     static let saltLength = 16
     static let nonceLength = 24
@@ -117,7 +117,7 @@ struct KeySlot: Equatable {
         return bytes
     }
 
-    static func parse(_ bytes: ArraySlice<UInt8>) -> KeySlot? {
+    package static func parse(_ bytes: ArraySlice<UInt8>) -> KeySlot? {
         let b = Array(bytes)
         guard b.count == size, let kind = KeySlotKind(rawValue: b[0]) else { return nil }
         guard b[1..<8].allSatisfy({ $0 == 0 }), b[112..<128].allSatisfy({ $0 == 0 }) else { return nil }

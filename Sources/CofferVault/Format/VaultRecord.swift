@@ -19,7 +19,7 @@ public struct VaultItem: Sendable, Hashable, Codable, CustomStringConvertible {
 }
 
 /// A record's plaintext (docs/FORMAT.md, "Vault records"). Pure: bytes in, bytes out.
-enum VaultRecordBody: Equatable {
+package enum VaultRecordBody: Equatable {
     case put(VaultItem, secret: [UInt8])
     case delete(service: String, account: String)
 
@@ -50,7 +50,7 @@ enum VaultRecordBody: Equatable {
     }
 
     /// Parses a record body, or `nil` when its layout is invalid.
-    static func decode(_ bytes: [UInt8]) -> VaultRecordBody? {
+    package static func decode(_ bytes: [UInt8]) -> VaultRecordBody? {
         var offset = 1
         func field() -> [UInt8]? {
             guard bytes.count - offset >= 4 else { return nil }

@@ -48,6 +48,12 @@ let package = Package(
             dependencies: ["CofferStorage", "CofferVault"],
             swiftSettings: strictSettings
         ),
+        // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
+        .executableTarget(
+            name: "CofferFuzz",
+            dependencies: ["CofferCore", "CofferVault"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
         .testTarget(
             name: "CofferCoreTests",

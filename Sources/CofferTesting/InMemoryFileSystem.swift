@@ -392,6 +392,7 @@ public final class InMemoryFileSystem: FileSystem {
 
     // MARK: - FileSystem
 
+    /// Opens or creates a file (O_RDWR, with O_CREAT/O_EXCL as asked); the mode is masked by ``umask``.
     public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
         try perform(.open, "open", path: path) { (state, _) throws(PosixError) in
             let (parent, name) = try state.parent(of: path)
@@ -410,6 +411,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Opens a file (or directory) read-only.
     public func openReadOnly(_ path: String) throws -> Int32 {
         try perform(.openReadOnly, "open", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
@@ -417,6 +419,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Closes a descriptor and releases its lock; an unknown descriptor is ignored.
     public func close(_ fd: Int32) {
         state.withLock { state in
             state.calls.append(Call(operation: .close, path: state.descriptors[fd]?.path))
@@ -429,6 +432,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Reads at `offset`; 0 at end of file.
     public func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         try perform(.pread, "read", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
@@ -444,6 +448,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Writes at `offset` (zero-filling a gap), subject to faults and the disk budget; may be short.
     public func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
         try perform(.pwrite, "write", fd: fd) { (state, shortWrite) throws(PosixError) in
             let (node, writable) = try state.descriptor(fd)
@@ -470,6 +475,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Makes the file's data durable.
     public func fsync(_ fd: Int32) throws {
         try perform(.fsync, "fsync", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
@@ -477,6 +483,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Makes the file's data durable (same as ``fsync(_:)`` in this model).
     public func fdatasync(_ fd: Int32) throws {
         try perform(.fdatasync, "fdatasync", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
@@ -484,6 +491,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Sets the file's size; `EINVAL` on a read-only descriptor.
     public func ftruncate(_ fd: Int32, size: Int64) throws {
         try perform(.ftruncate, "ftruncate", fd: fd) { (state, _) throws(PosixError) in
             let (node, writable) = try state.descriptor(fd)
@@ -492,12 +500,14 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// The descriptor's file status.
     public func fstat(_ fd: Int32) throws -> FileStatus {
         try perform(.fstat, "fstat", fd: fd) { (state, _) throws(PosixError) in
             try state.descriptor(fd).node.status
         }
     }
 
+    /// The status at `path`, or `nil` for `ENOENT`/`ENOTDIR`.
     public func stat(_ path: String) throws -> FileStatus? {
         try perform(.stat, "stat", path: path) { (state, _) throws(PosixError) in
             do throws(PosixError) {
@@ -508,6 +518,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Renames atomically, replacing a file (or an empty directory) at `to`.
     public func rename(_ from: String, _ to: String) throws {
         try perform(.rename, "rename to \(to)", path: from) { (state, _) throws(PosixError) in
             let (sourceDir, sourceName) = try state.parent(of: from)
@@ -529,6 +540,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Removes a file; a missing file is not an error, a directory is `EISDIR`.
     public func unlink(_ path: String) throws {
         try perform(.unlink, "unlink", path: path) { (state, _) throws(PosixError) in
             let parent: Node
@@ -546,6 +558,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Creates a directory; an existing directory is not an error.
     public func mkdir(_ path: String, mode: UInt32) throws {
         try perform(.mkdir, "mkdir", path: path) { (state, _) throws(PosixError) in
             if let components = try? State.components(path), components.isEmpty { return }  // "/"
@@ -560,6 +573,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// The names in a directory.
     public func contentsOfDirectory(_ path: String) throws -> [String] {
         try perform(.contentsOfDirectory, "opendir", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
@@ -568,6 +582,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Makes the directory's entry changes durable.
     public func fsyncDirectory(_ path: String) throws {
         try perform(.fsyncDirectory, "fsync directory", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
@@ -576,6 +591,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Takes an `flock` for this descriptor, polling until `timeout`; throws ``CofferError/Code/busy`` then.
     public func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
         let start = ContinuousClock.now
         var pause = 0.000_05  // seconds, doubling up to 5 ms
@@ -599,6 +615,7 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Releases this descriptor's `flock`.
     public func unlock(_ fd: Int32) {
         state.withLock { state in
             state.calls.append(Call(operation: .unlock, path: state.descriptors[fd]?.path))

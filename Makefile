@@ -38,6 +38,31 @@ bench: deps
 bench-check: deps
 	cd Benchmarks && $(SWIFT) package benchmark thresholds check
 
+## The crash, power-loss and multi-process tests at full count (see RELIABILITY.md).
+STRESS_ITERATIONS ?= 1000
+stress: deps
+	$(SWIFT) build --build-tests $(STRICT)
+	COFFER_STRESS_ITERATIONS=$(STRESS_ITERATIONS) $(SWIFT) test --skip-build $(TEST_FLAGS) \
+		--filter 'CrashLoopTests|PowerLossTests|ReliabilityFaultTests|CounterStressTests'
+
+## libFuzzer on each target for FUZZ_SECONDS (release, AddressSanitizer; see Fuzz/README.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= frames header vault
+FUZZ_FLAGS   := -c release --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -use-ld=lld \
+	-Xswiftc -DCOFFER_LIBFUZZER
+fuzz: deps
+	$(SWIFT) build $(FUZZ_FLAGS) --product CofferFuzz
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p .build-fuzz/corpus/$$t .build-fuzz/artifacts/$$t || exit 1; \
+		echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+		SWIFT_BACKTRACE=enable=no .build-fuzz/release/CofferFuzz $$t -malloc_limit_mb=64 -rss_limit_mb=2048 \
+			-timeout=10 -max_len=9000 -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=.build-fuzz/artifacts/$$t/ .build-fuzz/corpus/$$t Fuzz/corpus/$$t \
+			> .build-fuzz/fuzz-$$t.log 2>&1; status=$$?; \
+		grep -E '^(stat::|SUMMARY|Done )|ERROR|crash-|timeout-|oom-|leak-' .build-fuzz/fuzz-$$t.log; \
+		[ $$status -eq 0 ] || { echo "fuzz $$t failed ($$status): .build-fuzz/fuzz-$$t.log"; exit 1; }; \
+	done
+
 format:
 	$(SWIFT) format --in-place --recursive --configuration .swift-format Sources Tests
 

@@ -42,4 +42,9 @@ struct CofferCommand: ParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+
+    /// `coffer` alone: a usage error (exit 2), not the help with exit 0 a script would mistake for success.
+    func run() throws {
+        throw CLIError.usage("no command given: try `coffer demo`, `coffer init` or `coffer --help`")
+    }
 }

@@ -38,7 +38,7 @@ struct SetCommand: ParsableCommand {
                 "the secret is empty: give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(service) \(account)")
         }
         try vault.set(secret, service: service, account: account, label: label, comment: comment)
-        writeOut("stored \(service) / \(account) (\(secret.count) bytes)\n")
+        writeOut("stored \(service) / \(account) (\(secret.count) byte\(secret.count == 1 ? "" : "s"))\n")
     }
 }
 

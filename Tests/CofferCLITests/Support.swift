@@ -1,0 +1,316 @@
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// These tests run the built `coffer` binary as a user would: through argv, the environment,
+// standard input and output, and the exit status. Every child runs in a new session (no
+// controlling terminal), with a minimal environment (nothing of the developer's COFFER_* or
+// HOME leaks in), and is killed if it runs for more than 30 s, so a prompt can never hang the
+// suite.
+
+/// The path of an executable product built beside the test binary (copied from
+/// Tests/CofferStorageTests/Support.swift).
+func productPath(_ name: String) -> String {
+    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    // On Linux the test binary is `<build>/debug/CofferPackageTests.xctest`; on macOS it is a
+    // bundle whose executable sits three levels deeper.
+    while !FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path),
+        directory.path != "/"
+    {
+        directory.deleteLastPathComponent()
+    }
+    return directory.appendingPathComponent(name).path
+}
+
+let cofferPath = productPath("coffer")
+
+private let spawnLock = Mutex(())
+
+/// What a finished `coffer` run left behind.
+struct Run: CustomStringConvertible {
+    var arguments: [String]
+    var status: Int32
+    var stdout: [UInt8]
+    var stderr: [UInt8]
+    var seconds: Double
+    var timedOut = false
+    /// Bytes never to show in a test log (the sandbox's passphrases and the secrets it stored).
+    var redactions: [[UInt8]] = []
+
+    var out: String { String(decoding: stdout, as: UTF8.self) }
+    var err: String { String(decoding: stderr, as: UTF8.self) }
+
+    /// For failure messages: the run with every passphrase and stored secret redacted.
+    var description: String {
+        "coffer \(arguments.joined(separator: " ")) → \(status) in \(String(format: "%.2f", seconds)) s"
+            + "\nstdout: \(redacted(stdout))\nstderr: \(redacted(stderr))"
+    }
+
+    private func redacted(_ bytes: [UInt8]) -> String {
+        if redactions.contains(where: { !$0.isEmpty && bytes.firstRange(of: $0) != nil }) {
+            return "<\(bytes.count) bytes, holding a secret: not shown>"
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Whether standard output is exactly `expected` (a plain Bool, so a failing `#expect`
+    /// does not print the secret).
+    func printed(_ expected: [UInt8]) -> Bool { stdout == expected }
+}
+
+/// A running `coffer` child: spawned at once, collected by ``wait()``.
+final class Child {
+    let arguments: [String]
+    let pid: pid_t
+    private var input: [UInt8]
+    private var stdinFD: Int32
+    private let stdoutFD: Int32
+    private let stderrFD: Int32
+    private let start = Date()
+
+    /// `stdin == nil` gives the child `/dev/null`.
+    init(_ arguments: [String], environment: [String: String], stdin: [UInt8]?) throws {
+        self.arguments = arguments
+        // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
+        // inherits another test's pipe (which would keep that pipe open past its own child).
+        let spawned = try spawnLock.withLock { _ in try Self.spawn(arguments, environment: environment, stdin: stdin) }
+        pid = spawned.pid
+        input = stdin ?? []
+        stdinFD = spawned.stdin
+        stdoutFD = spawned.stdout
+        stderrFD = spawned.stderr
+        if stdin == nil || input.isEmpty {
+            close(stdinFD)
+            stdinFD = -1
+        } else {
+            _ = fcntl(stdinFD, F_SETFL, fcntl(stdinFD, F_GETFL) | O_NONBLOCK)
+        }
+    }
+
+    private static func spawn(_ arguments: [String], environment: [String: String], stdin: [UInt8]?) throws -> (
+        pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
+    ) {
+        var inPipe: [Int32] = [-1, -1]
+        var outPipe: [Int32] = [-1, -1]
+        var errPipe: [Int32] = [-1, -1]
+        guard pipe(&inPipe) == 0, pipe(&outPipe) == 0, pipe(&errPipe) == 0 else { throw POSIXError(.EMFILE) }
+        for fd in inPipe + outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if stdin != nil {
+            posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // POSIX_SPAWN_SETSID (glibc's value; Swift does not import the macro): a new session,
+        // so the child has no controlling terminal and /dev/tty cannot be opened.
+        posix_spawnattr_setflags(&attributes, 0x80)
+
+        let argv = ([cofferPath] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, cofferPath, &actions, &attributes, argv, envp)
+        close(inPipe[0])
+        close(outPipe[1])
+        close(errPipe[1])
+        guard result == 0 else {
+            close(inPipe[1])
+            close(outPipe[0])
+            close(errPipe[0])
+            throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO)
+        }
+        return (pid, inPipe[1], outPipe[0], errPipe[0])
+    }
+
+    /// Feeds standard input, collects both outputs, and reaps the child (killing it after
+    /// `timeout` seconds).
+    func wait(timeout: Double = 30) -> Run {
+        var out: [UInt8] = []
+        var err: [UInt8] = []
+        var openOut = true
+        var openErr = true
+        var timedOut = false
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while openOut || openErr || stdinFD >= 0 {
+            let left = timeout - Date().timeIntervalSince(start)
+            if left <= 0 {
+                timedOut = true
+                kill(pid, SIGKILL)
+                break
+            }
+            var fds: [pollfd] = []
+            if openOut { fds.append(pollfd(fd: stdoutFD, events: Int16(POLLIN), revents: 0)) }
+            if openErr { fds.append(pollfd(fd: stderrFD, events: Int16(POLLIN), revents: 0)) }
+            if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
+            let ready = poll(&fds, nfds_t(fds.count), Int32(min(left, 1) * 1000))
+            if ready < 0 && errno != EINTR { break }
+            for entry in fds where entry.revents != 0 {
+                if entry.fd == stdinFD {
+                    let n = input.withUnsafeBytes { write(stdinFD, $0.baseAddress, $0.count) }
+                    if n > 0 { input.removeFirst(n) }
+                    if n < 0 && errno != EAGAIN && errno != EINTR || input.isEmpty {
+                        close(stdinFD)  // also on EPIPE: the child stopped reading
+                        stdinFD = -1
+                    }
+                    continue
+                }
+                let n = read(entry.fd, &chunk, chunk.count)
+                if n > 0 {
+                    if entry.fd == stdoutFD { out += chunk[..<n] } else { err += chunk[..<n] }
+                } else if n == 0 || errno != EINTR && errno != EAGAIN {
+                    if entry.fd == stdoutFD { openOut = false } else { openErr = false }
+                }
+            }
+        }
+        if stdinFD >= 0 { close(stdinFD) }
+        close(stdoutFD)
+        close(stderrFD)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exited = (status & 0x7f) == 0
+        return Run(
+            arguments: arguments, status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), stdout: out,
+            stderr: err, seconds: Date().timeIntervalSince(start), timedOut: timedOut)
+    }
+}
+
+/// A private (`0700`) directory for one test, with a vault path, a random passphrase in a file,
+/// and a record of every run so the whole suite can assert the passphrase never leaked.
+final class Sandbox {
+    let path: String
+    /// Random, so finding it in an output means it leaked.
+    let passphrase = "pp-" + UUID().uuidString
+    let newPassphrase = "new-" + UUID().uuidString
+    var vault: String { path + "/vault.coffer" }
+    var passphraseFile: String { path + "/passphrase" }
+    var newPassphraseFile: String { path + "/new-passphrase" }
+    /// Every secret given to ``set(_:_:_:_:sourceLocation:)``, redacted from failure messages.
+    private(set) var secrets: [[UInt8]] = []
+
+    init() throws {
+        var template = Array("\(FileManager.default.temporaryDirectory.path)/coffer-cli-XXXXXX".utf8CString)
+        let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap { mkdtemp($0) } }
+        guard let created else { throw POSIXError(.EIO) }
+        path = String(cString: created)
+        // One trailing newline, as `echo` writes it: coffer strips exactly one.
+        try write(passphrase + "\n", to: passphraseFile)
+        try write(newPassphrase + "\n", to: newPassphraseFile)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    func write(_ text: String, to file: String) throws { try write(Array(text.utf8), to: file) }
+
+    func write(_ bytes: [UInt8], to file: String) throws {
+        guard FileManager.default.createFile(atPath: file, contents: Data(bytes), attributes: [.posixPermissions: 0o600])
+        else { throw POSIXError(.EIO) }
+    }
+
+    /// The environment every child gets: nothing inherited but PATH; HOME inside the sandbox;
+    /// the test-only fast KDF; a short lock timeout.
+    var baseEnvironment: [String: String] {
+        [
+            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            "HOME": path + "/home",
+            "COFFER_TEST_FAST_KDF": "1",
+            "COFFER_LOCK_TIMEOUT": "5",
+        ]
+    }
+
+    /// Starts `coffer` with `--vault <sandbox vault>` and `--passphrase-file` unless told otherwise.
+    func start(
+        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
+        passphraseFile: Bool = true
+    ) throws -> Child {
+        var prefix: [String] = []
+        if vault { prefix += ["--vault", self.vault] }
+        if passphraseFile { prefix += ["--passphrase-file", self.passphraseFile] }
+        var env = baseEnvironment
+        for (key, value) in environment { env[key] = value }
+        return try Child(prefix + arguments, environment: env, stdin: stdin)
+    }
+
+    /// Runs `coffer` to completion and checks what every run must satisfy: it did not hang, and
+    /// neither passphrase appears in its output.
+    @discardableResult
+    func run(
+        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
+        passphraseFile: Bool = true, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> Run {
+        let run = try start(
+            arguments, stdin: stdin, environment: environment, vault: vault, passphraseFile: passphraseFile
+        ).wait()
+        return expectClean(run, sourceLocation: sourceLocation)
+    }
+
+    /// Checks what every run must satisfy — it did not hang, no passphrase in its output, errors
+    /// start with "coffer: " — and returns it ready to describe itself with secrets redacted.
+    @discardableResult
+    func expectClean(_ run: Run, sourceLocation: SourceLocation = #_sourceLocation) -> Run {
+        var run = run
+        run.redactions = [Array(passphrase.utf8), Array(newPassphrase.utf8)] + secrets
+        #expect(!run.timedOut, "timed out: \(run)", sourceLocation: sourceLocation)
+        for secret in [passphrase, newPassphrase] {
+            let bytes = Array(secret.utf8)
+            let leaked = run.stdout.firstRange(of: bytes) != nil || run.stderr.firstRange(of: bytes) != nil
+            #expect(
+                !leaked, "a passphrase appears in the output of: coffer \(run.arguments.joined(separator: " "))",
+                sourceLocation: sourceLocation)
+        }
+        // Errors are one line, prefixed "coffer: " (usage errors may add the usage lines after it).
+        if run.status != 0, run.status != 2 {
+            #expect(run.err.hasPrefix("coffer: "), "\(run)", sourceLocation: sourceLocation)
+        }
+        return run
+    }
+
+    /// `coffer init` (fast KDF), expecting success.
+    func initVault(sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let run = try run(["init"], sourceLocation: sourceLocation)
+        #expect(run.status == 0, "\(run)", sourceLocation: sourceLocation)
+    }
+
+    /// `coffer set`, expecting success.
+    func set(_ service: String, _ account: String, _ secret: [UInt8], _ extra: [String] = [],
+             sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let run = try run(["set", service, account] + extra, stdin: secret, sourceLocation: sourceLocation)
+        #expect(run.status == 0, "\(run)", sourceLocation: sourceLocation)
+        #expect(
+            run.stdout.firstRange(of: secret) == nil || secret.count < 4, "set echoed the secret",
+            sourceLocation: sourceLocation)
+    }
+
+    /// The `fileSize` (end of data) that `coffer info --json` reports.
+    func dataEnd() throws -> Int {
+        let run = try run(["info", "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(run.stdout)) as? [String: Any]
+        return object?["fileSize"] as? Int ?? 0
+    }
+}
+
+/// Exit codes from the contract.
+enum Exit {
+    static let ok: Int32 = 0
+    static let failure: Int32 = 1
+    static let usage: Int32 = 2
+    static let notFound: Int32 = 3
+    static let wrongKey: Int32 = 4
+    static let integrity: Int32 = 5
+    static let busy: Int32 = 6
+}

@@ -1,7 +1,364 @@
-// `coffer bench` (issue 6). Another engineer replaces this file's contents; keep the interface:
-//   func runBenchmarks(json: Bool, quick: Bool, svg: String?) throws
+// `coffer bench` (issue 6): the hot read/write paths, the large opens and the KDF presets,
+// measured next to peers in the same run. The harness is in BenchHarness.swift, the table, JSON
+// and SVG in BenchOutput.swift.
+//
+// What one operation is, per name:
+//   stored.read               read a loaded memory-backed `@Stored` Int
+//   computed.read             read an up-to-date `@Computed` Int (one `@Stored` input)
+//   peer.mutex.read           `Mutex<Int>.withLock { $0 }`, same loop
+//   peer.userdefaults.read    Foundation `UserDefaults.integer(forKey:)`
+//   peer.userdefaults.write   Foundation `UserDefaults.set(_:forKey:)` (no synchronize)
+//   keyvalue.write            `KeyValueFileStrategy.save` of an 8-byte value, `.coalesced`
+//   keyvalue.write.durable    the same, `.immediate` (fdatasync before returning)
+//   vault.write               `Vault.set` of a 32-byte secret to one item, `.coalesced`
+//   vault.write.durable       the same, `.immediate`
+//   vault.read                `Vault.data(service:account:)` of a 32-byte secret, unlocked
+//   peer.fsync.floor          pwrite of 100 bytes into a preallocated file + fdatasync
+//   vault.seal.1MiB           `Vault.set` of a 1 MiB secret as a new item, `.coalesced`: the
+//                             vault's whole write path (copies, seal, CRC-32C, write to the kernel)
+//   peer.libsodium.seal.1MiB  `XChaCha20Poly1305.seal(_:key:nonce:associatedData:into:)` on raw
+//                             buffers: crypto_aead_xchacha20poly1305_ietf_encrypt plus a length check
+//   keyvalue.open.10k         open a 10,000-key suite and read one key (then close)
+//   vault.open.10k            open a 10,000-item vault with a raw key (no KDF), read one secret
+//   kdf.interactive           Argon2id at the interactive preset (one passphrase unlock's KDF)
+//   kdf.moderate              Argon2id at the moderate preset
+
+import Coffer
+import CofferCrypto
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Runs the benchmark suite and prints its table (or JSON, and an SVG chart when asked).
 func runBenchmarks(json: Bool, quick: Bool, svg: String?) throws {
-    throw CLIError(.failure, "coffer bench is not built yet (see issue 6)")
+    let directory = try BenchDirectory()
+    defer { directory.remove() }
+    let suite = BenchSuite(runner: BenchRunner(quick: quick), directory: directory.url, progress: isatty(STDERR_FILENO) == 1)
+    let started = monotonicNanoseconds()
+    let results = try suite.run()
+    let seconds = Double(monotonicNanoseconds() - started) / 1e9
+    if json {
+        writeOut(BenchReport.json(results))
+    } else {
+        writeOut(BenchReport.table(results, quick: quick, seconds: seconds))
+    }
+    if let svg {
+        let text = BenchReport.svg(results)
+        do {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: svg), options: .atomic)
+        } catch {
+            throw CLIError(.failure, "cannot write the chart to \(svg): \(error.localizedDescription)")
+        }
+        if !json { writeOut("chart written to \(svg)\n") }
+    }
+}
+
+/// A private (0700) temporary directory, removed with everything in it at the end.
+struct BenchDirectory {
+    let url: URL
+
+    init() throws {
+        var template = Array((NSTemporaryDirectory() + "/coffer-bench-XXXXXX").utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw CLIError(.failure, "cannot create a temporary directory: \(String(cString: strerror(errno)))")
+        }
+        url = URL(fileURLWithPath: String(cString: made))
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
+/// The model the reactive benchmarks read: one memory-backed `@Stored`, one `@Computed` on it.
+final class BenchModel {
+    @Stored var count = 0
+    @Computed var doubled: Int
+
+    init() {
+        $doubled = Computed { [$count] in $count.wrappedValue &* 2 }
+    }
+}
+
+/// `Mutex<Int>` in a class, as a model would hold it.
+final class MutexBox: Sendable {
+    let value = Mutex(0)
+}
+
+struct BenchSuite {
+    let runner: BenchRunner
+    let directory: URL
+    let progress: Bool
+
+    /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
+    static var filter: [String]? {
+        ProcessInfo.processInfo.environment["COFFER_BENCH_FILTER"].map { $0.split(separator: ",").map(String.init) }
+    }
+
+    func run() throws -> [BenchResult] {
+        let groups: [([String], () throws -> [BenchResult])] = [
+            (["stored.read", "computed.read", "peer.mutex.read"], reads),
+            (["peer.userdefaults.read", "peer.userdefaults.write"], userDefaults),
+            (["keyvalue.write", "keyvalue.write.durable"], keyValueWrites),
+            (["vault.write", "vault.write.durable", "vault.read"], vaultWritesAndReads),
+            (["peer.fsync.floor"], { [try fsyncFloor()] }),
+            (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
+            (["keyvalue.open.10k", "vault.open.10k"], opens10k),
+            (["kdf.interactive", "kdf.moderate"], kdf),
+        ]
+        let filter = Self.filter
+        func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }
+        var results: [BenchResult] = []
+        for (names, group) in groups where names.contains(where: wanted) {
+            for result in try group() where wanted(result.name) {
+                results.append(result)
+                if progress { writeError("\r\u{1B}[K  \(result.name): \(BenchReport.duration(result.nsPerOp))") }
+            }
+        }
+        if progress { writeError("\r\u{1B}[K") }
+        return results
+    }
+
+    // MARK: - Reads
+
+    private func reads() throws -> [BenchResult] {
+        let context = CofferContext(directory: directory.appendingPathComponent("context"))
+        let model = CofferContext.$current.withValue(context) { BenchModel() }
+        model.count = 21
+        let box = MutexBox()
+        box.value.withLock { $0 = 21 }
+        guard model.count == 21, model.doubled == 42 else {
+            throw CLIError(.failure, "bench: the reactive model returned a wrong value")
+        }
+        let stored = try runner.measure("stored.read") { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.count) }
+            return sum
+        }
+        let computed = try runner.measure("computed.read") { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.doubled) }
+            return sum
+        }
+        let mutex = try runner.measure("peer.mutex.read") { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: box.value.withLock { $0 }) }
+            return sum
+        }
+        return [stored, computed, mutex]
+    }
+
+    private func userDefaults() throws -> [BenchResult] {
+        let name = "coffer-bench-\(getpid())"
+        guard let defaults = UserDefaults(suiteName: name) else {
+            throw CLIError(.failure, "bench: Foundation refused a UserDefaults suite")
+        }
+        defer { defaults.removePersistentDomain(forName: name) }
+        defaults.set(21, forKey: "count")
+        let read = try runner.measure("peer.userdefaults.read") { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: defaults.integer(forKey: "count")) }
+            return sum
+        }
+        var next = 0
+        let write = try runner.measure("peer.userdefaults.write", maxIterations: 2_000_000) { n in
+            for _ in 0..<n {
+                next &+= 1
+                defaults.set(next, forKey: "count")
+            }
+            return UInt64(truncatingIfNeeded: next)
+        }
+        return [read, write]
+    }
+
+    // MARK: - Writes
+
+    private func keyValueWrites() throws -> [BenchResult] {
+        func write(_ name: String, _ durability: Durability) throws -> BenchResult {
+            let store = try KeyValueFileStrategy(directory: directory, suite: name, durability: durability)
+            var value: UInt64 = 0
+            let result = try runner.measure(name, maxIterations: 5_000_000) { n in
+                for _ in 0..<n {
+                    value &+= 1
+                    try store.save(withUnsafeBytes(of: value) { Data($0) }, for: "counter")
+                }
+                return value
+            }
+            try store.flush()
+            return result
+        }
+        return [try write("keyvalue.write", .coalesced), try write("keyvalue.write.durable", .immediate)]
+    }
+
+    private func vaultWritesAndReads() throws -> [BenchResult] {
+        let key = try SecureBytes.random(count: 32)
+        let secret = Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        var results: [BenchResult] = []
+        for (name, durability) in [("vault.write", Durability.coalesced), ("vault.write.durable", .immediate)] {
+            let vault = try Vault.create(
+                at: directory.appendingPathComponent(name + ".coffervault"), unlock: .key(key), durability: durability)
+            var count: UInt64 = 0
+            results.append(
+                try runner.measure(name, maxIterations: 2_000_000) { n in
+                    for _ in 0..<n {
+                        try vault.set(secret, service: "bench", account: "item")
+                        count &+= 1
+                    }
+                    return count
+                })
+            if durability == .immediate { continue }
+            results.append(
+                try runner.measure("vault.read") { n in
+                    var sum: UInt64 = 0
+                    for _ in 0..<n { sum &+= UInt64(try vault.data(service: "bench", account: "item")?.count ?? 0) }
+                    return sum
+                })
+            try vault.flush()
+        }
+        // Names in the order of the issue's table.
+        return [results[0], results[2], results[1]]
+    }
+
+    private func fsyncFloor() throws -> BenchResult {
+        let path = directory.appendingPathComponent("fsync-floor").path
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw CLIError(.failure, "bench: cannot create \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let size = 4 << 20
+        let zeros = [UInt8](repeating: 0, count: size)
+        guard zeros.withUnsafeBytes({ pwrite(fd, $0.baseAddress, size, 0) }) == size, fsync(fd) == 0 else {
+            throw CLIError(.failure, "bench: cannot preallocate \(path): \(String(cString: strerror(errno)))")
+        }
+        let record = [UInt8](repeating: 0xA5, count: 100)
+        var offset = 0
+        return try runner.measure("peer.fsync.floor", maxIterations: 1_000_000) { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n {
+                if offset + 100 > size { offset = 0 }
+                let written = record.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, off_t(offset)) }
+                guard written == 100, fdatasync(fd) == 0 else {
+                    throw CLIError(.failure, "bench: write or fdatasync failed: \(String(cString: strerror(errno)))")
+                }
+                offset += 100
+                sum &+= UInt64(written)
+            }
+            return sum
+        }
+    }
+
+    // MARK: - Sealing 1 MiB
+
+    private func seal1MiB() throws -> [BenchResult] {
+        let size = 1 << 20
+        let key = try SecureBytes.random(count: 32)
+        let plaintext = [UInt8]((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let secret = Data(plaintext)
+        // The vault's path: each op stores a new item, so no compaction ever runs; a fresh vault
+        // before each run keeps the file and the index small.
+        let url = directory.appendingPathComponent("seal.coffervault")
+        var vault: Vault?
+        var item = 0
+        let viaVault = try runner.measure(
+            "vault.seal.1MiB", maxIterations: 64,
+            prepare: {
+                vault = nil
+                try? FileManager.default.removeItem(at: url)
+                vault = try Vault.create(at: url, unlock: .key(key), durability: .coalesced)
+            }
+        ) { n in
+            guard let vault else { fatalError("the vault is created before each run") }
+            for _ in 0..<n {
+                item += 1
+                try vault.set(secret, service: "seal", account: "item-\(item)")
+            }
+            return UInt64(item)
+        }
+        vault = nil
+        // The floor: libsodium's seal on raw buffers (a fresh nonce per op).
+        var nonce = [UInt8](repeating: 0, count: XChaCha20Poly1305.nonceLength)
+        var output = [UInt8](repeating: 0, count: size + XChaCha20Poly1305.tagLength)
+        var counter: UInt64 = 0
+        let raw = try runner.measure("peer.libsodium.seal.1MiB", maxIterations: 10_000) { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n {
+                counter &+= 1
+                withUnsafeBytes(of: counter.littleEndian) { nonce.replaceSubrange(0..<8, with: $0) }
+                try plaintext.withUnsafeBytes { message in
+                    try nonce.withUnsafeBytes { nonceBytes in
+                        try output.withUnsafeMutableBytes { out in
+                            try XChaCha20Poly1305.seal(
+                                message, key: key, nonce: nonceBytes, associatedData: UnsafeRawBufferPointer(start: nil, count: 0),
+                                into: out)
+                        }
+                    }
+                }
+                sum &+= UInt64(output[size])
+            }
+            return sum
+        }
+        return [viaVault, raw]
+    }
+
+    // MARK: - Opening 10,000 items
+
+    private func opens10k() throws -> [BenchResult] {
+        let count = 10_000
+        let probe = "item-\(count / 2)"
+        // The key-value suite: 10,000 8-byte values, one record each.
+        do {
+            let store = try KeyValueFileStrategy(directory: directory, suite: "open10k")
+            for start in stride(from: 0, to: count, by: 1000) {
+                try store.saveBatch((start..<(start + 1000)).map { i in ("item-\(i)", withUnsafeBytes(of: UInt64(i)) { Data($0) }) })
+            }
+            try store.flush()
+        }
+        let keyValue = try runner.measure("keyvalue.open.10k", maxIterations: 1000) { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n {
+                let store = try KeyValueFileStrategy(directory: directory, suite: "open10k")
+                sum &+= UInt64(try store.load(probe)?.count ?? 0)
+            }
+            return sum
+        }
+        // The vault: 10,000 items of 32 bytes, unlocked with a raw key (no KDF).
+        let key = try SecureBytes.random(count: 32)
+        let url = directory.appendingPathComponent("open10k.coffervault")
+        do {
+            let vault = try Vault.create(at: url, unlock: .key(key), durability: .coalesced)
+            let secret = [UInt8](repeating: 0x5A, count: 32)
+            for start in stride(from: 0, to: count, by: 1000) {
+                try vault.apply(
+                    (start..<(start + 1000)).map { i in
+                        .set(service: "bench", account: "item-\(i)", secret: secret, label: nil, comment: nil)
+                    })
+            }
+            try vault.flush()
+        }
+        let vault = try runner.measure("vault.open.10k", maxIterations: 1000) { n in
+            var sum: UInt64 = 0
+            for _ in 0..<n {
+                let vault = try Vault.open(at: url, unlock: .key(key))
+                sum &+= UInt64(try vault.data(service: "bench", account: probe)?.count ?? 0)
+            }
+            return sum
+        }
+        return [keyValue, vault]
+    }
+
+    // MARK: - Argon2id
+
+    private func kdf() throws -> [BenchResult] {
+        let passphrase = try SecureBytes(utf8: "coffer bench passphrase")
+        let salt = [UInt8](repeating: 0x42, count: PasswordHash.saltLength)
+        func derive(_ name: String, _ parameters: Argon2idParameters) throws -> BenchResult {
+            try runner.measureSingle(name) {
+                let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)
+                return key.withUnsafeBytes { UInt64($0[0]) }
+            }
+        }
+        return [try derive("kdf.interactive", .interactive), try derive("kdf.moderate", .moderate)]
+    }
 }

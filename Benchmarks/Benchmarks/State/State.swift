@@ -1,0 +1,50 @@
+// The reactive layer: reading a loaded @Stored and an up-to-date @Computed (the hot path), a
+// memory write with its invalidation, a write persisted to a key-value suite, and a recompute.
+
+import Benchmark
+import BenchSupport
+import Coffer
+import Foundation
+
+final class Model {
+    @Stored var count = 0
+    @Computed var doubled: Int
+
+    init() {
+        $doubled = Computed { [$count] in $count.wrappedValue &* 2 }
+    }
+}
+
+final class PersistedModel {
+    @Stored(backed: .keyValue(key: "count")) var count = 0
+}
+
+let benchmarks: @Sendable () -> Void = {
+    configureSuite()
+    let scratch = ScratchDirectory("bench-state")
+    let context = CofferContext(directory: scratch.url, durability: .coalesced)
+    let model = CofferContext.$current.withValue(context) { Model() }
+    model.count = 21
+    blackHole(model.doubled)
+
+    Benchmark("stored.read (loaded @Stored Int)", configuration: configuration(scaling: .mega)) { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(model.count) }
+    }
+
+    Benchmark("computed.read (up-to-date @Computed)", configuration: configuration(scaling: .mega)) { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(model.doubled) }
+    }
+
+    Benchmark("stored.write (memory) + computed.read (recompute)", configuration: configuration(scaling: .kilo)) {
+        benchmark in
+        for i in benchmark.scaledIterations {
+            model.count = i
+            blackHole(model.doubled)
+        }
+    }
+
+    let persisted = CofferContext.$current.withValue(context) { PersistedModel() }
+    Benchmark("stored.write (keyValue, coalesced)", configuration: configuration(scaling: .kilo)) { benchmark in
+        for i in benchmark.scaledIterations { persisted.count = i &+ 1 }
+    }
+}

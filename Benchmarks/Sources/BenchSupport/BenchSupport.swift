@@ -1,0 +1,122 @@
+// Shared by every suite: the default configuration (metrics and regression tolerances), a private
+// temporary directory, and store fixtures.
+
+public import Benchmark
+public import Coffer
+public import CofferCrypto
+public import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// The three store sizes of the scaling benchmarks: the cost of a write must not grow with them.
+public let scalingSizes = [10, 1_000, 100_000]
+
+/// "10", "1k", "100k".
+public func sizeLabel(_ count: Int) -> String {
+    count >= 1000 ? "\(count / 1000)k" : "\(count)"
+}
+
+/// Metrics every benchmark records: time, throughput, allocations and peak memory.
+public var coreMetrics: [BenchmarkMetric] { [.wallClock, .cpuTotal, .throughput, .mallocCountTotal, .peakMemoryResident] }
+
+/// Tolerances for `swift package benchmark thresholds check` (it compares p90 against
+/// Thresholds/). These shared 2-core machines are noisy, so time may move by half before it
+/// counts as a regression; allocation counts are deterministic and held tight.
+public var regressionTolerances: [BenchmarkMetric: BenchmarkThresholds] {
+    [
+    .wallClock: BenchmarkThresholds(relative: [.p90: 50.0]),
+    .cpuTotal: BenchmarkThresholds(relative: [.p90: 50.0]),
+    .throughput: BenchmarkThresholds(relative: [.p90: 50.0]),
+    .mallocCountTotal: BenchmarkThresholds(relative: [.p90: 10.0], absolute: [.p90: 4]),
+    .peakMemoryResident: BenchmarkThresholds(relative: [.p90: 50.0]),
+    ]
+}
+
+/// Sets the suite-wide configuration; call first in `benchmarks`.
+public func configureSuite() {
+    Benchmark.defaultConfiguration = .init(
+        metrics: coreMetrics,
+        timeUnits: .nanoseconds,
+        warmupIterations: 3,
+        maxDuration: .seconds(1),
+        maxIterations: 2_000,
+        thresholds: regressionTolerances)
+}
+
+/// A configuration for an operation fast enough to be repeated `scaling` times per sample.
+public func configuration(scaling: BenchmarkScalingFactor = .one, maxIterations: Int = 2_000) -> Benchmark.Configuration {
+    .init(
+        metrics: coreMetrics, timeUnits: .nanoseconds, warmupIterations: 3, scalingFactor: scaling,
+        maxDuration: .seconds(1), maxIterations: maxIterations, thresholds: regressionTolerances)
+}
+
+/// Directories to delete when the process exits.
+private let scratchPaths = Mutex<[String]>([])
+
+/// A private (0700) temporary directory, deleted with everything in it when the process exits
+/// (or at ``remove()``).
+public final class ScratchDirectory: Sendable {
+    public let url: URL
+
+    public init(_ label: String) {
+        var template = Array((NSTemporaryDirectory() + "/coffer-\(label)-XXXXXX").utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        guard let made else { fatalError("cannot create a temporary directory: \(String(cString: strerror(errno)))") }
+        url = URL(fileURLWithPath: String(cString: made))
+        let first = scratchPaths.withLock { paths in
+            paths.append(url.path)
+            return paths.count == 1
+        }
+        if first {
+            atexit {
+                for path in scratchPaths.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: path) }
+            }
+        }
+    }
+
+    public func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+
+    public func remove() { try? FileManager.default.removeItem(at: url) }
+
+    deinit { remove() }
+}
+
+/// 8 bytes of `value`, the key-value benchmarks' value.
+@inline(__always)
+public func eightBytes(_ value: UInt64) -> Data { withUnsafeBytes(of: value) { Data($0) } }
+
+/// A key-value suite holding `count` keys `item-0…` of 8 bytes, written in commits of 1,000.
+public func makeKeyValueSuite(in directory: URL, suite: String, count: Int, durability: Durability)
+    throws -> KeyValueFileStrategy
+{
+    let store = try KeyValueFileStrategy(directory: directory, suite: suite, durability: durability)
+    for start in stride(from: 0, to: count, by: 1000) {
+        try store.saveBatch((start..<min(count, start + 1000)).map { ("item-\($0)", eightBytes(UInt64($0))) })
+    }
+    try store.flush()
+    return store
+}
+
+/// A vault (raw key, no KDF) holding `count` items of 32 bytes, written in commits of 1,000.
+public func makeVault(at url: URL, key: SecureBytes, count: Int, durability: Durability) throws -> Vault {
+    let vault = try Vault.create(at: url, unlock: .key(key), durability: durability)
+    let secret = [UInt8](repeating: 0x5A, count: 32)
+    for start in stride(from: 0, to: count, by: 1000) {
+        try vault.apply(
+            (start..<min(count, start + 1000)).map {
+                .set(service: "bench", account: "item-\($0)", secret: secret, label: nil, comment: nil)
+            })
+    }
+    try vault.flush()
+    return vault
+}
+
+/// Fails the benchmark run: a fixture could not be built.
+public func fixtureFailed(_ what: String, _ error: any Error) -> Never {
+    fatalError("benchmark fixture: \(what): \(error)")
+}

@@ -1,6 +1,5 @@
 public import CofferCore
 public import Observation
-import Synchronization
 
 /// A value derived from other ``Stored`` and ``Computed`` values, which it finds by reading them.
 ///
@@ -60,8 +59,8 @@ public final class Computed<Value: Sendable>: Sendable {
         var subscribers = Subscribers<Value>()
     }
 
-    private let state: Mutex<State>
-    private let links = Mutex(Links())
+    private let state: Locked<State>
+    private let links = Locked(Links())
     private let registrar = ObservationRegistrar()
     private let valueKeyPath: any KeyPath<Computed, Value> & Sendable = \Computed.wrappedValue
     private let errorKeyPath: any KeyPath<Computed, CofferError?> & Sendable = \Computed.error
@@ -69,7 +68,7 @@ public final class Computed<Value: Sendable>: Sendable {
 
     /// An unassigned value, for `@Computed var name: T`; assign `$name = Computed { … }` in `init`.
     public init() {
-        state = Mutex(State())
+        state = Locked(State())
         isEqual = ValueTraits.equality(for: Value.self)
     }
 
@@ -81,7 +80,7 @@ public final class Computed<Value: Sendable>: Sendable {
     ///     value was computed.
     ///   - compute: Computes the value from other `Stored` and `Computed` values.
     public init(_ name: String? = nil, fallback: Value? = nil, _ compute: @escaping @Sendable () -> Value) {
-        state = Mutex(State(compute: compute, name: name, fallback: fallback))
+        state = Locked(State(compute: compute, name: name, fallback: fallback))
         isEqual = ValueTraits.equality(for: Value.self)
     }
 

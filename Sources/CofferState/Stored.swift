@@ -47,7 +47,6 @@
 public import CofferCore
 import Foundation
 public import Observation
-import Synchronization
 
 /// A property whose value lives in memory and persists through a ``Backing``.
 ///
@@ -100,10 +99,10 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
     public let context: CofferContext
 
-    let state: Mutex<State>
-    private let links = Mutex(Links())
+    let state: Locked<State>
+    private let links = Locked(Links())
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
-    let persistLock = Mutex(())
+    let persistLock = Locked(false)
     private let registrar = ObservationRegistrar()
     private let valueKeyPath: any KeyPath<Stored, Value> & Sendable = \Stored.wrappedValue
     private let errorKeyPath: any KeyPath<Stored, CofferError?> & Sendable = \Stored.error
@@ -120,7 +119,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
         self.backing = backing
         self.initialValue = wrappedValue
         self.context = CofferContext.current
-        self.state = Mutex(State(value: wrappedValue))
+        self.state = Locked(State(value: wrappedValue))
         self.isEqual = ValueTraits.equality(for: Value.self)
         self.isNil = ValueTraits.nilTest(for: Value.self)
     }

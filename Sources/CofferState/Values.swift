@@ -1,9 +1,8 @@
-import Synchronization
 
 /// One `values` stream of a node: delivers each version at most once, in version order.
 final class Subscriber<Value: Sendable>: Sendable {
     let continuation: AsyncStream<Value>.Continuation
-    private let delivered = Mutex<UInt64?>(nil)
+    private let delivered = Locked<UInt64?>(nil)
 
     init(_ continuation: AsyncStream<Value>.Continuation) {
         self.continuation = continuation

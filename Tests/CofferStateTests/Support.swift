@@ -2,7 +2,6 @@ import CofferCore
 import CofferStorage
 import CofferVault
 import Foundation
-import Synchronization
 import Testing
 
 /// Runs `body` with a fresh temporary ``CofferContext`` as the current one, then deletes it.
@@ -24,16 +23,34 @@ func withTemporaryContext<R>(vault: Bool = false, _ body: (CofferContext) async 
 /// A default vault that unlocks with a passphrase and the cheapest accepted Argon2id cost.
 let testVaultConfiguration = VaultConfiguration(unlock: .passphrase("correct horse battery staple"), kdf: .minimum)
 
+/// A value behind an `NSLock`.
+///
+/// The test doubles use this rather than `Synchronization.Mutex`, whose futex-based lock on
+/// Linux is invisible to ThreadSanitizer: these tests must run clean under `--sanitize=thread`.
+// @unchecked Sendable: every access to `value` goes through `lock`.
+final class Protected<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
 /// A thread-safe counter for recomputations and notifications.
 final class Counter: Sendable {
-    private let count = Mutex(0)
+    private let count = Protected(0)
     func bump() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
 }
 
 /// A thread-safe log of strings (operations, values seen).
 final class Log<Entry: Sendable>: Sendable {
-    private let entries = Mutex<[Entry]>([])
+    private let entries = Protected<[Entry]>([])
     func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
     var all: [Entry] { entries.withLock { $0 } }
 }
@@ -51,10 +68,10 @@ final class RecordingStrategy: BatchPersistenceStrategy, FlushablePersistenceStr
 
     let name: String
     let log: Log<String>
-    private let storage = MemoryStrategy()
-    private let counts = Mutex(Counts())
-    private let failure = Mutex<(any Error)?>(nil)
-    private let loadFailure = Mutex<(any Error)?>(nil)
+    private let storage = Protected<[String: Data]>([:])
+    private let counts = Protected(Counts())
+    private let failure = Protected<(any Error)?>(nil)
+    private let loadFailure = Protected<(any Error)?>(nil)
 
     init(name: String = "store", log: Log<String> = Log()) {
         self.name = name
@@ -69,30 +86,32 @@ final class RecordingStrategy: BatchPersistenceStrategy, FlushablePersistenceStr
     func load(_ key: String) throws -> Data? {
         counts.withLock { $0.loads += 1 }
         if let error = loadFailure.withLock({ $0 }) { throw error }
-        return try storage.load(key)
+        return storage.withLock { $0[key] }
     }
 
     func save(_ data: Data, for key: String) throws {
         counts.withLock { $0.saves += 1 }
         if let error = failure.withLock({ $0 }) { throw error }
         log.append("\(name).save(\(key))")
-        try storage.save(data, for: key)
+        storage.withLock { $0[key] = data }
     }
 
     func remove(_ key: String) throws {
         counts.withLock { $0.removes += 1 }
         if let error = failure.withLock({ $0 }) { throw error }
         log.append("\(name).remove(\(key))")
-        try storage.remove(key)
+        _ = storage.withLock { $0.removeValue(forKey: key) }
     }
 
-    func keys() throws -> [String] { try storage.keys() }
+    func keys() throws -> [String] { storage.withLock { Array($0.keys) } }
 
     func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         counts.withLock { $0.batches += 1 }
         if let error = failure.withLock({ $0 }) { throw error }
         log.append("\(name).saveBatch(\(changes.map(\.key).sorted().joined(separator: ",")))")
-        try storage.saveBatch(changes)
+        storage.withLock { storage in
+            for change in changes { storage[change.key] = change.data }
+        }
     }
 
     func flush() throws {
@@ -101,8 +120,11 @@ final class RecordingStrategy: BatchPersistenceStrategy, FlushablePersistenceStr
     }
 
     /// The raw bytes stored under `key`, bypassing the counters.
-    func raw(_ key: String) -> Data? { try? storage.load(key) }
-    func put<T: Codable>(_ value: T, for key: String) throws { try storage.set(value, for: key) }
+    func raw(_ key: String) -> Data? { storage.withLock { $0[key] } }
+    func put<T: Codable>(_ value: T, for key: String) throws {
+        let data = try ValueCodec.encode(value)
+        storage.withLock { $0[key] = data }
+    }
 }
 
 /// A strategy with no batch support, to check the key-by-key path.

@@ -1,0 +1,65 @@
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A `Mutex` that ThreadSanitizer can see.
+///
+/// On Linux, `Synchronization.Mutex` locks with futex calls made inside the (uninstrumented)
+/// standard library, so ThreadSanitizer sees no ordering between two critical sections and
+/// reports every access inside them as a race. When the program runs under ThreadSanitizer
+/// (its runtime exports `__tsan_acquire`/`__tsan_release`), each lock owns a one-byte token and
+/// each critical section tells ThreadSanitizer "acquire" on entry and "release" on exit, on that
+/// token. Otherwise this is exactly a `Mutex`, plus one test of a `nil` field.
+struct Locked<State: ~Copyable>: ~Copyable {
+    private let mutex: Mutex<State>
+    /// The address ThreadSanitizer synchronises on; `nil` when it is not running.
+    private let token: UnsafeMutableRawPointer?
+
+    init(_ initialValue: consuming sending State) {
+        mutex = Mutex(initialValue)
+        token = sanitizerHooks == nil ? nil : UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+    }
+
+    deinit {
+        token?.deallocate()
+    }
+
+    @inline(__always)
+    borrowing func withLock<Result: ~Copyable, E: Error>(
+        _ body: (inout sending State) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        guard let token, let hooks = sanitizerHooks else { return try mutex.withLock(body) }
+        return try mutex.withLock { (state: inout sending State) throws(E) -> sending Result in
+            hooks.acquire(token)
+            defer { hooks.release(token) }
+            return try body(&state)
+        }
+    }
+}
+
+extension Locked: @unchecked Sendable where State: ~Copyable {}
+
+/// ThreadSanitizer's annotation entry points, when its runtime is loaded.
+struct SanitizerHooks: Sendable {
+    typealias Hook = @convention(c) (UnsafeMutableRawPointer?) -> Void
+    let acquire: Hook
+    let release: Hook
+
+    static func load() -> SanitizerHooks? {
+        guard let process = dlopen(nil, RTLD_NOW) else { return nil }
+        defer { dlclose(process) }
+        guard let acquire = dlsym(process, "__tsan_acquire"), let release = dlsym(process, "__tsan_release") else {
+            return nil
+        }
+        return SanitizerHooks(
+            acquire: unsafeBitCast(acquire, to: Hook.self), release: unsafeBitCast(release, to: Hook.self))
+    }
+}
+
+let sanitizerHooks = SanitizerHooks.load()

@@ -4,6 +4,8 @@
 //       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
 //   CofferTestHelper kv-increment DIR SUITE KEY TIMES
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+//   CofferTestHelper crash-kv|crash-vault|vault-increment|vault-read-loop|secure-*|memscan …
+//       the reliability children (Crash.swift, MemoryScan.swift; see RELIABILITY.md).
 //   CofferTestHelper vault-vectors DIR
 //       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
 import CofferCore
@@ -44,6 +46,9 @@ do {
             try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
         }
         try store.flush()
+    case "crash-kv", "crash-vault", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
+        "secure-write", "memscan":
+        try reliabilityCommand(arguments)
     case "vault-vectors":
         guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
         try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))

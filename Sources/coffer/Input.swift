@@ -95,7 +95,6 @@ enum Input {
     private static func readHidden(from input: Int32, promptTo output: Int32, prompt: String, limit: Int) throws
         -> SecureBytes
     {
-        writeAll(output, Array(prompt.utf8))
         var original = termios()
         let isTerminal = tcgetattr(input, &original) == 0
         if isTerminal {
@@ -106,6 +105,8 @@ enum Input {
             for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { _ = signal(number, restoreTerminalAndDie) }
             tcsetattr(input, TCSAFLUSH, &quiet)
         }
+        // The prompt only once echo is off: whatever is typed after seeing it is never shown.
+        writeAll(output, Array(prompt.utf8))
         defer {
             if isTerminal {
                 tcsetattr(input, TCSAFLUSH, &original)

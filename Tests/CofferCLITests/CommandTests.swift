@@ -252,3 +252,46 @@ struct CommandTests {
         }
     }
 }
+
+/// The terminal prompt, driven through a pseudo-terminal as a person would type.
+@Suite("coffer on a terminal")
+struct TerminalTests {
+    @Test("init asks twice and get asks once, without echo", .timeLimit(.minutes(1)))
+    func promptsWithoutEcho() throws {
+        let box = try Sandbox()
+        let terminal = try PseudoTerminal()
+        let initChild = try box.start(["init"], passphraseFile: false, terminal: terminal)
+        #expect(terminal.waitFor("Passphrase for the new vault"))
+        terminal.type(box.passphrase)
+        #expect(terminal.waitFor("Repeat the passphrase"))
+        terminal.type(box.passphrase)
+        let made = box.expectClean(initChild.wait())
+        #expect(made.status == Exit.ok, "\(made)")
+        terminal.drain()
+        let echoed = terminal.transcript.firstRange(of: Array(box.passphrase.utf8)) != nil
+        #expect(!echoed, "the passphrase was echoed on the terminal")
+
+        try box.set("svc", "acct", Array("typed-secret".utf8))
+        let second = try PseudoTerminal()
+        let getChild = try box.start(["get", "svc", "acct"], passphraseFile: false, terminal: second)
+        #expect(second.waitFor("Passphrase for \(box.vault)"))
+        second.type(box.passphrase)
+        let get = box.expectClean(getChild.wait())
+        #expect(get.status == Exit.ok, "\(get)")
+        #expect(get.printed(Array("typed-secret".utf8)))
+        second.drain()
+        #expect(second.transcript.firstRange(of: Array(box.passphrase.utf8)) == nil)
+
+        // Two different entries for init: nothing is created.
+        let third = try PseudoTerminal()
+        let other = box.path + "/other.coffer"
+        let mismatch = try box.start(["--vault", other, "init"], vault: false, passphraseFile: false, terminal: third)
+        #expect(third.waitFor("Passphrase for the new vault"))
+        third.type(box.passphrase)
+        #expect(third.waitFor("Repeat the passphrase"))
+        third.type(box.newPassphrase)
+        let refused = box.expectClean(mismatch.wait())
+        #expect(refused.status == Exit.failure, "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: other))
+    }
+}

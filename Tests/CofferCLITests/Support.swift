@@ -74,12 +74,15 @@ final class Child {
     private let stderrFD: Int32
     private let start = Date()
 
-    /// `stdin == nil` gives the child `/dev/null`.
-    init(_ arguments: [String], environment: [String: String], stdin: [UInt8]?) throws {
+    /// `stdin == nil` gives the child `/dev/null`; a `terminal` (a pseudo-terminal's device)
+    /// becomes its standard input and its controlling terminal instead.
+    init(_ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String? = nil) throws {
         self.arguments = arguments
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
-        let spawned = try spawnLock.withLock { _ in try Self.spawn(arguments, environment: environment, stdin: stdin) }
+        let spawned = try spawnLock.withLock { _ in
+            try Self.spawn(arguments, environment: environment, stdin: stdin, terminal: terminal)
+        }
         pid = spawned.pid
         input = stdin ?? []
         stdinFD = spawned.stdin
@@ -93,7 +96,9 @@ final class Child {
         }
     }
 
-    private static func spawn(_ arguments: [String], environment: [String: String], stdin: [UInt8]?) throws -> (
+    private static func spawn(
+        _ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String?
+    ) throws -> (
         pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
     ) {
         var inPipe: [Int32] = [-1, -1]
@@ -104,7 +109,10 @@ final class Child {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        if stdin != nil {
+        if let terminal {
+            // Opened after setsid and without O_NOCTTY: it becomes the controlling terminal.
+            posix_spawn_file_actions_addopen(&actions, 0, terminal, O_RDWR, 0)
+        } else if stdin != nil {
             posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
         } else {
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
@@ -115,7 +123,8 @@ final class Child {
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
         // POSIX_SPAWN_SETSID (glibc's value; Swift does not import the macro): a new session,
-        // so the child has no controlling terminal and /dev/tty cannot be opened.
+        // so the child has no controlling terminal and /dev/tty cannot be opened (unless
+        // `terminal` gives it one).
         posix_spawnattr_setflags(&attributes, 0x80)
 
         let argv = ([cofferPath] + arguments).map { strdup($0) } + [nil]
@@ -236,14 +245,14 @@ final class Sandbox {
     /// Starts `coffer` with `--vault <sandbox vault>` and `--passphrase-file` unless told otherwise.
     func start(
         _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
-        passphraseFile: Bool = true
+        passphraseFile: Bool = true, terminal: PseudoTerminal? = nil
     ) throws -> Child {
         var prefix: [String] = []
         if vault { prefix += ["--vault", self.vault] }
         if passphraseFile { prefix += ["--passphrase-file", self.passphraseFile] }
         var env = baseEnvironment
         for (key, value) in environment { env[key] = value }
-        return try Child(prefix + arguments, environment: env, stdin: stdin)
+        return try Child(prefix + arguments, environment: env, stdin: stdin, terminal: terminal?.devicePath)
     }
 
     /// Runs `coffer` to completion and checks what every run must satisfy: it did not hang, and
@@ -314,3 +323,54 @@ enum Exit {
     static let integrity: Int32 = 5
     static let busy: Int32 = 6
 }
+
+/// A pseudo-terminal: the test plays the person at the keyboard on its master side.
+final class PseudoTerminal {
+    let master: Int32
+    let devicePath: String
+    /// Everything the child wrote to the terminal (prompts, and any echo).
+    private(set) var transcript: [UInt8] = []
+
+    init() throws {
+        master = c_posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard master >= 0, c_grantpt(master) == 0, c_unlockpt(master) == 0, let name = c_ptsname(master) else {
+            throw POSIXError(.ENODEV)
+        }
+        devicePath = String(cString: name)
+    }
+
+    deinit { close(master) }
+
+    /// Reads the terminal until `text` has appeared; false after `timeout` seconds.
+    func waitFor(_ text: String, timeout: Double = 10) -> Bool {
+        let needle = Array(text.utf8)
+        let deadline = Date().addingTimeInterval(timeout)
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while transcript.firstRange(of: needle) == nil {
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { return false }
+            var entry = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, Int32(left * 1000)) > 0 else { continue }
+            let n = read(master, &chunk, chunk.count)
+            if n <= 0 { return false }  // EIO: the child closed the terminal
+            transcript += chunk[..<n]
+        }
+        return true
+    }
+
+    /// Types `text` and Return.
+    func type(_ text: String) {
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    }
+
+    /// Reads whatever else arrives within `seconds` (for checking nothing was echoed).
+    func drain(_ seconds: Double = 0.2) { _ = waitFor("\u{0}never\u{0}", timeout: seconds) }
+}
+
+// glibc's pseudo-terminal calls: Swift's Glibc module hides them behind _XOPEN_SOURCE, so they
+// are declared here by symbol (plain C ABI: ints and a pointer).
+@_silgen_name("posix_openpt") private func c_posix_openpt(_ flags: Int32) -> Int32
+@_silgen_name("grantpt") private func c_grantpt(_ fd: Int32) -> Int32
+@_silgen_name("unlockpt") private func c_unlockpt(_ fd: Int32) -> Int32
+@_silgen_name("ptsname") private func c_ptsname(_ fd: Int32) -> UnsafeMutablePointer<CChar>?

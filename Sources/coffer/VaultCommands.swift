@@ -153,7 +153,8 @@ struct InfoCommand: ParsableCommand {
         abstract: "Show the format version, key slots and KDF parameters, item count and file size.",
         discussion: """
             Nothing secret is shown. --json prints an object with path, formatVersion, keySlots \
-            (kind, opsLimit, memLimitBytes), itemCount, recordCount and fileSize.
+            (kind, opsLimit, memLimitBytes), itemCount, recordCount, fileSize (bytes on disk: \
+            the file grows in preallocated steps) and usedBytes (where its data ends).
 
             Examples:
               coffer info
@@ -170,17 +171,20 @@ struct InfoCommand: ParsableCommand {
         var itemCount: Int
         var recordCount: Int
         var fileSize: Int64
+        var usedBytes: Int64
     }
 
     func run() throws {
         let vault = try root.global.openVault()
         let info = try vault.info()
+        let onDisk = (try? FileManager.default.attributesOfItem(atPath: vault.url.path)[.size] as? Int64) ?? nil
         if json {
             writeOut(
                 try encodeJSON(
                     Report(
                         path: vault.url.path, formatVersion: info.formatVersion, keySlots: info.keySlots,
-                        itemCount: info.itemCount, recordCount: info.recordCount, fileSize: info.fileSize)))
+                        itemCount: info.itemCount, recordCount: info.recordCount, fileSize: onDisk ?? info.fileSize,
+                        usedBytes: info.fileSize)))
             return
         }
         var rows = [["vault", vault.url.path], ["format", "version \(info.formatVersion)"]]
@@ -190,7 +194,7 @@ struct InfoCommand: ParsableCommand {
         }
         rows.append(["items", "\(info.itemCount)"])
         rows.append(["records", "\(info.recordCount) (\(info.recordCount - info.itemCount) superseded or removed)"])
-        rows.append(["file size", "\(info.fileSize) bytes"])
+        rows.append(["file size", "\(onDisk ?? info.fileSize) bytes on disk, \(info.fileSize) in use"])
         writeOut(formatTable(rows))
     }
 }
@@ -215,7 +219,7 @@ struct CompactCommand: ParsableCommand {
         try vault.compact()
         let after = try vault.info()
         writeOut(
-            "compacted \(vault.url.path): \(before.fileSize) → \(after.fileSize) bytes, \(before.recordCount) → \(after.recordCount) records\n"
+            "compacted \(vault.url.path): \(before.fileSize) → \(after.fileSize) bytes in use, \(before.recordCount) → \(after.recordCount) records\n"
         )
     }
 }

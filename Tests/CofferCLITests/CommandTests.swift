@@ -31,7 +31,9 @@ struct CommandTests {
         #expect(slots.first?["kind"] as? String == "passphrase")
         #expect(object["formatVersion"] as? Int == 1)
         #expect(object["itemCount"] as? Int == 0)
-        #expect((object["fileSize"] as? Int ?? 0) > 0)
+        let onDisk = try #require(try FileManager.default.attributesOfItem(atPath: box.vault)[.size] as? Int)
+        #expect(object["fileSize"] as? Int == onDisk)
+        #expect((object["usedBytes"] as? Int ?? 0) > 0 && (object["usedBytes"] as? Int ?? 0) <= onDisk)
     }
 
     @Test("set then get round-trips binary secrets byte for byte")

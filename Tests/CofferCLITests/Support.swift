@@ -305,11 +305,11 @@ final class Sandbox {
             sourceLocation: sourceLocation)
     }
 
-    /// The `fileSize` (end of data) that `coffer info --json` reports.
+    /// Where the vault's data ends: `usedBytes` from `coffer info --json`.
     func dataEnd() throws -> Int {
         let run = try run(["info", "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(run.stdout)) as? [String: Any]
-        return object?["fileSize"] as? Int ?? 0
+        return object?["usedBytes"] as? Int ?? 0
     }
 }
 

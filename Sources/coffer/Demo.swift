@@ -5,9 +5,9 @@ import Observation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// `coffer demo` (`make demo`): the guided main job. No set-up, no prompt, nothing outside its
@@ -36,7 +36,9 @@ struct Demo {
             try Vault.create(at: vaultURL, unlock: .passphrase(passphrase), kdf: KDFPreset.interactive.parameters)
         }
         let slot = try vault.info().keySlots.first
-        tour.say("   demo.coffer: one passphrase slot, \(describeKDF(opsLimit: slot?.opsLimit, memLimitBytes: slot?.memLimitBytes)) — created in \(seconds(createTime))")
+        tour.say(
+            "   demo.coffer: one passphrase slot, \(describeKDF(opsLimit: slot?.opsLimit, memLimitBytes: slot?.memLimitBytes)) — created in \(seconds(createTime))"
+        )
         tour.say("   the passphrase is random and lives only in ./passphrase (mode 0600); it is never printed")
 
         // 2. Two credentials, keychain-style.
@@ -46,7 +48,8 @@ struct Demo {
             service: "db.internal", account: "app", label: "database password", secret: randomText(24, symbols: true))
         tour.step(2, "Store two credentials")
         for credential in [github, database] {
-            try vault.set(credential.secret, service: credential.service, account: credential.account, label: credential.label)
+            try vault.set(
+                credential.secret, service: credential.service, account: credential.account, label: credential.label)
         }
         tour.table(
             [github, database].map {
@@ -73,9 +76,14 @@ struct Demo {
         tour.step(4, "Read them back in a second process (this vault is now locked here: keys wiped)")
         var childPIDs: [Int32] = []
         for credential in [github, database] {
-            tour.say("   $ coffer --vault demo.coffer --passphrase-file passphrase get \(credential.service) \(credential.account)")
+            tour.say(
+                "   $ coffer --vault demo.coffer --passphrase-file passphrase get \(credential.service) \(credential.account)"
+            )
             let child = try runChild(
-                ["--vault", "demo.coffer", "--passphrase-file", "passphrase", "get", credential.service, credential.account],
+                [
+                    "--vault", "demo.coffer", "--passphrase-file", "passphrase", "get", credential.service,
+                    credential.account,
+                ],
                 in: dir)
             childPIDs.append(child.pid)
             let identical = child.status == 0 && child.output == Data(credential.secret.utf8)
@@ -87,7 +95,8 @@ struct Demo {
 
         // 5–7. The reactive layer, on the same vault and a key-value file beside it.
         let configuration = VaultConfiguration(
-            url: vaultURL, unlock: .passphrase(passphrase), createIfMissing: false, kdf: KDFPreset.interactive.parameters)
+            url: vaultURL, unlock: .passphrase(passphrase), createIfMissing: false,
+            kdf: KDFPreset.interactive.parameters)
         let session = try reactiveModel(dir: dir, configuration: configuration, tour: &tour)
         try restart(dir: dir, configuration: configuration, expecting: session, tour: &tour)
 
@@ -96,14 +105,17 @@ struct Demo {
         tour.summary([1, 2], "a vault sealed with Argon2id + XChaCha20-Poly1305; 2 credentials stored")
         tour.summary([3], "no secret, service, account or label readable in the file")
         tour.summary(
-            [4], "a second process (pids \(childPIDs.map(String.init).joined(separator: ", "))) read both back, byte for byte")
+            [4],
+            "a second process (pids \(childPIDs.map(String.init).joined(separator: ", "))) read both back, byte for byte"
+        )
         tour.summary([5, 6], "a @Computed status followed a vault-backed token and survived a restart")
         tour.summary([7], "a legacy plaintext token moved into the vault; no plaintext copy left")
         tour.say("   Files kept in \(dir.path). Try:")
         tour.say("     \(Self.commandName) --vault \(vaultURL.path) --passphrase-file \(passphraseFile.path) list")
         tour.say("   Finished in \(seconds(clock.now - started)).")
         guard tour.failures.isEmpty else {
-            throw CLIError(.failure, "the demo found \(tour.failures.count) problem(s): \(tour.failures.joined(separator: "; "))")
+            throw CLIError(
+                .failure, "the demo found \(tour.failures.count) problem(s): \(tour.failures.joined(separator: "; "))")
         }
     }
 
@@ -120,7 +132,11 @@ struct Demo {
             try model.$token.load()
             tour.say("   status: \(model.status)")
             let notified = Flag()
-            withObservationTracking { _ = model.status } onChange: { notified.set() }
+            withObservationTracking {
+                _ = model.status
+            } onChange: {
+                notified.set()
+            }
             let first = "ghp_" + randomText(36)
             model.login = "octocat"
             model.token = first
@@ -138,7 +154,8 @@ struct Demo {
 
     /// A fresh context and model (a "restart"), then a migration from the plain key-value file
     /// into the vault.
-    private func restart(dir: URL, configuration: VaultConfiguration, expecting token: String, tour: inout Tour) throws {
+    private func restart(dir: URL, configuration: VaultConfiguration, expecting token: String, tour: inout Tour) throws
+    {
         let context = CofferContext(directory: dir).with(configuration)
         try CofferContext.$current.withValue(context) {
             tour.step(6, "Restart: a new context and a new model read what the old one stored")

@@ -3,9 +3,9 @@ import Coffer
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The exit codes `coffer` promises (issue 5); scripts rely on them, so they never change.

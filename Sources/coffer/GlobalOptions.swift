@@ -4,9 +4,9 @@ import CofferCrypto
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// `--vault`, `--key-file`, `--passphrase-file`: accepted before or after the command name.
@@ -99,7 +99,8 @@ enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
         // 8 KiB) so the CLI integration tests do not spend their time in Argon2id. Deliberately
         // absent from --help: such a vault's passphrase is cheap to guess. A warning is printed.
         if ProcessInfo.processInfo.environment["COFFER_TEST_FAST_KDF"] == "1" {
-            writeError("coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
+            writeError(
+                "coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
             return .minimum
         }
         switch self {
@@ -115,6 +116,7 @@ func describeKDF(opsLimit: UInt64?, memLimitBytes: UInt64?) -> String {
     guard let opsLimit, let memLimitBytes else { return "" }
     let memory =
         memLimitBytes >= 1 << 20 && memLimitBytes % (1 << 20) == 0
-        ? "\(memLimitBytes >> 20) MiB" : memLimitBytes % 1024 == 0 ? "\(memLimitBytes >> 10) KiB" : "\(memLimitBytes) bytes"
+        ? "\(memLimitBytes >> 20) MiB"
+        : memLimitBytes % 1024 == 0 ? "\(memLimitBytes >> 10) KiB" : "\(memLimitBytes) bytes"
     return "Argon2id, \(opsLimit) pass\(opsLimit == 1 ? "" : "es"), \(memory)"
 }

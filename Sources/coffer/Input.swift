@@ -2,9 +2,9 @@ import CofferCrypto
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Reads secrets (passphrases, key files, the secret given to `set`) as bytes, straight into

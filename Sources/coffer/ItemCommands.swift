@@ -3,9 +3,9 @@ import Coffer
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 struct SetCommand: ParsableCommand {
@@ -35,7 +35,8 @@ struct SetCommand: ParsableCommand {
         let secret = try Input.secretFromStandardInput(prompt: "Secret for \(service) / \(account): ")
         guard secret.count > 0 else {
             throw CLIError.usage(
-                "the secret is empty: give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(service) \(account)")
+                "the secret is empty: give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(service) \(account)"
+            )
         }
         try vault.set(secret, service: service, account: account, label: label, comment: comment)
         writeOut("stored \(service) / \(account) (\(secret.count) byte\(secret.count == 1 ? "" : "s"))\n")

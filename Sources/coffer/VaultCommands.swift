@@ -4,9 +4,9 @@ import CofferCrypto
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 struct InitCommand: ParsableCommand {
@@ -70,7 +70,9 @@ struct InitCommand: ParsableCommand {
             unlink(path)
             throw CLIError(.failure, "cannot write the key file \(path): \(reason)")
         }
-        let directory = open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let directory = open(
+            (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
+            O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {
             fsync(directory)
             close(directory)
@@ -111,7 +113,9 @@ struct PasswdCommand: ParsableCommand {
         } else {
             new = try Input.prompt(
                 "New passphrase: ", confirmation: "Repeat the new passphrase: ",
-                noSource: "no new passphrase given and no terminal to ask on: use --new-passphrase-file PATH or set COFFER_NEW_PASSPHRASE")
+                noSource:
+                    "no new passphrase given and no terminal to ask on: use --new-passphrase-file PATH or set COFFER_NEW_PASSPHRASE"
+            )
         }
         try vault.changePassphrase(to: .passphrase(new), kdf: kdf?.parameters)
         writeOut("changed the passphrase of \(vault.url.path)\n")
@@ -240,7 +244,10 @@ struct BenchCommand: ParsableCommand {
               coffer bench --svg bench.svg
             """)
 
-    @Flag(help: "Print JSON: {\"results\": [{\"name\", \"ns_per_op\", \"ops_per_sec\", \"min_ns\", \"max_ns\", \"runs\"}]}.")
+    @Flag(
+        help:
+            "Print JSON: {\"results\": [{\"name\", \"ns_per_op\", \"ops_per_sec\", \"min_ns\", \"max_ns\", \"runs\"}]}."
+    )
     var json = false
     @Flag(help: "Fewer iterations: under 10 seconds in all.") var quick = false
     @Option(help: ArgumentHelp("Also draw the results as an SVG bar chart.", valueName: "file")) var svg: String?

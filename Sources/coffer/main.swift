@@ -3,9 +3,9 @@
 // because it exits 64 on a usage error; coffer's contract says 2.
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 do {

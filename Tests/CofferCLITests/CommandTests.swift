@@ -2,9 +2,9 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Every command, used as a person or a script would use it.
@@ -70,7 +70,8 @@ struct CommandTests {
 
         let text = try box.run(["list"])
         #expect(text.status == Exit.ok)
-        #expect(text.out.contains("api.github.com") && text.out.contains("octocat") && text.out.contains("GitHub token"))
+        #expect(
+            text.out.contains("api.github.com") && text.out.contains("octocat") && text.out.contains("GitHub token"))
         #expect(text.out.contains("db.internal"))
         #expect(text.stdout.firstRange(of: token) == nil)
 
@@ -163,14 +164,17 @@ struct CommandTests {
     func compact() throws {
         let box = try Sandbox()
         try box.initVault()
-        for round in 0..<20 { try box.set("svc", "acct", Array("value-\(round)-\(String(repeating: "x", count: 200))".utf8)) }
+        for round in 0..<20 {
+            try box.set("svc", "acct", Array("value-\(round)-\(String(repeating: "x", count: 200))".utf8))
+        }
         try box.set("svc", "other", Array("kept".utf8))
         let before = try box.dataEnd()
         let run = try box.run(["compact"])
         #expect(run.status == Exit.ok, "\(run)")
         let after = try box.dataEnd()
         #expect(after < before, "\(after) ≥ \(before)")
-        #expect(try box.run(["get", "svc", "acct"]).printed(Array("value-19-\(String(repeating: "x", count: 200))".utf8)))
+        #expect(
+            try box.run(["get", "svc", "acct"]).printed(Array("value-19-\(String(repeating: "x", count: 200))".utf8)))
         #expect(try box.run(["get", "svc", "other"]).printed(Array("kept".utf8)))
         #expect(try box.run(["verify"]).out.contains("2 records"))
     }

@@ -2,9 +2,9 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Every exit code, produced by the situation it names; several processes at once; the demo.
@@ -18,7 +18,8 @@ struct SituationTests {
         let wrong = box.path + "/wrong"
         try box.write("not-the-passphrase\n", to: wrong)
         for command in [["get", "svc", "acct"], ["list"], ["verify"], ["set", "svc", "other"]] {
-            let run = try box.run(["--passphrase-file", wrong] + command, stdin: Array("x".utf8), passphraseFile: false)
+            let run = try box.run(
+                ["--passphrase-file", wrong] + command, stdin: Array("x".utf8), passphraseFile: false)
             #expect(run.status == Exit.wrongKey, "\(run)")
             #expect(run.err.contains("passphrase"), "\(run)")
         }
@@ -208,7 +209,9 @@ struct SituationTests {
         // The demo's passphrase is never printed.
         let passphrase = try Data(contentsOf: URL(fileURLWithPath: directory + "/passphrase"))
         #expect(passphrase.count >= 16)
-        let leaked = run.stdout.firstRange(of: [UInt8](passphrase)) != nil || run.stderr.firstRange(of: [UInt8](passphrase)) != nil
+        let leaked =
+            run.stdout.firstRange(of: [UInt8](passphrase)) != nil
+            || run.stderr.firstRange(of: [UInt8](passphrase)) != nil
         #expect(!leaked, "the demo printed its passphrase")
         // A second run into the same directory refuses.
         let again = try box.run(["demo", "--dir", directory], vault: false, passphraseFile: false)

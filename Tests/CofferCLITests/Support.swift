@@ -3,9 +3,9 @@ import Synchronization
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 // These tests run the built `coffer` binary as a user would: through argv, the environment,
@@ -227,7 +227,8 @@ final class Sandbox {
     func write(_ text: String, to file: String) throws { try write(Array(text.utf8), to: file) }
 
     func write(_ bytes: [UInt8], to file: String) throws {
-        guard FileManager.default.createFile(atPath: file, contents: Data(bytes), attributes: [.posixPermissions: 0o600])
+        guard
+            FileManager.default.createFile(atPath: file, contents: Data(bytes), attributes: [.posixPermissions: 0o600])
         else { throw POSIXError(.EIO) }
     }
 
@@ -296,8 +297,10 @@ final class Sandbox {
     }
 
     /// `coffer set`, expecting success.
-    func set(_ service: String, _ account: String, _ secret: [UInt8], _ extra: [String] = [],
-             sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func set(
+        _ service: String, _ account: String, _ secret: [UInt8], _ extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let run = try run(["set", service, account] + extra, stdin: secret, sourceLocation: sourceLocation)
         #expect(run.status == 0, "\(run)", sourceLocation: sourceLocation)
         #expect(

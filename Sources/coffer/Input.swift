@@ -64,7 +64,11 @@ enum Input {
     /// terminal — one line typed without echo.
     static func secretFromStandardInput(prompt: String) throws -> SecureBytes {
         if isatty(STDIN_FILENO) == 1 {
-            return try readHidden(from: STDIN_FILENO, promptTo: STDERR_FILENO, prompt: prompt, limit: maximumPassphrase)
+            // The prompt goes to the terminal, so it shows even when stderr is redirected.
+            let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
+            defer { if tty >= 0 { close(tty) } }
+            return try readHidden(
+                from: STDIN_FILENO, promptTo: tty >= 0 ? tty : STDERR_FILENO, prompt: prompt, limit: maximumPassphrase)
         }
         let buffer = WipingBuffer(capacity: 4096)
         try buffer.readToEnd(STDIN_FILENO, limit: maximumSecret, what: "standard input")

@@ -262,7 +262,7 @@ struct CommandTests {
 /// The terminal prompt, driven through a pseudo-terminal as a person would type.
 @Suite("coffer on a terminal")
 struct TerminalTests {
-    @Test("init asks twice and get asks once, without echo", .timeLimit(.minutes(1)))
+    @Test("init asks twice, get once, set reads the secret — all without echo", .timeLimit(.minutes(1)))
     func promptsWithoutEcho() throws {
         let box = try Sandbox()
         let terminal = try PseudoTerminal()
@@ -287,6 +287,18 @@ struct TerminalTests {
         #expect(get.printed(Array("typed-secret".utf8)))
         second.drain()
         #expect(second.transcript.firstRange(of: Array(box.passphrase.utf8)) == nil)
+
+        // set on a terminal: the secret is typed without echo, up to Return.
+        let fourth = try PseudoTerminal()
+        let typed = "typed-" + UUID().uuidString
+        let setChild = try box.start(["set", "svc", "typed"], terminal: fourth)
+        #expect(fourth.waitFor("Secret for svc / typed"))
+        fourth.type(typed)
+        let set = box.expectClean(setChild.wait())
+        #expect(set.status == Exit.ok, "\(set)")
+        fourth.drain()
+        #expect(fourth.transcript.firstRange(of: Array(typed.utf8)) == nil, "the secret was echoed")
+        #expect(try box.run(["get", "svc", "typed"]).printed(Array(typed.utf8)))
 
         // Two different entries for init: nothing is created.
         let third = try PseudoTerminal()

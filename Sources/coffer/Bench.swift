@@ -93,18 +93,26 @@ struct BenchSuite {
     let directory: URL
     let progress: Bool
 
+    /// The issue's order, which the table and the JSON keep.
+    static let names = [
+        "stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read", "peer.userdefaults.write",
+        "keyvalue.write", "keyvalue.write.durable", "vault.write", "vault.write.durable", "vault.read",
+        "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
+        "kdf.interactive", "kdf.moderate",
+    ]
+
     /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
     static var filter: [String]? {
         ProcessInfo.processInfo.environment["COFFER_BENCH_FILTER"].map { $0.split(separator: ",").map(String.init) }
     }
 
     func run() throws -> [BenchResult] {
-        let groups: [([String], () throws -> [BenchResult])] = [
-            (["stored.read", "computed.read", "peer.mutex.read"], reads),
-            (["peer.userdefaults.read", "peer.userdefaults.write"], userDefaults),
-            (["keyvalue.write", "keyvalue.write.durable"], keyValueWrites),
-            (["vault.write", "vault.write.durable", "vault.read"], vaultWritesAndReads),
-            (["peer.fsync.floor"], { [try fsyncFloor()] }),
+        // Each group's runs are interleaved, so the ratios inside a group (Coffer against its
+        // peer) come from the same moments of the machine's load and the disk's queue.
+        let groups: [([String], ([String]) throws -> [BenchResult])] = [
+            (["stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read"], reads),
+            (["keyvalue.write", "vault.write", "vault.read", "peer.userdefaults.write"], coalescedWrites),
+            (["keyvalue.write.durable", "vault.write.durable", "peer.fsync.floor"], durableWrites),
             (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
             (["keyvalue.open.10k", "vault.open.10k"], opens10k),
             (["kdf.interactive", "kdf.moderate"], kdf),
@@ -112,19 +120,19 @@ struct BenchSuite {
         let filter = Self.filter
         func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }
         var results: [BenchResult] = []
-        for (names, group) in groups where names.contains(where: wanted) {
-            for result in try group() where wanted(result.name) {
-                results.append(result)
-                if progress { writeError("\r\u{1B}[K  \(result.name): \(BenchReport.duration(result.nsPerOp))") }
-            }
+        for (names, group) in groups {
+            let selected = names.filter(wanted)
+            if selected.isEmpty { continue }
+            if progress { writeError("\r\u{1B}[K  running \(selected.joined(separator: ", "))…") }
+            results += try group(selected)
         }
         if progress { writeError("\r\u{1B}[K") }
-        return results
+        return results.sorted { (Self.names.firstIndex(of: $0.name) ?? 99) < (Self.names.firstIndex(of: $1.name) ?? 99) }
     }
 
     // MARK: - Reads
 
-    private func reads() throws -> [BenchResult] {
+    private func reads(_ selected: [String]) throws -> [BenchResult] {
         let context = CofferContext(directory: directory.appendingPathComponent("context"))
         let model = CofferContext.$current.withValue(context) { BenchModel() }
         model.count = 21
@@ -133,98 +141,106 @@ struct BenchSuite {
         guard model.count == 21, model.doubled == 42 else {
             throw CLIError(.failure, "bench: the reactive model returned a wrong value")
         }
-        let stored = try runner.measure("stored.read") { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.count) }
-            return sum
-        }
-        let computed = try runner.measure("computed.read") { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.doubled) }
-            return sum
-        }
-        let mutex = try runner.measure("peer.mutex.read") { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: box.value.withLock { $0 }) }
-            return sum
-        }
-        return [stored, computed, mutex]
-    }
-
-    private func userDefaults() throws -> [BenchResult] {
         let name = "coffer-bench-\(getpid())"
         guard let defaults = UserDefaults(suiteName: name) else {
             throw CLIError(.failure, "bench: Foundation refused a UserDefaults suite")
         }
         defer { defaults.removePersistentDomain(forName: name) }
         defaults.set(21, forKey: "count")
-        let read = try runner.measure("peer.userdefaults.read") { n in
+        let specs = [
+            BenchSpec(name: "stored.read") { n in
+                var sum: UInt64 = 0
+                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.count) }
+                return sum
+            },
+            BenchSpec(name: "computed.read") { n in
+                var sum: UInt64 = 0
+                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.doubled) }
+                return sum
+            },
+            BenchSpec(name: "peer.mutex.read") { n in
+                var sum: UInt64 = 0
+                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: box.value.withLock { $0 }) }
+                return sum
+            },
+            BenchSpec(name: "peer.userdefaults.read") { n in
+                var sum: UInt64 = 0
+                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: defaults.integer(forKey: "count")) }
+                return sum
+            },
+        ]
+        return try runner.measureGroup(specs.filter { selected.contains($0.name) })
+    }
+
+    // MARK: - Writes
+
+    /// A key-value suite writer: an 8-byte value (a counter, so never an unchanged value) to one key.
+    private func keyValueWriter(_ name: String, _ durability: Durability) throws -> (BenchSpec, KeyValueFileStrategy) {
+        let store = try KeyValueFileStrategy(directory: directory, suite: name, durability: durability)
+        var value: UInt64 = 0
+        let spec = BenchSpec(name: name, maxIterations: 5_000_000) { n in
+            for _ in 0..<n {
+                value &+= 1
+                try store.save(withUnsafeBytes(of: value) { Data($0) }, for: "counter")
+            }
+            return value
+        }
+        return (spec, store)
+    }
+
+    /// A vault writer: a 32-byte secret to one item.
+    private func vaultWriter(_ name: String, _ durability: Durability, key: SecureBytes) throws -> (BenchSpec, Vault) {
+        let vault = try Vault.create(
+            at: directory.appendingPathComponent(name + ".coffervault"), unlock: .key(key), durability: durability)
+        let secret = Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        var count: UInt64 = 0
+        let spec = BenchSpec(name: name, maxIterations: 2_000_000) { n in
+            for _ in 0..<n {
+                try vault.set(secret, service: "bench", account: "item")
+                count &+= 1
+            }
+            return count
+        }
+        return (spec, vault)
+    }
+
+    private func coalescedWrites(_ selected: [String]) throws -> [BenchResult] {
+        let key = try SecureBytes.random(count: 32)
+        let (keyValue, store) = try keyValueWriter("keyvalue.write", .coalesced)
+        let (vaultWrite, vault) = try vaultWriter("vault.write", .coalesced, key: key)
+        try vault.set(Data(repeating: 7, count: 32), service: "bench", account: "item")
+        let read = BenchSpec(name: "vault.read") { n in
             var sum: UInt64 = 0
-            for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: defaults.integer(forKey: "count")) }
+            for _ in 0..<n { sum &+= UInt64(try vault.data(service: "bench", account: "item")?.count ?? 0) }
             return sum
         }
+        let name = "coffer-bench-\(getpid())"
+        guard let defaults = UserDefaults(suiteName: name) else {
+            throw CLIError(.failure, "bench: Foundation refused a UserDefaults suite")
+        }
+        defer { defaults.removePersistentDomain(forName: name) }
         var next = 0
-        let write = try runner.measure("peer.userdefaults.write", maxIterations: 2_000_000) { n in
+        let userDefaults = BenchSpec(name: "peer.userdefaults.write", maxIterations: 2_000_000) { n in
             for _ in 0..<n {
                 next &+= 1
                 defaults.set(next, forKey: "count")
             }
             return UInt64(truncatingIfNeeded: next)
         }
-        return [read, write]
+        let results = try runner.measureGroup(
+            [keyValue, vaultWrite, read, userDefaults].filter { selected.contains($0.name) })
+        try store.flush()
+        try vault.flush()
+        return results
     }
 
-    // MARK: - Writes
-
-    private func keyValueWrites() throws -> [BenchResult] {
-        func write(_ name: String, _ durability: Durability) throws -> BenchResult {
-            let store = try KeyValueFileStrategy(directory: directory, suite: name, durability: durability)
-            var value: UInt64 = 0
-            let result = try runner.measure(name, maxIterations: 5_000_000) { n in
-                for _ in 0..<n {
-                    value &+= 1
-                    try store.save(withUnsafeBytes(of: value) { Data($0) }, for: "counter")
-                }
-                return value
-            }
-            try store.flush()
-            return result
-        }
-        return [try write("keyvalue.write", .coalesced), try write("keyvalue.write.durable", .immediate)]
-    }
-
-    private func vaultWritesAndReads() throws -> [BenchResult] {
+    private func durableWrites(_ selected: [String]) throws -> [BenchResult] {
         let key = try SecureBytes.random(count: 32)
-        let secret = Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 7) })
-        var results: [BenchResult] = []
-        for (name, durability) in [("vault.write", Durability.coalesced), ("vault.write.durable", .immediate)] {
-            let vault = try Vault.create(
-                at: directory.appendingPathComponent(name + ".coffervault"), unlock: .key(key), durability: durability)
-            var count: UInt64 = 0
-            results.append(
-                try runner.measure(name, maxIterations: 2_000_000) { n in
-                    for _ in 0..<n {
-                        try vault.set(secret, service: "bench", account: "item")
-                        count &+= 1
-                    }
-                    return count
-                })
-            if durability == .immediate { continue }
-            results.append(
-                try runner.measure("vault.read") { n in
-                    var sum: UInt64 = 0
-                    for _ in 0..<n { sum &+= UInt64(try vault.data(service: "bench", account: "item")?.count ?? 0) }
-                    return sum
-                })
-            try vault.flush()
-        }
-        // Names in the order of the issue's table.
-        return [results[0], results[2], results[1]]
-    }
-
-    private func fsyncFloor() throws -> BenchResult {
+        let (keyValue, _) = try keyValueWriter("keyvalue.write.durable", .immediate)
+        let (vault, _) = try vaultWriter("vault.write.durable", .immediate, key: key)
+        // The floor: 100 bytes into a preallocated (written, synced) file, then fdatasync.
         let path = directory.appendingPathComponent("fsync-floor").path
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CLIError(.failure, "bench: cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let size = 4 << 20
@@ -234,7 +250,7 @@ struct BenchSuite {
         }
         let record = [UInt8](repeating: 0xA5, count: 100)
         var offset = 0
-        return try runner.measure("peer.fsync.floor", maxIterations: 1_000_000) { n in
+        let floor = BenchSpec(name: "peer.fsync.floor", maxIterations: 1_000_000) { n in
             var sum: UInt64 = 0
             for _ in 0..<n {
                 if offset + 100 > size { offset = 0 }
@@ -247,11 +263,12 @@ struct BenchSuite {
             }
             return sum
         }
+        return try runner.measureGroup([keyValue, vault, floor].filter { selected.contains($0.name) })
     }
 
     // MARK: - Sealing 1 MiB
 
-    private func seal1MiB() throws -> [BenchResult] {
+    private func seal1MiB(_ selected: [String]) throws -> [BenchResult] {
         let size = 1 << 20
         let key = try SecureBytes.random(count: 32)
         let plaintext = [UInt8]((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) })
@@ -261,8 +278,8 @@ struct BenchSuite {
         let url = directory.appendingPathComponent("seal.coffervault")
         var vault: Vault?
         var item = 0
-        let viaVault = try runner.measure(
-            "vault.seal.1MiB", maxIterations: 64,
+        let viaVault = BenchSpec(
+            name: "vault.seal.1MiB", maxIterations: 64,
             prepare: {
                 vault = nil
                 try? FileManager.default.removeItem(at: url)
@@ -276,12 +293,11 @@ struct BenchSuite {
             }
             return UInt64(item)
         }
-        vault = nil
         // The floor: libsodium's seal on raw buffers (a fresh nonce per op).
         var nonce = [UInt8](repeating: 0, count: XChaCha20Poly1305.nonceLength)
         var output = [UInt8](repeating: 0, count: size + XChaCha20Poly1305.tagLength)
         var counter: UInt64 = 0
-        let raw = try runner.measure("peer.libsodium.seal.1MiB", maxIterations: 10_000) { n in
+        let raw = BenchSpec(name: "peer.libsodium.seal.1MiB", maxIterations: 10_000) { n in
             var sum: UInt64 = 0
             for _ in 0..<n {
                 counter &+= 1
@@ -290,8 +306,8 @@ struct BenchSuite {
                     try nonce.withUnsafeBytes { nonceBytes in
                         try output.withUnsafeMutableBytes { out in
                             try XChaCha20Poly1305.seal(
-                                message, key: key, nonce: nonceBytes, associatedData: UnsafeRawBufferPointer(start: nil, count: 0),
-                                into: out)
+                                message, key: key, nonce: nonceBytes,
+                                associatedData: UnsafeRawBufferPointer(start: nil, count: 0), into: out)
                         }
                     }
                 }
@@ -299,12 +315,14 @@ struct BenchSuite {
             }
             return sum
         }
-        return [viaVault, raw]
+        let results = try runner.measureGroup([viaVault, raw].filter { selected.contains($0.name) })
+        vault = nil
+        return results
     }
 
     // MARK: - Opening 10,000 items
 
-    private func opens10k() throws -> [BenchResult] {
+    private func opens10k(_ selected: [String]) throws -> [BenchResult] {
         let count = 10_000
         let probe = "item-\(count / 2)"
         // The key-value suite: 10,000 8-byte values, one record each.
@@ -315,7 +333,7 @@ struct BenchSuite {
             }
             try store.flush()
         }
-        let keyValue = try runner.measure("keyvalue.open.10k", maxIterations: 1000) { n in
+        let keyValue = BenchSpec(name: "keyvalue.open.10k", maxIterations: 1000) { n in
             var sum: UInt64 = 0
             for _ in 0..<n {
                 let store = try KeyValueFileStrategy(directory: directory, suite: "open10k")
@@ -337,7 +355,7 @@ struct BenchSuite {
             }
             try vault.flush()
         }
-        let vault = try runner.measure("vault.open.10k", maxIterations: 1000) { n in
+        let vault = BenchSpec(name: "vault.open.10k", maxIterations: 1000) { n in
             var sum: UInt64 = 0
             for _ in 0..<n {
                 let vault = try Vault.open(at: url, unlock: .key(key))
@@ -345,20 +363,23 @@ struct BenchSuite {
             }
             return sum
         }
-        return [keyValue, vault]
+        return try runner.measureGroup([keyValue, vault].filter { selected.contains($0.name) })
     }
 
     // MARK: - Argon2id
 
-    private func kdf() throws -> [BenchResult] {
+    private func kdf(_ selected: [String]) throws -> [BenchResult] {
         let passphrase = try SecureBytes(utf8: "coffer bench passphrase")
         let salt = [UInt8](repeating: 0x42, count: PasswordHash.saltLength)
-        func derive(_ name: String, _ parameters: Argon2idParameters) throws -> BenchResult {
-            try runner.measureSingle(name) {
-                let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)
-                return key.withUnsafeBytes { UInt64($0[0]) }
-            }
+        var results: [BenchResult] = []
+        for (name, parameters) in [("kdf.interactive", Argon2idParameters.interactive), ("kdf.moderate", .moderate)]
+        where selected.contains(name) {
+            results.append(
+                try runner.measureSingle(name) {
+                    let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)
+                    return key.withUnsafeBytes { UInt64($0[0]) }
+                })
         }
-        return [try derive("kdf.interactive", .interactive), try derive("kdf.moderate", .moderate)]
+        return results
     }
 }

@@ -20,6 +20,14 @@ struct BenchResult: Sendable {
     var opsPerSec: Double { nsPerOp > 0 ? 1e9 / nsPerOp : 0 }
 }
 
+/// One benchmark to run: untimed `prepare` before each run, then `body(n)` timed for `n` ops.
+struct BenchSpec {
+    var name: String
+    var maxIterations: Int = 50_000_000
+    var prepare: () throws -> Void = {}
+    var body: (Int) throws -> UInt64
+}
+
 /// Monotonic nanoseconds.
 @inline(__always)
 func monotonicNanoseconds() -> UInt64 {
@@ -47,11 +55,39 @@ struct BenchRunner {
     var runs: Int { quick ? 5 : 7 }
     var budget: UInt64 { quick ? 20_000_000 : 100_000_000 }
 
-    func measure(
-        _ name: String, maxIterations: Int = 50_000_000, prepare: () throws -> Void = {},
-        _ body: (Int) throws -> UInt64
-    ) throws -> BenchResult {
-        // Calibrate: grow the iteration count until one run takes a tenth of the budget.
+    /// Measures several benchmarks with their runs interleaved (run 1 of each, then run 2 of
+    /// each, …), so that a change in the machine's load or the disk's queue during the group
+    /// touches all of them alike and their ratios hold.
+    func measureGroup(_ specs: [BenchSpec]) throws -> [BenchResult] {
+        var counts: [Int] = []
+        for spec in specs {
+            counts.append(try calibrate(spec))
+        }
+        var samples = [[Double]](repeating: [], count: specs.count)
+        for _ in 0..<runs {
+            for (i, spec) in specs.enumerated() {
+                try spec.prepare()
+                let start = monotonicNanoseconds()
+                blackHole(try spec.body(counts[i]))
+                samples[i].append(Double(monotonicNanoseconds() - start) / Double(counts[i]))
+            }
+        }
+        return zip(specs, samples).map { spec, runs in
+            let sorted = runs.sorted()
+            return BenchResult(
+                name: spec.name, nsPerOp: sorted[sorted.count / 2], minNs: sorted[0], maxNs: sorted[sorted.count - 1],
+                runs: sorted.count)
+        }
+    }
+
+    /// Warms up and returns the ops per run that fill the budget.
+    private func calibrate(_ spec: BenchSpec) throws -> Int {
+        let maxIterations = spec.maxIterations
+        let prepare = spec.prepare
+        let body = spec.body
+        // Calibrate (and warm up): grow the iteration count until one round takes a fifth of
+        // the budget; a slow first operation (a file growing, a cache filling) only makes the
+        // next round larger.
         try prepare()
         var iterations = 1
         var elapsed: UInt64 = 0
@@ -59,24 +95,12 @@ struct BenchRunner {
             let start = monotonicNanoseconds()
             blackHole(try body(iterations))
             elapsed = monotonicNanoseconds() - start
-            if elapsed >= budget / 10 || iterations >= maxIterations { break }
-            iterations = min(maxIterations, iterations * (elapsed == 0 ? 100 : max(2, Int(budget / 10 / max(elapsed, 1)))))
+            if elapsed >= budget / 5 || iterations >= maxIterations { break }
+            let factor = elapsed == 0 ? 100 : min(100, max(2, Int(budget / 4 / max(elapsed, 1))))
+            iterations = min(maxIterations, iterations * factor)
         }
         let perOp = Double(elapsed) / Double(iterations)
-        let count = max(1, min(maxIterations, Int(Double(budget) / max(perOp, 1))))
-        var samples: [Double] = []
-        samples.reserveCapacity(runs)
-        for _ in 0..<runs {
-            try prepare()
-            let start = monotonicNanoseconds()
-            blackHole(try body(count))
-            let time = monotonicNanoseconds() - start
-            samples.append(Double(time) / Double(count))
-        }
-        samples.sort()
-        return BenchResult(
-            name: name, nsPerOp: samples[samples.count / 2], minNs: samples[0], maxNs: samples[samples.count - 1],
-            runs: samples.count)
+        return max(1, min(maxIterations, Int(Double(budget) / max(perOp, 1))))
     }
 
     /// For operations that take long on their own (an Argon2id unlock, opening a 10k store):

@@ -22,6 +22,8 @@ final class MutexBox: Sendable {
 let benchmarks: @Sendable () -> Void = {
     configureSuite()
     let scratch = ScratchDirectory("bench-peers")
+    // Every write stores a new value (a write of an unchanged value may be skipped by a peer).
+    var next = 0
 
     // MARK: Mutex
 
@@ -39,11 +41,15 @@ let benchmarks: @Sendable () -> Void = {
         for _ in benchmark.scaledIterations { blackHole(defaults.integer(forKey: "count")) }
     }
     Benchmark("UserDefaults set (no synchronize)", configuration: configuration(scaling: .kilo)) { benchmark in
-        for i in benchmark.scaledIterations { defaults.set(i, forKey: "count") }
+        for _ in benchmark.scaledIterations {
+            next &+= 1
+            defaults.set(next, forKey: "count")
+        }
     }
     Benchmark("UserDefaults set + synchronize", configuration: configuration(maxIterations: 500)) { benchmark in
-        for i in benchmark.scaledIterations {
-            defaults.set(i, forKey: "count")
+        for _ in benchmark.scaledIterations {
+            next &+= 1
+            defaults.set(next, forKey: "count")
             blackHole(defaults.synchronize())
         }
     } teardown: {
@@ -59,7 +65,10 @@ let benchmarks: @Sendable () -> Void = {
             configuration: configuration(scaling: synchronous == "FULL" ? .one : .kilo)
         ) { benchmark in
             guard let db else { fatalError("set up before the run") }
-            for i in benchmark.scaledIterations { db.upsert("item-0", UInt64(i)) }
+            for _ in benchmark.scaledIterations {
+                next &+= 1
+                db.upsert("item-0", UInt64(next))
+            }
         } setup: {
             db = SQLite(path: scratch.file("sqlite-\(synchronous).db").path, synchronous: synchronous)
             db?.fill(1000)
@@ -85,7 +94,10 @@ let benchmarks: @Sendable () -> Void = {
         Benchmark("LMDB put 8 B (\(mode))", configuration: configuration(scaling: flags == 0 ? .one : .kilo)) {
             benchmark in
             guard let env else { fatalError("set up before the run") }
-            for i in benchmark.scaledIterations { env.put("item-0", UInt64(i)) }
+            for _ in benchmark.scaledIterations {
+                next &+= 1
+                env.put("item-0", UInt64(next))
+            }
         } setup: {
             let directory = scratch.file("lmdb-\(mode)")
             try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

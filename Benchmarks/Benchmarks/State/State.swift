@@ -26,6 +26,7 @@ let benchmarks: @Sendable () -> Void = {
     let model = CofferContext.$current.withValue(context) { Model() }
     model.count = 21
     blackHole(model.doubled)
+    var next = 21
 
     Benchmark("stored.read (loaded @Stored Int)", configuration: configuration(scaling: .mega)) { benchmark in
         for _ in benchmark.scaledIterations { blackHole(model.count) }
@@ -37,14 +38,18 @@ let benchmarks: @Sendable () -> Void = {
 
     Benchmark("stored.write (memory) + computed.read (recompute)", configuration: configuration(scaling: .kilo)) {
         benchmark in
-        for i in benchmark.scaledIterations {
-            model.count = i
+        for _ in benchmark.scaledIterations {
+            next &+= 1  // an equal value would be a no-op
+            model.count = next
             blackHole(model.doubled)
         }
     }
 
     let persisted = CofferContext.$current.withValue(context) { PersistedModel() }
     Benchmark("stored.write (keyValue, coalesced)", configuration: configuration(scaling: .kilo)) { benchmark in
-        for i in benchmark.scaledIterations { persisted.count = i &+ 1 }
+        for _ in benchmark.scaledIterations {
+            next &+= 1
+            persisted.count = next
+        }
     }
 }

@@ -2,7 +2,7 @@
 //
 //   CofferFuzz TARGET [libFuzzer options…] [CORPUS_DIR…]
 //       built for fuzzing (make fuzz: -DCOFFER_LIBFUZZER -sanitize=fuzzer,address -use-ld=lld):
-//       runs libFuzzer on TARGET (frames, header, vault).
+//       hands TARGET (frames, header, vault) to libFuzzer's LLVMFuzzerRunDriver.
 //   CofferFuzz replay TARGET FILE_OR_DIR…
 //       any build: runs TARGET once on each file (the regression check for the corpus and for
 //       every crash ever found); prints how many inputs ran.
@@ -51,27 +51,26 @@ case "make-corpus":
     guard arguments.count >= 3 else { die("usage: CofferFuzz make-corpus DIR") }
     do { try makeCorpus(in: arguments[2]) } catch { die("error: \(error)") }
 default:
-    guard let target = FuzzTarget(rawValue: arguments[1]) else { die("unknown target \(arguments[1])") }
+    guard let target = FuzzTarget(rawValue: arguments[1]) else { die("unknown target or command \(arguments[1])") }
     #if COFFER_LIBFUZZER
     runLibFuzzer(target, arguments: [arguments[0]] + arguments[2...])
     #else
-    die("this build has no libFuzzer (build with make fuzz); use: CofferFuzz replay \(target.rawValue) PATH…")
+    die("this build has no libFuzzer (make fuzz builds one); use: CofferFuzz replay \(target.rawValue) PATH…")
     #endif
 }
 
 #if COFFER_LIBFUZZER
-typealias FuzzCallback = @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
+/// The target libFuzzer's callback runs (set once, before the driver starts).
+nonisolated(unsafe) var selectedTarget = FuzzTarget.frames
 
 @_silgen_name("LLVMFuzzerRunDriver")
 func LLVMFuzzerRunDriver(
     _ argc: UnsafeMutablePointer<Int32>,
     _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: FuzzCallback
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
 ) -> Int32
 
-/// The target for the C callback (set once, before libFuzzer starts).
-nonisolated(unsafe) var selectedTarget = FuzzTarget.frames
-
+/// Hands the process to libFuzzer with `arguments` (the program name first, then its options).
 func runLibFuzzer(_ target: FuzzTarget, arguments: [String]) -> Never {
     selectedTarget = target
     var argc = Int32(arguments.count)
@@ -84,5 +83,13 @@ func runLibFuzzer(_ target: FuzzTarget, arguments: [String]) -> Never {
         }
     }
     exit(status)
+}
+
+/// `-sanitize=fuzzer` also links libFuzzer's `main` object, which needs this symbol; our own
+/// `main` (above) is the one that runs, so this is never called.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+    selectedTarget.run(UnsafeRawBufferPointer(start: data, count: size))
+    return 0
 }
 #endif

@@ -48,7 +48,7 @@ STRESS_ITERATIONS ?= 1000
 stress: deps
 	$(SWIFT) build --build-tests $(STRICT)
 	COFFER_STRESS_ITERATIONS=$(STRESS_ITERATIONS) $(SWIFT) test --skip-build $(TEST_FLAGS) \
-		--filter 'CrashLoopTests|PowerLossTests|ReliabilityFaultTests|CounterStressTests'
+		--filter 'CrashLoopTests|PowerLossTests|ReliabilityFaultTests|CounterStressTests|TamperBitTests'
 
 ## libFuzzer on each target for FUZZ_SECONDS (release, AddressSanitizer; see Fuzz/README.md).
 FUZZ_SECONDS ?= 60

@@ -36,40 +36,14 @@ public import Observation
 ///   (`[$token]`), not `self`, so the model is not kept alive by its own computed values.
 @propertyWrapper
 public final class Computed<Value: Sendable>: Sendable {
-    private struct State: Sendable {
-        var compute: (@Sendable () -> Value)?
-        var name: String?
-        var fallback: Value?
-        var value: Value?
-        var version: UInt64 = 0
-        /// The epoch at which the inputs were last known up to date; 0 means "never computed".
-        var verifiedEpoch: UInt64 = 0
-        /// Bumped when the closure is replaced, so a run of the old closure is not kept.
-        var generation: UInt64 = 0
-        var sources: [SourceRecord] = []
-        /// An input changed since the last read, and observers were told.
-        var stale = false
-        /// Runs of the closure in progress (on any thread).
-        var computing = 0
-        var error: CofferError?
-    }
-
-    private struct Links: Sendable {
-        var dependents = DependentLinks()
-        var subscribers = Subscribers<Value>()
-    }
-
-    private let state: Locked<State>
-    private let links = Locked(Links())
-    private let registrar = ObservationRegistrar()
-    private let valueKeyPath: any KeyPath<Computed, Value> & Sendable = \Computed.wrappedValue
-    private let errorKeyPath: any KeyPath<Computed, CofferError?> & Sendable = \Computed.error
-    private let isEqual: (@Sendable (Value, Value) -> Bool)?
+    // The graph node lives in its own object: the graph links to it weakly, and a weakly
+    // referenced object pays a slower reference count on every retain. This object, which models
+    // hold and reads go through, is never referenced weakly.
+    @usableFromInline let node: ComputedNode<Value>
 
     /// An unassigned value, for `@Computed var name: T`; assign `$name = Computed { … }` in `init`.
     public init() {
-        state = Locked(State())
-        isEqual = ValueTraits.equality(for: Value.self)
+        node = ComputedNode(name: nil, fallback: nil, compute: nil)
     }
 
     /// A value computed by `compute`, which runs lazily on a read after an input changed.
@@ -80,37 +54,100 @@ public final class Computed<Value: Sendable>: Sendable {
     ///     value was computed.
     ///   - compute: Computes the value from other `Stored` and `Computed` values.
     public init(_ name: String? = nil, fallback: Value? = nil, _ compute: @escaping @Sendable () -> Value) {
-        state = Locked(State(compute: compute, name: name, fallback: fallback))
-        isEqual = ValueTraits.equality(for: Value.self)
-    }
-
-    deinit {
-        for subscriber in links.withLock({ $0.subscribers.removeAll() }) { subscriber.continuation.finish() }
+        node = ComputedNode(name: name, fallback: fallback, compute: compute)
     }
 
     /// The value, computed now if an input changed since the last read.
     public var wrappedValue: Value {
-        registrar.access(self, keyPath: valueKeyPath)
-        let (value, version) = refresh()
-        recordRead(of: self, version: version)
-        return value
+        // Inlinable, like `Stored.wrappedValue`: an up-to-date read is a lock and a copy.
+        @inlinable get { node.currentValue }
     }
 
     /// The computed value itself; assigning one adopts its closure (and its name and fallback).
     public var projectedValue: Computed<Value> {
         get { self }
-        set { adopt(newValue) }
+        set { node.adopt(newValue.node) }
     }
 
     /// Whether a closure has been assigned.
-    public var isAssigned: Bool { state.withLock { $0.compute != nil } }
+    public var isAssigned: Bool { node.isAssigned }
 
     /// The name given at creation, if any.
-    public var name: String? { state.withLock { $0.name } }
+    public var name: String? { node.name }
 
     /// A ``CofferError/Code/cycle`` error when the last computation closed a dependency cycle
     /// (``CofferError/Code/invalidArgument`` while unassigned), else `nil`. Observable.
-    public var error: CofferError? {
+    public var error: CofferError? { node.error }
+
+    /// The current value, then each new one, until the consumer stops iterating.
+    ///
+    /// A change of an input is delivered when it changes this value; writes inside one
+    /// ``batch(_:)`` are delivered once.
+    public var values: AsyncStream<Value> { node.values }
+}
+
+extension Computed: Observable {}
+
+/// The graph node of a ``Computed``: its closure, cache, inputs, dependents and observers.
+@usableFromInline
+final class ComputedNode<Value: Sendable>: Sendable {
+    @usableFromInline
+    struct State: Sendable {
+        var compute: (@Sendable () -> Value)?
+        var name: String?
+        var fallback: Value?
+        @usableFromInline var value: Value?
+        @usableFromInline var version: UInt64 = 0
+        /// The epoch at which the inputs were last known up to date; 0 means "never computed".
+        @usableFromInline var verifiedEpoch: UInt64 = 0
+        /// Bumped when the closure is replaced, so a run of the old closure is not kept.
+        var generation: UInt64 = 0
+        var sources: [SourceRecord] = []
+        /// An input changed since the last read, and observers were told.
+        @usableFromInline var stale = false
+        /// Runs of the closure in progress (on any thread).
+        var computing = 0
+        var error: CofferError?
+    }
+
+
+    @usableFromInline let state: Locked<State>
+    private let dependentLinks = Locked(DependentLinks())
+    private let subscribers = SubscriberList<Value>()
+    @usableFromInline let registrar = ObservationRegistrar()
+    // See `Stored.valueKeyPath`.
+    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<ComputedNode, Value> = \ComputedNode.currentValue
+    private let errorKeyPath: any KeyPath<ComputedNode, CofferError?> & Sendable = \ComputedNode.error
+    private let isEqual: (@Sendable (Value, Value) -> Bool)?
+
+    init(name: String?, fallback: Value?, compute: (@Sendable () -> Value)?) {
+        state = Locked(State(compute: compute, name: name, fallback: fallback))
+        isEqual = ValueTraits.equality(for: Value.self)
+    }
+
+    deinit {
+        subscribers.finishAll()
+    }
+
+    /// The value, as a read of the `Computed` returns it: registered with Observation and with
+    /// the computation running on this thread.
+    @inlinable
+    var currentValue: Value {
+        registrar.access(self, keyPath: valueKeyPath)
+        let (value, version) = refresh()
+        recordRead(version: version)
+        return value
+    }
+
+    /// Whether a closure has been assigned.
+    var isAssigned: Bool { state.withLock { $0.compute != nil } }
+
+    /// The name given at creation, if any.
+    var name: String? { state.withLock { $0.name } }
+
+    /// A ``CofferError/Code/cycle`` error when the last computation closed a dependency cycle
+    /// (``CofferError/Code/invalidArgument`` while unassigned), else `nil`. Observable.
+    var error: CofferError? {
         registrar.access(self, keyPath: errorKeyPath)
         guard isAssigned else {
             return CofferError(.invalidArgument, "\(nodeName) was read before a closure was assigned to it")
@@ -123,11 +160,8 @@ public final class Computed<Value: Sendable>: Sendable {
     ///
     /// A change of an input is delivered when it changes this value; writes inside one
     /// ``batch(_:)`` are delivered once.
-    public var values: AsyncStream<Value> {
-        let (stream, subscriber) = makeValueStream(
-            register: { subscriber in links.withLock { $0.subscribers.insert(subscriber) } },
-            unregister: { [weak self] id in self?.links.withLock { $0.subscribers.remove(id) } }
-        )
+    var values: AsyncStream<Value> {
+        let (stream, subscriber) = subscribers.makeStream()
         let (value, version) = refresh()
         subscriber.deliver(value, version: version)
         return stream
@@ -136,8 +170,8 @@ public final class Computed<Value: Sendable>: Sendable {
     // MARK: Refreshing
 
     /// The up-to-date value and version.
-    @inline(__always)
-    private func refresh() -> (Value, UInt64) {
+    @inlinable @inline(__always)
+    func refresh() -> (Value, UInt64) {
         let epoch = Graph.currentEpoch
         let hit = state.withLock { s -> (Value, UInt64)? in
             guard s.verifiedEpoch == epoch, !s.stale, let value = s.value else { return nil }
@@ -147,7 +181,14 @@ public final class Computed<Value: Sendable>: Sendable {
         return refreshSlowly()
     }
 
-    private func refreshSlowly() -> (Value, UInt64) {
+    /// Records this read into the computed value running on this thread, if any.
+    @usableFromInline
+    func recordRead(version: UInt64) {
+        CofferState.recordRead(of: self, version: version)
+    }
+
+    @usableFromInline
+    func refreshSlowly() -> (Value, UInt64) {
         if let frame = Frame.find(self) { return valueClosingCycle(at: frame) }
         let frame = Frame(node: self, parent: Frame.current)
         return Frame.with(frame) {
@@ -229,7 +270,7 @@ public final class Computed<Value: Sendable>: Sendable {
     }
 
     /// Takes over `other`'s closure (and name and fallback), then tells dependents and observers.
-    private func adopt(_ other: Computed<Value>) {
+    func adopt(_ other: ComputedNode<Value>) {
         guard other !== self else { return }
         let (compute, name, fallback) = other.state.withLock { ($0.compute, $0.name, $0.fallback) }
         let wasComputed = state.withLock { s in
@@ -248,9 +289,9 @@ public final class Computed<Value: Sendable>: Sendable {
     }
 }
 
-extension Computed: Observable {}
+extension ComputedNode: Observable {}
 
-extension Computed: SourceNode {
+extension ComputedNode: SourceNode {
     var nodeName: String {
         if let name = state.withLock({ $0.name }) { return "Computed<\(Value.self)>(\(name))" }
         return "Computed<\(Value.self)>"
@@ -258,12 +299,12 @@ extension Computed: SourceNode {
 
     func currentVersion() -> UInt64 { refresh().1 }
 
-    func addDependent(_ node: any DependentNode) { links.withLock { $0.dependents.insert(node) } }
-    func removeDependent(_ id: ObjectIdentifier) { links.withLock { $0.dependents.remove(id) } }
-    func dependents() -> [any DependentNode] { links.withLock { $0.dependents.live() } }
+    func addDependent(_ node: any DependentNode) { dependentLinks.withLock { $0.insert(node) } }
+    func removeDependent(_ id: ObjectIdentifier) { dependentLinks.withLock { $0.remove(id) } }
+    func dependents() -> [any DependentNode] { dependentLinks.withLock { $0.live() } }
 }
 
-extension Computed: DependentNode {
+extension ComputedNode: DependentNode {
     func invalidate(from source: ObjectIdentifier) -> Invalidation {
         state.withLock { s in
             // While the closure runs its inputs are not known yet: treat every link as live.
@@ -278,7 +319,7 @@ extension Computed: DependentNode {
 
     func notifyChanged() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
-        let subscribers = links.withLock { $0.subscribers.snapshot }
+        let subscribers = subscribers.snapshot
         guard !subscribers.isEmpty else { return }
         let (value, version) = refresh()
         for subscriber in subscribers { subscriber.deliver(value, version: version) }

@@ -1,5 +1,5 @@
 import CofferCore
-import Synchronization
+public import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -32,13 +32,15 @@ import Darwin
 // while a computed closure runs on this thread records the node as an input of that closure.
 
 /// The process-wide change counter: grows on every change of any `Stored` value.
+@usableFromInline
 enum Graph {
-    static let epoch = Atomic<UInt64>(1)
+    @usableFromInline static let epoch = Atomic<UInt64>(1)
 
     static func bumpEpoch() {
         epoch.wrappingAdd(1, ordering: .sequentiallyConsistent)
     }
 
+    @inlinable
     static var currentEpoch: UInt64 { epoch.load(ordering: .sequentiallyConsistent) }
 
     /// Marks the dependents of `sources` stale, transitively, then notifies each newly stale node

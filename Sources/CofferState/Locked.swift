@@ -1,4 +1,4 @@
-import Synchronization
+public import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -16,10 +16,11 @@ import Darwin
 /// (its runtime exports `__tsan_acquire`/`__tsan_release`), each lock owns a one-byte token and
 /// each critical section tells ThreadSanitizer "acquire" on entry and "release" on exit, on that
 /// token. Otherwise this is exactly a `Mutex`, plus one test of a `nil` field.
+@usableFromInline
 struct Locked<State: ~Copyable>: ~Copyable {
-    private let mutex: Mutex<State>
+    @usableFromInline let mutex: Mutex<State>
     /// The address ThreadSanitizer synchronises on; `nil` when it is not running.
-    private let token: UnsafeMutableRawPointer?
+    @usableFromInline let token: UnsafeMutableRawPointer?
 
     init(_ initialValue: consuming sending State) {
         mutex = Mutex(initialValue)
@@ -30,11 +31,20 @@ struct Locked<State: ~Copyable>: ~Copyable {
         token?.deallocate()
     }
 
-    @inline(__always)
+    // Inlinable so that a read from another module is specialised for its value type.
+    @inlinable @inline(__always)
     borrowing func withLock<Result: ~Copyable, E: Error>(
         _ body: (inout sending State) throws(E) -> sending Result
     ) throws(E) -> sending Result {
-        guard let token, let hooks = sanitizerHooks else { return try mutex.withLock(body) }
+        guard let token else { return try mutex.withLock(body) }
+        return try withLockAnnotated(token, body)
+    }
+
+    @usableFromInline
+    borrowing func withLockAnnotated<Result: ~Copyable, E: Error>(
+        _ token: UnsafeMutableRawPointer, _ body: (inout sending State) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        guard let hooks = sanitizerHooks else { return try mutex.withLock(body) }
         return try mutex.withLock { (state: inout sending State) throws(E) -> sending Result in
             hooks.acquire(token)
             defer { hooks.release(token) }

@@ -77,19 +77,15 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
         case failed
     }
 
+    @usableFromInline
     struct State: Sendable {
-        var value: Value
-        var version: UInt64 = 0
-        var loaded = false
+        @usableFromInline var value: Value
+        @usableFromInline var version: UInt64 = 0
+        @usableFromInline var loaded = false
         var resolution = Resolution.unresolved
         var error: CofferError?
         /// The version the strategy holds.
         var persistedVersion: UInt64 = 0
-    }
-
-    private struct Links: Sendable {
-        var dependents = DependentLinks()
-        var subscribers = Subscribers<Value>()
     }
 
     /// Where the value persists.
@@ -99,12 +95,15 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
     public let context: CofferContext
 
-    let state: Locked<State>
-    private let links = Locked(Links())
+    @usableFromInline let state: Locked<State>
+    private let dependentLinks = Locked(DependentLinks())
+    private let subscribers = SubscriberList<Value>()
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
     let persistLock = Locked(false)
-    private let registrar = ObservationRegistrar()
-    private let valueKeyPath: any KeyPath<Stored, Value> & Sendable = \Stored.wrappedValue
+    @usableFromInline let registrar = ObservationRegistrar()
+    // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
+    // and a plain `KeyPath` (no existential) keeps the read path free of retains.
+    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<Stored, Value> = \Stored.wrappedValue
     private let errorKeyPath: any KeyPath<Stored, CofferError?> & Sendable = \Stored.error
     private let isEqual: (@Sendable (Value, Value) -> Bool)?
     private let isNil: (@Sendable (Value) -> Bool)?
@@ -125,15 +124,17 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     }
 
     deinit {
-        for subscriber in links.withLock({ $0.subscribers.removeAll() }) { subscriber.continuation.finish() }
+        subscribers.finishAll()
     }
 
     /// The value: from memory after the first read.
     public var wrappedValue: Value {
-        get {
+        // Inlinable: the hot path. A read is Observation's access check, one uncontended lock and
+        // a copy, specialised for `Value` in the caller's module.
+        @inlinable get {
             registrar.access(self, keyPath: valueKeyPath)
             let (value, version) = read()
-            recordRead(of: self, version: version)
+            recordRead(version: version)
             return value
         }
         set { write(newValue) }
@@ -154,10 +155,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// Every change is delivered (the buffer is unbounded); writes inside one ``batch(_:)`` are
     /// delivered once, as their final value.
     public var values: AsyncStream<Value> {
-        let (stream, subscriber) = makeValueStream(
-            register: { subscriber in links.withLock { $0.subscribers.insert(subscriber) } },
-            unregister: { [weak self] id in self?.links.withLock { $0.subscribers.remove(id) } }
-        )
+        let (stream, subscriber) = subscribers.makeStream()
         let (value, version) = read()
         subscriber.deliver(value, version: version)
         return stream
@@ -226,11 +224,22 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
 
     // MARK: Internals
 
-    @inline(__always)
-    private func read() -> (Value, UInt64) {
+    @inlinable @inline(__always)
+    func read() -> (Value, UInt64) {
         if let hit = state.withLock({ $0.loaded ? ($0.value, $0.version) : nil }) { return hit }
+        return readAfterLoading()
+    }
+
+    @usableFromInline
+    func readAfterLoading() -> (Value, UInt64) {
         loadIfNeeded()
         return state.withLock { ($0.value, $0.version) }
+    }
+
+    /// Records this read into the computed value running on this thread, if any.
+    @usableFromInline
+    func recordRead(version: UInt64) {
+        CofferState.recordRead(of: self, version: version)
     }
 
     /// The first load. A failure keeps the initial value and sets ``error`` without a
@@ -310,7 +319,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// Tells Observation and the `values` streams of this property (not its dependents).
     private func notifyOwnObservers() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
-        let subscribers = links.withLock { $0.subscribers.snapshot }
+        let subscribers = subscribers.snapshot
         if !subscribers.isEmpty {
             let (value, version) = state.withLock { ($0.value, $0.version) }
             for subscriber in subscribers { subscriber.deliver(value, version: version) }
@@ -367,9 +376,9 @@ extension Stored: SourceNode {
 
     func currentVersion() -> UInt64 { read().1 }
 
-    func addDependent(_ node: any DependentNode) { links.withLock { $0.dependents.insert(node) } }
-    func removeDependent(_ id: ObjectIdentifier) { links.withLock { $0.dependents.remove(id) } }
-    func dependents() -> [any DependentNode] { links.withLock { $0.dependents.live() } }
+    func addDependent(_ node: any DependentNode) { dependentLinks.withLock { $0.insert(node) } }
+    func removeDependent(_ id: ObjectIdentifier) { dependentLinks.withLock { $0.remove(id) } }
+    func dependents() -> [any DependentNode] { dependentLinks.withLock { $0.live() } }
 }
 
 extension Stored: BatchParticipant {

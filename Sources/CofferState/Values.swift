@@ -45,14 +45,27 @@ struct Subscribers<Value: Sendable>: Sendable {
     }
 }
 
-/// A stream and the subscriber that feeds it; `unregister` runs when the consumer stops.
-func makeValueStream<Value: Sendable>(
-    register: (Subscriber<Value>) -> UInt64,
-    unregister: @escaping @Sendable (UInt64) -> Void
-) -> (AsyncStream<Value>, Subscriber<Value>) {
-    let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: .unbounded)
-    let subscriber = Subscriber(continuation)
-    let id = register(subscriber)
-    continuation.onTermination = { _ in unregister(id) }
-    return (stream, subscriber)
+/// The `values` streams of one node.
+///
+/// A separate object so that a stream's termination handler can unregister without a weak
+/// reference to the node (a weakly referenced object pays slower reference counting on every
+/// read).
+final class SubscriberList<Value: Sendable>: Sendable {
+    private let subscribers = Locked(Subscribers<Value>())
+
+    var snapshot: [Subscriber<Value>] { subscribers.withLock { $0.snapshot } }
+
+    /// A new stream and the subscriber that feeds it; it unregisters when the consumer stops.
+    func makeStream() -> (AsyncStream<Value>, Subscriber<Value>) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: .unbounded)
+        let subscriber = Subscriber(continuation)
+        let id = subscribers.withLock { $0.insert(subscriber) }
+        continuation.onTermination = { [self] _ in subscribers.withLock { $0.remove(id) } }
+        return (stream, subscriber)
+    }
+
+    /// Ends every stream (the node is going away).
+    func finishAll() {
+        for subscriber in subscribers.withLock({ $0.removeAll() }) { subscriber.continuation.finish() }
+    }
 }

@@ -16,8 +16,8 @@ let benchmarks: @Sendable () -> Void = {
             var store: KeyValueFileStrategy?
             var next: UInt64 = 0
             Benchmark(
-                "write 8 B \(mode) (\(size) keys)",
-                configuration: configuration(scaling: durability == .immediate ? .one : .kilo)
+                "keyvalue.write.\(mode).\(size)",
+                configuration: configuration(scaling: durability == .immediate ? .one : .kilo, fsyncBound: durability == .immediate)
             ) { benchmark in
                 guard let store else { fatalError("set up before the run") }
                 for _ in benchmark.scaledIterations {
@@ -36,7 +36,7 @@ let benchmarks: @Sendable () -> Void = {
             }
         }
 
-        Benchmark("open and read one (\(size) keys)", configuration: configuration(maxIterations: 200)) { benchmark in
+        Benchmark("keyvalue.open.\(size)", configuration: configuration(maxIterations: 200)) { benchmark in
             for _ in benchmark.scaledIterations {
                 let store = try KeyValueFileStrategy(directory: scratch.url, suite: "open-\(count)")
                 blackHole(try store.load("item-\(count / 2)"))
@@ -49,7 +49,7 @@ let benchmarks: @Sendable () -> Void = {
 
     var reader: KeyValueFileStrategy?
     let keys = (0..<1000).map { "item-\($0)" }
-    Benchmark("read 8 B (1k keys)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("keyvalue.read.1k", configuration: configuration(scaling: .kilo)) { benchmark in
         guard let reader else { fatalError("set up before the run") }
         for i in benchmark.scaledIterations {
             blackHole(try reader.load(keys[i % 1000]))

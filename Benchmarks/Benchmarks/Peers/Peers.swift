@@ -28,7 +28,7 @@ let benchmarks: @Sendable () -> Void = {
     // MARK: Mutex
 
     let box = MutexBox()
-    Benchmark("Mutex<Int> read", configuration: configuration(scaling: .mega)) { benchmark in
+    Benchmark("peer.mutex.read", configuration: configuration(scaling: .mega)) { benchmark in
         for _ in benchmark.scaledIterations { blackHole(box.value.withLock { $0 }) }
     }
 
@@ -37,16 +37,16 @@ let benchmarks: @Sendable () -> Void = {
     let suiteName = "coffer-bench-\(getpid())"
     let defaults = UserDefaults(suiteName: suiteName)!
     defaults.set(21, forKey: "count")
-    Benchmark("UserDefaults integer read", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("peer.userdefaults.read", configuration: configuration(scaling: .kilo)) { benchmark in
         for _ in benchmark.scaledIterations { blackHole(defaults.integer(forKey: "count")) }
     }
-    Benchmark("UserDefaults set (no synchronize)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("peer.userdefaults.write", configuration: configuration(scaling: .kilo)) { benchmark in
         for _ in benchmark.scaledIterations {
             next &+= 1
             defaults.set(next, forKey: "count")
         }
     }
-    Benchmark("UserDefaults set + synchronize", configuration: configuration(maxIterations: 500)) { benchmark in
+    Benchmark("peer.userdefaults.write.synchronize", configuration: configuration(maxIterations: 500, fsyncBound: true)) { benchmark in
         for _ in benchmark.scaledIterations {
             next &+= 1
             defaults.set(next, forKey: "count")
@@ -61,8 +61,8 @@ let benchmarks: @Sendable () -> Void = {
     for synchronous in ["NORMAL", "FULL"] {
         var db: SQLite?
         Benchmark(
-            "SQLite WAL synchronous=\(synchronous) upsert 8 B",
-            configuration: configuration(scaling: synchronous == "FULL" ? .one : .kilo)
+            "peer.sqlite.wal.\(synchronous.lowercased()).upsert",
+            configuration: configuration(scaling: synchronous == "FULL" ? .one : .kilo, fsyncBound: synchronous == "FULL")
         ) { benchmark in
             guard let db else { fatalError("set up before the run") }
             for _ in benchmark.scaledIterations {
@@ -77,7 +77,7 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
     var reader: SQLite?
-    Benchmark("SQLite read 8 B (1k keys)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("peer.sqlite.read.1k", configuration: configuration(scaling: .kilo)) { benchmark in
         guard let reader else { fatalError("set up before the run") }
         for _ in benchmark.scaledIterations { blackHole(reader.read("item-500")) }
     } setup: {
@@ -89,9 +89,9 @@ let benchmarks: @Sendable () -> Void = {
 
     // MARK: LMDB
 
-    for (mode, flags) in [("durable", UInt32(0)), ("MDB_NOSYNC", UInt32(MDB_NOSYNC))] {
+    for (mode, flags) in [("durable", UInt32(0)), ("nosync", UInt32(MDB_NOSYNC))] {
         var env: LMDB?
-        Benchmark("LMDB put 8 B (\(mode))", configuration: configuration(scaling: flags == 0 ? .one : .kilo)) {
+        Benchmark("peer.lmdb.put.\(mode)", configuration: configuration(scaling: flags == 0 ? .one : .kilo, fsyncBound: flags == 0)) {
             benchmark in
             guard let env else { fatalError("set up before the run") }
             for _ in benchmark.scaledIterations {
@@ -108,7 +108,7 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
     var lmdbReader: LMDB?
-    Benchmark("LMDB get 8 B (1k keys)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("peer.lmdb.get.1k", configuration: configuration(scaling: .kilo)) { benchmark in
         guard let lmdbReader else { fatalError("set up before the run") }
         for _ in benchmark.scaledIterations { blackHole(lmdbReader.get("item-500")) }
     } setup: {
@@ -122,7 +122,7 @@ let benchmarks: @Sendable () -> Void = {
 
     // MARK: The fsync floor
 
-    Benchmark("fsync floor (100 B pwrite + fdatasync, preallocated)", configuration: configuration()) { benchmark in
+    Benchmark("peer.fsync.floor", configuration: configuration(fsyncBound: true)) { benchmark in
         let path = scratch.file("fsync-floor").path
         let fd = open(path, O_RDWR | O_CREAT, 0o600)
         guard fd >= 0 else { fatalError("open: \(errno)") }
@@ -152,10 +152,10 @@ let benchmarks: @Sendable () -> Void = {
     var nonce = [UInt8](repeating: 0, count: XChaCha20Poly1305.nonceLength)
     var counter: UInt64 = 0
     Benchmark(
-        "libsodium XChaCha20-Poly1305 seal 1 MiB (raw buffers)",
+        "peer.libsodium.seal.1MiB",
         configuration: .init(
             metrics: coreMetrics, timeUnits: .microseconds, warmupIterations: 2, maxDuration: .seconds(1),
-            maxIterations: 500, thresholds: regressionTolerances)
+            maxIterations: 500, thresholds: regressionTolerances())
     ) { benchmark in
         for _ in benchmark.scaledIterations {
             counter &+= 1

@@ -28,15 +28,15 @@ let benchmarks: @Sendable () -> Void = {
     blackHole(model.doubled)
     var next = 21
 
-    Benchmark("stored.read (loaded @Stored Int)", configuration: configuration(scaling: .mega)) { benchmark in
+    Benchmark("stored.read", configuration: configuration(scaling: .mega)) { benchmark in
         for _ in benchmark.scaledIterations { blackHole(model.count) }
     }
 
-    Benchmark("computed.read (up-to-date @Computed)", configuration: configuration(scaling: .mega)) { benchmark in
+    Benchmark("computed.read", configuration: configuration(scaling: .mega)) { benchmark in
         for _ in benchmark.scaledIterations { blackHole(model.doubled) }
     }
 
-    Benchmark("stored.write (memory) + computed.read (recompute)", configuration: configuration(scaling: .kilo)) {
+    Benchmark("stored.write.memory.recompute", configuration: configuration(scaling: .kilo)) {
         benchmark in
         for _ in benchmark.scaledIterations {
             next &+= 1  // an equal value would be a no-op
@@ -46,7 +46,7 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     let persisted = CofferContext.$current.withValue(context) { PersistedModel() }
-    Benchmark("stored.write (keyValue, coalesced)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("stored.write.keyvalue", configuration: configuration(scaling: .kilo)) { benchmark in
         for _ in benchmark.scaledIterations {
             next &+= 1
             persisted.count = next

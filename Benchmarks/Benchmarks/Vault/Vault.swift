@@ -19,8 +19,8 @@ let benchmarks: @Sendable () -> Void = {
         for (mode, durability) in [("coalesced", Durability.coalesced), ("durable", .immediate)] {
             var vault: Vault?
             Benchmark(
-                "write 32 B \(mode) (\(size) items)",
-                configuration: configuration(scaling: durability == .immediate ? .one : .kilo)
+                "vault.write.\(mode).\(size)",
+                configuration: configuration(scaling: durability == .immediate ? .one : .kilo, fsyncBound: durability == .immediate)
             ) { benchmark in
                 guard let vault else { fatalError("set up before the run") }
                 for _ in benchmark.scaledIterations {
@@ -40,7 +40,7 @@ let benchmarks: @Sendable () -> Void = {
         }
 
         let url = scratch.file("open-\(count).coffervault")
-        Benchmark("open (raw key) and read one (\(size) items)", configuration: configuration(maxIterations: 100)) {
+        Benchmark("vault.open.\(size)", configuration: configuration(maxIterations: 100)) {
             benchmark in
             for _ in benchmark.scaledIterations {
                 let vault = try Vault.open(at: url, unlock: .key(key))
@@ -54,7 +54,7 @@ let benchmarks: @Sendable () -> Void = {
 
     var reader: Vault?
     let accounts = (0..<1000).map { "item-\($0)" }
-    Benchmark("read 32 B (1k items)", configuration: configuration(scaling: .kilo)) { benchmark in
+    Benchmark("vault.read.1k", configuration: configuration(scaling: .kilo)) { benchmark in
         guard let reader else { fatalError("set up before the run") }
         for i in benchmark.scaledIterations {
             blackHole(try reader.data(service: "bench", account: accounts[i % 1000]))
@@ -71,10 +71,10 @@ let benchmarks: @Sendable () -> Void = {
     var item = 0
     let big = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
     Benchmark(
-        "seal 1 MiB (set of a new item, coalesced)",
+        "vault.seal.1MiB",
         configuration: .init(
             metrics: coreMetrics, timeUnits: .microseconds, warmupIterations: 2, maxDuration: .seconds(1),
-            maxIterations: 200, thresholds: regressionTolerances)
+            maxIterations: 200, thresholds: regressionTolerances())
     ) { benchmark in
         guard let sealer else { fatalError("set up before the run") }
         for _ in benchmark.scaledIterations {
@@ -94,10 +94,10 @@ let benchmarks: @Sendable () -> Void = {
     let salt = [UInt8](repeating: 0x42, count: PasswordHash.saltLength)
     for (name, parameters) in [("interactive", Argon2idParameters.interactive), ("moderate", .moderate)] {
         Benchmark(
-            "Argon2id \(name)",
+            "kdf.\(name)",
             configuration: .init(
                 metrics: coreMetrics, timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(3),
-                maxIterations: 5, thresholds: regressionTolerances)
+                maxIterations: 5, thresholds: regressionTolerances())
         ) { benchmark in
             for _ in benchmark.scaledIterations {
                 let derived = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)

@@ -21,19 +21,30 @@ public func sizeLabel(_ count: Int) -> String {
     count >= 1000 ? "\(count / 1000)k" : "\(count)"
 }
 
+// Benchmark names have no spaces: benchmark 1.38.1 writes threshold files with spaces replaced
+// by underscores but reads them back by the raw name, so a name with a space never finds its
+// threshold and `thresholds check` fails.
+
 /// Metrics every benchmark records: time, throughput, allocations and peak memory.
 public var coreMetrics: [BenchmarkMetric] { [.wallClock, .cpuTotal, .throughput, .mallocCountTotal, .peakMemoryResident] }
 
-/// Tolerances for `swift package benchmark thresholds check` (it compares p90 against
-/// Thresholds/). These shared 2-core machines are noisy, so time may move by half before it
-/// counts as a regression; allocation counts are deterministic and held tight.
-public var regressionTolerances: [BenchmarkMetric: BenchmarkThresholds] {
-    [
-    .wallClock: BenchmarkThresholds(relative: [.p90: 50.0]),
-    .cpuTotal: BenchmarkThresholds(relative: [.p90: 50.0]),
-    .throughput: BenchmarkThresholds(relative: [.p90: 50.0]),
-    .mallocCountTotal: BenchmarkThresholds(relative: [.p90: 10.0], absolute: [.p90: 4]),
-    .peakMemoryResident: BenchmarkThresholds(relative: [.p90: 50.0]),
+/// Tolerances for `swift package benchmark thresholds check`, which compares each metric's p90
+/// with Thresholds/. These shared 2-core machines are noisy: wall-clock time fails the check only
+/// past 2 × its threshold, and not at all for operations bound by the disk's flush (`fsyncBound`),
+/// whose latency here moves between 0.1 and 8 ms with other sessions' I/O — those are gated on
+/// their allocations only. CPU time (10 ms ticks) and throughput (the inverse of time) are recorded
+/// but not gated. Malloc counts are nearly deterministic (background threads — a coalesced
+/// store's flush timer — add a few) and held to 25 %; peak resident memory to 2 ×. Each check is
+/// relative only: an absolute tolerance is compared in the metric's scaled units and misfires.
+public func regressionTolerances(fsyncBound: Bool = false) -> [BenchmarkMetric: BenchmarkThresholds] {
+    let ungated = BenchmarkThresholds(
+        relative: BenchmarkThresholds.Relative.none, absolute: BenchmarkThresholds.Absolute.none)
+    return [
+        .wallClock: fsyncBound ? ungated : BenchmarkThresholds(relative: [.p90: 100.0]),
+        .cpuTotal: ungated,
+        .throughput: ungated,
+        .mallocCountTotal: BenchmarkThresholds(relative: [.p90: 25.0]),
+        .peakMemoryResident: BenchmarkThresholds(relative: [.p90: 100.0]),
     ]
 }
 
@@ -45,14 +56,16 @@ public func configureSuite() {
         warmupIterations: 3,
         maxDuration: .seconds(1),
         maxIterations: 2_000,
-        thresholds: regressionTolerances)
+        thresholds: regressionTolerances())
 }
 
 /// A configuration for an operation fast enough to be repeated `scaling` times per sample.
-public func configuration(scaling: BenchmarkScalingFactor = .one, maxIterations: Int = 2_000) -> Benchmark.Configuration {
+public func configuration(
+    scaling: BenchmarkScalingFactor = .one, maxIterations: Int = 2_000, fsyncBound: Bool = false
+) -> Benchmark.Configuration {
     .init(
         metrics: coreMetrics, timeUnits: .nanoseconds, warmupIterations: 3, scalingFactor: scaling,
-        maxDuration: .seconds(1), maxIterations: maxIterations, thresholds: regressionTolerances)
+        maxDuration: .seconds(1), maxIterations: maxIterations, thresholds: regressionTolerances(fsyncBound: fsyncBound))
 }
 
 /// Directories to delete when the process exits.

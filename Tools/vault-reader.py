@@ -77,52 +77,52 @@ def read_journal(data: bytes, application: int, area_size: int):
     if len(data) < 32 + h:                           # assumption: the area must be present
         raise VaultError("corrupted: file shorter than its header area")
 
+    coalesced_writers = bool(data[16] & 1)           # file header flags, bit 0
+
     def frame_at(pos):
-        """(header plausible, C flag, L, intact) for a frame starting at pos."""
+        """(header check ok, M flag, K flag, L, intact) for a frame starting at pos."""
         if pos + 12 > len(data):
-            return False, 0, 0, False
+            return False, 0, 0, 0, False
         word, payload_crc, header_crc = struct.unpack_from("<III", data, pos)
-        cont, length = word >> 31, word & 0x7FFFFFFF
-        plausible = header_crc == crc32c(data[pos:pos + 8]) and 1 <= length <= 1 << 30
-        intact = (plausible and pos + 12 + length <= len(data)
+        more, cont, length = word >> 31, (word >> 30) & 1, word & 0x3FFFFFFF
+        checked = header_crc == crc32c(data[pos:pos + 8]) and length >= 1
+        intact = (checked and pos + 12 + length <= len(data)
                   and crc32c(data[pos + 12:pos + 12 + length]) == payload_crc)
-        return plausible, cont, length, intact
+        return checked, more, cont, length, intact
 
-    def looks_torn(pos):
-        """§1 rule 2: the file ends inside the frame; or its header is all zero; or, with a
-        plausible header, all bytes from the last 512-byte boundary inside it are zero."""
-        if pos + 12 > len(data) or not any(data[pos:pos + 12]):
+    def looks_torn(f):
+        """§1 rule 1."""
+        if f + 12 > len(data) or not any(data[f:f + 12]):
             return True
-        plausible, _, length, _ = frame_at(pos)
-        end = pos + 12 + length
-        if not plausible:
-            return False
-        if end > len(data):
+        checked, _, _, length, _ = frame_at(f)
+        if checked and f + 12 + length > len(data):
             return True
-        boundary = (end - 1) // 512 * 512            # the last multiple of 512 below end,
-        return boundary > pos and not any(data[boundary:end])   # if strictly after pos
+        end = f + 12 + length if checked else f + 12
+        b = (f // 512 + 1) * 512
+        while b < end:
+            if not any(data[b:min(b + 512, end)]):
+                return True
+            b += 512
+        return False
 
-    frames, pending, bad = [], [], None
-    pos = commit_start = 32 + h
-    while any(data[pos:]):                           # end of data: only zeros remain
-        _, cont, length, intact = frame_at(pos)
-        if not intact:
-            bad = pos
-            break
-        pending.append((pos, data[pos + 12:pos + 12 + length]))
-        pos += 12 + length
-        if not cont:                                 # C = 0 closes the commit
-            frames.extend(pending)
-            pending, commit_start = [], pos
-    if bad is None and not pending:
-        return data[32:32 + h], frames               # a clean end
-    # An invalid frame, or an unfinished commit at the end of data: a crash or damage?
-    for p in range(pos + 1 if bad is not None else pos, len(data) - 11):
-        if frame_at(p)[3]:
-            raise VaultError(f"damaged at offset {commit_start} (intact frame at {p})")
-    if bad is None or looks_torn(bad):
-        return data[32:32 + h], frames               # a torn tail: data ends at commit_start
-    raise VaultError(f"damaged at offset {commit_start} (last record)")
+    frames, pending = [], []
+    pos = g = 32 + h
+    while True:
+        if not any(data[pos:]) and not pending:      # end of data: only zeros remain
+            return data[32:32 + h], frames
+        _, more, cont, length, intact = frame_at(pos)
+        if intact and cont == (1 if pending else 0):
+            pending.append((pos, data[pos + 12:pos + 12 + length]))
+            pos += 12 + length
+            if not more:                             # M = 0 closes the commit
+                frames.extend(pending)
+                pending, g = [], pos
+            continue
+        f = pos                                      # invalid, out of order, or unfinished at the end
+        later = any(frame_at(p)[4] and not frame_at(p)[2] for p in range(f + 1, len(data) - 11))
+        if looks_torn(f) and (not later or coalesced_writers):
+            return data[32:32 + h], frames           # a torn tail: data ends at g
+        raise VaultError(f"damaged at offset {g}")
 
 
 # ---------------------------------------------------------------- §2 vault header, key slots

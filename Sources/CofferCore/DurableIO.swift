@@ -1,4 +1,5 @@
 public import Foundation
+import Synchronization
 
 /// Crash-safe file operations shared by every strategy that writes files.
 ///
@@ -84,6 +85,8 @@ public enum DurableIO {
         let parent = parentDirectory(of: path)
         if parent != path { try ensureDirectory(parent, fileSystem: fs) }
         try fs.mkdir(path, mode: directoryMode)
+        // The new entry must survive power loss before anything saved inside it is promised to.
+        try fs.fsyncDirectory(parent)
     }
 
     /// The directory part of a path (`/a/b` → `/a`; `/a` → `/`).
@@ -126,6 +129,9 @@ public final class FileLock: Sendable {
     public let path: String
     private let fd: Int32
     private let fileSystem: any FileSystem
+    /// Threads sharing this instance share its descriptor, and a second `flock` on the same open
+    /// file description succeeds at once: a flag serialises them first, with the same timeout.
+    private let inUse = Mutex<Bool>(false)
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
     public init(path: String, fileSystem: any FileSystem) throws {
@@ -139,8 +145,29 @@ public final class FileLock: Sendable {
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     public func withLock<T>(exclusive: Bool = true, timeout: Double, _ body: () throws -> T) throws -> T {
-        try fileSystem.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
+        let deadline = ContinuousClock.now + .nanoseconds(Int64(max(0, timeout) * 1e9))
+        var pause = Duration.microseconds(20)
+        while !inUse.withLock({ busy in
+            if busy { return false }
+            busy = true
+            return true
+        }) {
+            if ContinuousClock.now >= deadline {
+                throw CofferError(
+                    .busy, "another thread of this process holds the lock on this store (waited \(timeout) s)",
+                    path: path)
+            }
+            Thread.sleep(forTimeInterval: Self.seconds(pause))
+            pause = min(pause * 2, .milliseconds(5))
+        }
+        defer { inUse.withLock { $0 = false } }
+        let remaining = max(0, Self.seconds(deadline - ContinuousClock.now))
+        try fileSystem.lock(fd, exclusive: exclusive, timeout: remaining, path: path)
         defer { fileSystem.unlock(fd) }
         return try body()
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

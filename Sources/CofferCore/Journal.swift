@@ -28,7 +28,7 @@ public struct JournalOptions: Sendable {
 
     public init(
         application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Double = 10,
-        maxPayload: Int = 1 << 30
+        maxPayload: Int = (1 << 30) - 1
     ) {
         self.application = application
         self.headerAreaSize = headerAreaSize
@@ -76,7 +76,14 @@ public final class Journal: @unchecked Sendable {
     static let magic: [UInt8] = Array("COFFERJL".utf8)
     /// The journal format version this code writes and reads.
     public static let formatVersion: UInt16 = 1
+    /// Frame word bit 31: more frames of this commit follow.
     static let continuedFlag: UInt32 = 0x8000_0000
+    /// Frame word bit 30: this frame continues a commit (it is not the commit's first).
+    static let continuesFlag: UInt32 = 0x4000_0000
+    /// Frame word bits 0–29: the payload length.
+    static let lengthMask: UInt32 = 0x3FFF_FFFF
+    /// File header byte 16, bit 0: coalesced writers use this file (see ``scanFrames``).
+    static let coalescedWritersFlag: UInt8 = 0x01
 
     /// The journal file.
     public let path: String
@@ -94,6 +101,10 @@ public final class Journal: @unchecked Sendable {
     public private(set) var allocatedSize: Int64
     /// Whether appends made since the last fsync are not yet durable (coalesced mode).
     public private(set) var hasUnsyncedWrites = false
+    /// Whether coalesced writers use this file (file header flag): then a power loss may persist
+    /// a later unsynced commit without an earlier one, and a torn-looking commit ends the data
+    /// even when intact frames follow it.
+    public private(set) var coalescedWriters: Bool
     private var closed = false
     /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
     /// write and flush fails too, until the store is reopened (and reread from the disk).
@@ -104,8 +115,9 @@ public final class Journal: @unchecked Sendable {
 
     private init(
         path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, fd: Int32, identity: FileStatus,
-        headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64
+        headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64, coalescedWriters: Bool
     ) {
+        self.coalescedWriters = coalescedWriters
         self.path = path
         self.options = options
         self.fs = fs
@@ -144,7 +156,7 @@ public final class Journal: @unchecked Sendable {
         path: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
         initialHeaderArea: [UInt8]? = nil, recovery: JournalRecovery = .strict
     ) throws -> (journal: Journal, records: [JournalRecord]) {
-        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload < Int(continuedFlag) else {
+        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask) else {
             throw CofferError(.invalidArgument, "journal options out of range")
         }
         let lock = try FileLock(path: path + ".lock", fileSystem: fs)
@@ -162,12 +174,14 @@ public final class Journal: @unchecked Sendable {
                     throw CofferError(.invalidArgument, "header area larger than reserved")
                 }
                 area += [UInt8](repeating: 0, count: options.headerAreaSize - area.count)
-                let bytes = fileImage(options: options, headerArea: area, payloads: [])
+                let bytes = fileImage(
+                    options: options, headerArea: area, payloads: [], coalescedWriters: options.durability != .immediate)
                 try DurableIO.atomicReplace(path, with: bytes, fileSystem: fs)
             default:
                 break
             }
             let fd = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+            var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             do {
                 let status = try fs.fstat(fd)
                 var bytes = [UInt8](repeating: 0, count: Int(status.size))
@@ -175,20 +189,24 @@ public final class Journal: @unchecked Sendable {
                 bytes.removeSubrange(n...)
                 let header = try parseFileHeader(bytes, options: options, path: path)
                 let scan = bytes.withUnsafeBytes {
-                    scanFrames($0, from: header.dataStart, maxPayload: options.maxPayload, salvage: recovery == .salvage)
+                    scanFrames(
+                        $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: recovery == .salvage,
+                        lenientTail: header.coalescedWriters)
                 }
                 var effective = options
                 effective.headerAreaSize = header.headerArea.count
                 let journal = Journal(
                     path: path, options: effective, fs: fs, lock: lock, fd: fd, identity: status,
-                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(bytes.count))
+                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(bytes.count),
+                    coalescedWriters: header.coalescedWriters)
+                owner = journal
                 if let damaged = scan.damage.first {
                     if recovery == .strict {
                         throw CofferError(
                             .corrupted,
-                            "record at byte \(damaged) fails its checksum with \(scan.intactAfterDamage) intact "
-                                + "record(s) after it; nothing was changed. Open with salvage recovery to keep the "
-                                + "\(scan.records.count + scan.intactAfterDamage) intact records",
+                            "record at byte \(damaged) is damaged (it fails its checksum and is not a torn write); "
+                                + "\(scan.records.count) intact record(s) precede it and \(scan.intactAfterDamage) "
+                                + "follow it; nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
                     try DurableIO.atomicReplace(
@@ -202,9 +220,12 @@ public final class Journal: @unchecked Sendable {
                     try journal.zero(from: Int64(scan.end), to: Int64(scan.garbageEnd))
                     try fs.fdatasync(fd)
                 }
+                if options.durability != .immediate && !header.coalescedWriters {
+                    try journal.markCoalescedWriters(fileHeader: Array(bytes[0..<fileHeaderSize]))
+                }
                 return (journal, scan.records)
             } catch {
-                fs.close(fd)
+                if let owner { owner.discard() } else { fs.close(fd) }
                 throw error
             }
         }
@@ -269,7 +290,7 @@ public final class Journal: @unchecked Sendable {
             }
             offsets.append(dataEnd + Int64(buffer.count))
             payload.withUnsafeBytes {
-                Journal.appendFrame($0, continued: i < payloads.count - 1, to: &buffer)
+                Journal.appendFrame($0, continued: i < payloads.count - 1, continues: i > 0, to: &buffer)
             }
         }
         let needed = dataEnd + Int64(buffer.count)
@@ -296,6 +317,7 @@ public final class Journal: @unchecked Sendable {
     /// Makes every append durable now (fdatasync). Does nothing when nothing is pending.
     public func flush() throws {
         try checkOpen()
+        if let syncFailure { throw syncFailure }
         guard hasUnsyncedWrites else { return }
         try syncData(metadata: false)
     }
@@ -306,6 +328,7 @@ public final class Journal: @unchecked Sendable {
     /// - Parameter headerArea: a new header area, or `nil` to keep the current one.
     public func rewrite(payloads: [Data], headerArea: [UInt8]? = nil) throws {
         try checkOpen()
+        if let syncFailure { throw syncFailure }
         try rewriteLocked(payloads: payloads, headerArea: headerArea)
     }
 
@@ -315,6 +338,7 @@ public final class Journal: @unchecked Sendable {
     /// checksums and sequence numbers and write one at a time (the vault does).
     public func writeHeaderArea(_ bytes: [UInt8], at offset: Int = 0) throws {
         try checkOpen()
+        if let syncFailure { throw syncFailure }
         guard offset >= 0, offset + bytes.count <= options.headerAreaSize else {
             throw CofferError(.invalidArgument, "header area write out of range")
         }
@@ -349,6 +373,12 @@ public final class Journal: @unchecked Sendable {
 
     // MARK: - Internals
 
+    /// Closes the descriptor without syncing (a failed open gives it up).
+    private func discard() {
+        if !closed { fs.close(fd) }
+        closed = true
+    }
+
     private func checkOpen() throws {
         if closed { throw CofferError(.closed, "the store was closed", path: path) }
     }
@@ -366,6 +396,17 @@ public final class Journal: @unchecked Sendable {
             throw error
         }
         hasUnsyncedWrites = false
+    }
+
+    /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
+    private func markCoalescedWriters(fileHeader: [UInt8]) throws {
+        var header = fileHeader
+        header[16] |= Journal.coalescedWritersFlag
+        let crc = CRC32C.checksum(Array(header[0..<28]))
+        withUnsafeBytes(of: crc.littleEndian) { header.replaceSubrange(28..<32, with: $0) }
+        try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: 0, path: path) }
+        try fs.fdatasync(fd)
+        coalescedWriters = true
     }
 
     /// Grows the file with written zeros so appends land in allocated blocks and fdatasync need
@@ -424,8 +465,11 @@ public final class Journal: @unchecked Sendable {
         bytes.removeSubrange(n...)
         let header = try Journal.parseFileHeader(bytes, options: options, path: path)
         headerArea = header.headerArea
+        coalescedWriters = header.coalescedWriters
         let scan = bytes.withUnsafeBytes {
-            Journal.scanFrames($0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false)
+            Journal.scanFrames(
+                $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false,
+                lenientTail: header.coalescedWriters)
         }
         if let damaged = scan.damage.first {
             throw CofferError(.corrupted, "record at byte \(damaged) fails its checksum", path: path, offset: Int64(damaged))
@@ -477,7 +521,8 @@ public final class Journal: @unchecked Sendable {
         let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: dataEnd) }
         bytes.removeSubrange(n...)
         let scan = bytes.withUnsafeBytes {
-            Journal.scanFrames($0, from: 0, maxPayload: options.maxPayload, salvage: false)
+            Journal.scanFrames(
+                $0, from: 0, maxPayload: options.maxPayload, salvage: false, lenientTail: coalescedWriters)
         }
         if let damaged = scan.damage.first {
             throw CofferError(
@@ -500,7 +545,8 @@ public final class Journal: @unchecked Sendable {
         for payload in payloads where payload.isEmpty || payload.count > options.maxPayload {
             throw CofferError(.invalidArgument, "a record must hold 1 to \(options.maxPayload) bytes")
         }
-        let image = Journal.fileImage(options: options, headerArea: area, payloads: payloads)
+        let image = Journal.fileImage(
+            options: options, headerArea: area, payloads: payloads, coalescedWriters: coalescedWriters)
         try DurableIO.atomicReplace(path, with: image, fileSystem: fs)
         let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
         fs.close(fd)
@@ -525,7 +571,9 @@ public final class Journal: @unchecked Sendable {
 
     // MARK: - Format (pure functions: bytes in, values out)
 
-    static func fileImage(options: JournalOptions, headerArea: [UInt8], payloads: [Data]) -> [UInt8] {
+    static func fileImage(
+        options: JournalOptions, headerArea: [UInt8], payloads: [Data], coalescedWriters: Bool
+    ) -> [UInt8] {
         var bytes: [UInt8] = []
         let framesSize = payloads.reduce(0) { $0 + $1.count + frameHeaderSize }
         let used = fileHeaderSize + headerArea.count + framesSize
@@ -535,11 +583,12 @@ public final class Journal: @unchecked Sendable {
         appendLE(formatVersion, to: &bytes)
         appendLE(options.application, to: &bytes)
         appendLE(UInt32(headerArea.count), to: &bytes)
-        bytes += [UInt8](repeating: 0, count: 12)
+        bytes.append(coalescedWriters ? coalescedWritersFlag : 0)
+        bytes += [UInt8](repeating: 0, count: 11)
         appendLE(CRC32C.checksum(bytes), to: &bytes)
         bytes += headerArea
         for payload in payloads {
-            payload.withUnsafeBytes { appendFrame($0, continued: false, to: &bytes) }
+            payload.withUnsafeBytes { appendFrame($0, continued: false, continues: false, to: &bytes) }
         }
         bytes += [UInt8](repeating: 0, count: preallocation)
         return bytes
@@ -548,6 +597,7 @@ public final class Journal: @unchecked Sendable {
     struct FileHeader {
         var dataStart: Int
         var headerArea: [UInt8]
+        var coalescedWriters: Bool
     }
 
     static func parseFileHeader(_ bytes: [UInt8], options: JournalOptions, path: String) throws -> FileHeader {
@@ -584,12 +634,16 @@ public final class Journal: @unchecked Sendable {
         guard bytes.count >= fileHeaderSize + areaSize else {
             throw CofferError(.corrupted, "the file ends inside its header area", path: path, offset: Int64(bytes.count))
         }
-        return FileHeader(dataStart: fileHeaderSize + areaSize, headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]))
+        return FileHeader(
+            dataStart: fileHeaderSize + areaSize,
+            headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]),
+            coalescedWriters: bytes[16] & coalescedWritersFlag != 0)
     }
 
     struct FrameHeader {
         var length: Int
         var continued: Bool
+        var continues: Bool
         var payloadCRC: UInt32
     }
 
@@ -600,18 +654,23 @@ public final class Journal: @unchecked Sendable {
         let payloadCRC = loadLE(h, 4)
         let check = loadLE(h, 8)
         guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: h[0..<8])) == check else { return nil }
-        let length = Int(word & ~continuedFlag)
+        let length = Int(word & lengthMask)
         guard length >= 1, length <= maxPayload else { return nil }
-        return FrameHeader(length: length, continued: word & continuedFlag != 0, payloadCRC: payloadCRC)
+        return FrameHeader(
+            length: length, continued: word & continuedFlag != 0, continues: word & continuesFlag != 0,
+            payloadCRC: payloadCRC)
     }
 
     static func parseFrameHeader(_ h: [UInt8], maxPayload: Int) -> FrameHeader? {
         h.withUnsafeBytes { parseFrameHeader($0, maxPayload: maxPayload) }
     }
 
-    static func appendFrame(_ payload: UnsafeRawBufferPointer, continued: Bool, to bytes: inout [UInt8]) {
+    static func appendFrame(
+        _ payload: UnsafeRawBufferPointer, continued: Bool, continues: Bool, to bytes: inout [UInt8]
+    ) {
         let start = bytes.count
-        appendLE(UInt32(payload.count) | (continued ? continuedFlag : 0), to: &bytes)
+        appendLE(
+            UInt32(payload.count) | (continued ? continuedFlag : 0) | (continues ? continuesFlag : 0), to: &bytes)
         appendLE(CRC32C.checksum(payload), to: &bytes)
         let check = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<(start + 8)])) }
         appendLE(check, to: &bytes)
@@ -633,34 +692,32 @@ public final class Journal: @unchecked Sendable {
 
     /// Scans frames from `start`. Pure: used by open, by the tail repair and by the fuzzer.
     ///
-    /// An invalid frame (bad header check, length out of range, payload CRC mismatch, or an
-    /// unfinished commit) is a torn tail when no intact frame starts anywhere after it, and
-    /// damage otherwise.
-    package static func scanFrames(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool) -> Scan {
+    /// An invalid frame (bad header check, length out of range, payload CRC mismatch, a commit
+    /// left unfinished or frames out of commit order) ends the data where its commit began when
+    /// it *looks torn* (``looksTorn(_:frameAt:maxPayload:)``) and either nothing intact follows
+    /// it or `lenientTail` is set (coalesced writers use the file, so a power loss may persist a
+    /// later unsynced commit and not an earlier one). Otherwise it is damage: strict scanning
+    /// stops there; salvage skips to the next intact commit.
+    package static func scanFrames(
+        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false
+    ) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
         var group: [JournalRecord] = []
         var groupStart = start
         let count = bytes.count
         while true {
-            var bad = false
-            if offset >= count {
-                if group.isEmpty { break }
-                bad = true
-            } else if count - offset < frameHeaderSize {
+            if offset >= count || (count - offset < frameHeaderSize) {
                 if group.isEmpty && isZero(bytes, from: offset) { break }
-                bad = true
-            } else if let frame = parseFrameHeader(
-                UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
-                frame.length <= count - offset - frameHeaderSize,
-                CRC32C.checksum(
-                    UnsafeRawBufferPointer(
-                        rebasing: bytes[(offset + frameHeaderSize)..<(offset + frameHeaderSize + frame.length)]))
-                    == frame.payloadCRC
-            {
+            } else if let frame = intactFrame(bytes, at: offset, maxPayload: maxPayload) {
                 let body = offset + frameHeaderSize
-                group.append(JournalRecord(offset: Int64(offset), payload: Data(bytes[body..<(body + frame.length)])))
-                offset = body + frame.length
+                let next = body + frame.length
+                if frame.continues == group.isEmpty {
+                    // Out of commit order: a continuation with no start, or a start inside a commit.
+                    if judge() { break } else { continue }
+                }
+                group.append(JournalRecord(offset: Int64(offset), payload: Data(bytes[body..<next])))
+                offset = next
                 if !frame.continued {
                     scan.records += group
                     group.removeAll()
@@ -671,75 +728,93 @@ public final class Journal: @unchecked Sendable {
                 continue
             } else if group.isEmpty && isZero(bytes, from: offset) {
                 break
-            } else {
-                bad = true
             }
-            guard bad else { break }
-            // Judge the invalid frame at `offset` (its commit began at `groupStart`).
-            let next = nextIntactFrame(bytes, after: max(offset, groupStart), maxPayload: maxPayload)
-            if next == nil && looksTorn(bytes, frameAt: offset, maxPayload: maxPayload) {
+            if judge() { break }
+        }
+        if salvage { scan.intactAfterDamage = 0 }
+        return scan
+
+        /// Judges the invalid frame at `offset` (its commit began at `groupStart`). Returns
+        /// whether the scan ends; otherwise it resumes at the next intact frame (salvage).
+        func judge() -> Bool {
+            let next = nextIntactFrame(bytes, after: offset, maxPayload: maxPayload)
+            let torn = looksTorn(bytes, frameAt: offset, maxPayload: maxPayload)
+            if torn && (next == nil || lenientTail) {
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
                 scan.end = groupStart
-                break
+                return true
             }
             scan.damage.append(groupStart)
+            group.removeAll()
             guard let next else {
-                // Damage in the last record (not a torn write): salvage drops it.
+                // Damage in the last commit (not a torn write): salvage drops it.
                 scan.end = groupStart
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
-                break
+                return true
             }
-            group.removeAll()
             if !salvage {
                 scan.intactAfterDamage = countIntact(bytes, from: next, maxPayload: maxPayload)
                 scan.end = groupStart
                 scan.garbageEnd = groupStart
-                break
+                return true
             }
             offset = next
             groupStart = next
+            return false
         }
-        if salvage { scan.intactAfterDamage = 0 }
-        return scan
     }
 
-    /// Sector size assumed by the torn-write model: a device persists whole sectors, so a write
-    /// cut short by power loss leaves a sector-aligned suffix of it unwritten (still zero — the
-    /// space after the last record is always zero) or the file ends inside it.
+    /// The frame at `offset` when it is intact (header check, length, payload CRC).
+    private static func intactFrame(_ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int) -> FrameHeader? {
+        guard offset >= 0, bytes.count - offset >= frameHeaderSize,
+            let frame = parseFrameHeader(
+                UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
+            frame.length <= bytes.count - offset - frameHeaderSize,
+            CRC32C.checksum(
+                UnsafeRawBufferPointer(
+                    rebasing: bytes[(offset + frameHeaderSize)..<(offset + frameHeaderSize + frame.length)]))
+                == frame.payloadCRC
+        else { return nil }
+        return frame
+    }
+
+    /// Sector size assumed by the torn-write model: a device persists whole sectors, in any
+    /// order, so a write cut short by power loss leaves some of its sectors unwritten — still
+    /// zero, because the space after the last commit is always zero — or the file ends inside it.
     static let sectorSize = 512
 
-    /// Whether the invalid frame at `offset` (with no intact frame after it) can be a torn
-    /// append rather than damage: the file ends inside it, or everything from some sector
-    /// boundary inside it to its end is zero.
+    /// Whether the invalid frame at `offset` can be an append cut short by a crash rather than
+    /// damage: the file ends inside it; or its header is all zero; or a sector-aligned 512-byte
+    /// block inside it (the last one possibly shorter, ending at the frame's end) is all zero.
+    /// With a header that fails its check the frame's extent is unknown, so only the header's
+    /// own bytes are judged.
     static func looksTorn(_ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int) -> Bool {
         let count = bytes.count
         if offset >= count || count - offset < frameHeaderSize { return true }
         let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)])
+        if header.allSatisfy({ $0 == 0 }) { return true }
         let end: Int
         if let frame = parseFrameHeader(header, maxPayload: maxPayload) {
             if frame.length > count - offset - frameHeaderSize { return true }
             end = offset + frameHeaderSize + frame.length
         } else {
-            end = offset + frameHeaderSize  // an untrustworthy header: judge the header alone
+            end = offset + frameHeaderSize
         }
-        if header.allSatisfy({ $0 == 0 }) { return true }
-        // The last sector boundary strictly inside the frame.
-        let lastBoundary = ((end - 1) / sectorSize) * sectorSize
-        guard lastBoundary > offset else { return false }
-        for i in lastBoundary..<end where bytes[i] != 0 { return false }
-        return true
+        var boundary = (offset / sectorSize + 1) * sectorSize
+        while boundary < end {
+            let blockEnd = min(boundary + sectorSize, end)
+            if !(boundary..<blockEnd).contains(where: { bytes[$0] != 0 }) { return true }
+            boundary += sectorSize
+        }
+        return false
     }
 
+    /// The offset of the next intact frame after `offset` that starts a commit (K = 0). Intact
+    /// continuation frames are skipped: they may be the rest of the very commit being judged.
     private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {
         var p = offset + 1
         while p + frameHeaderSize <= bytes.count {
-            if let frame = parseFrameHeader(
-                UnsafeRawBufferPointer(rebasing: bytes[p..<(p + frameHeaderSize)]), maxPayload: maxPayload),
-                frame.length <= bytes.count - p - frameHeaderSize,
-                CRC32C.checksum(
-                    UnsafeRawBufferPointer(rebasing: bytes[(p + frameHeaderSize)..<(p + frameHeaderSize + frame.length)]))
-                    == frame.payloadCRC
-            {
+            if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues {
                 return p
             }
             p += 1

@@ -9,7 +9,16 @@ import Darwin
 public struct LiveFileSystem: FileSystem {
     public init() {}
 
+    /// C stops reading a path at its first NUL, so "a\0b" would silently name "a": refuse it.
+    private func checked(_ path: String) throws -> String {
+        if path.utf8.contains(0) {
+            throw CofferError(.invalidArgument, "a path must not contain a NUL byte", errno: EINVAL)
+        }
+        return path
+    }
+
     public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
+        let path = try checked(path)
         var flags = O_RDWR | O_CLOEXEC
         if create { flags |= O_CREAT }
         if exclusive { flags |= O_EXCL }
@@ -19,6 +28,7 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func openReadOnly(_ path: String) throws -> Int32 {
+        let path = try checked(path)
         let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC, 0) }
         if fd < 0 { throw CofferError.io("open", path: path, errno: errno) }
         return fd
@@ -68,6 +78,7 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func stat(_ path: String) throws -> FileStatus? {
+        let path = try checked(path)
         var st = Glibc.stat()
         if systemStat(path, &st) != 0 {
             if errno == ENOENT || errno == ENOTDIR { return nil }
@@ -77,14 +88,17 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func rename(_ from: String, _ to: String) throws {
+        let (from, to) = (try checked(from), try checked(to))
         if systemRename(from, to) != 0 { throw CofferError.io("rename to \(to)", path: from, errno: errno) }
     }
 
     public func unlink(_ path: String) throws {
+        let path = try checked(path)
         if systemUnlink(path) != 0 && errno != ENOENT { throw CofferError.io("unlink", path: path, errno: errno) }
     }
 
     public func mkdir(_ path: String, mode: UInt32) throws {
+        let path = try checked(path)
         if systemMkdir(path, mode_t(mode)) != 0 {
             let saved = errno
             if saved == EEXIST, let st = try stat(path), st.isDirectory { return }
@@ -93,6 +107,7 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func contentsOfDirectory(_ path: String) throws -> [String] {
+        let path = try checked(path)
         guard let dir = opendir(path) else { throw CofferError.io("opendir", path: path, errno: errno) }
         defer { closedir(dir) }
         var names: [String] = []
@@ -106,6 +121,7 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func fsyncDirectory(_ path: String) throws {
+        let path = try checked(path)
         let fd = retrying { Glibc_open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
         if fd < 0 { throw CofferError.io("open directory", path: path, errno: errno) }
         defer { _ = systemClose(fd) }

@@ -62,8 +62,15 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         self.durability = durability
         let options = JournalOptions(
             application: Self.application, durability: durability, lockTimeout: lockTimeout)
-        let (journal, records) = try Journal.open(
-            path: path, options: options, fileSystem: fileSystem, create: .openOrCreate, recovery: recovery)
+        let (journal, records): (Journal, [JournalRecord])
+        do {
+            (journal, records) = try Journal.open(
+                path: path, options: options, fileSystem: fileSystem, create: .openOrCreate, recovery: recovery)
+        } catch var error as CofferError where error.code == .corrupted && error.offset != nil {
+            error.message += " — open with `recovery: .salvage` to keep every intact record (the damaged file is kept"
+                + " aside as <file>.damaged-<time>)"
+            throw error
+        }
         var state = State(journal: journal)
         try Self.apply(records, to: &state)
         self.state = Mutex(state)

@@ -343,13 +343,11 @@ public final class Vault: Sendable {
 
     /// Rewrites the file with only the live items, re-sealed under a new epoch.
     public func compact() throws {
-        try state.withLock { session in
-            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+        try withSession { live in
             try live.journal.withWriteLock { changes in
                 try live.apply(changes)
                 try live.compact()
             }
-            session = live
         }
     }
 
@@ -363,14 +361,19 @@ public final class Vault: Sendable {
 
     // MARK: - Internals
 
-    private func read<T>(_ body: (Session) throws -> T) throws -> T {
+    /// Runs `body` on the unlocked session in place (never on a copy: copying the session would
+    /// copy its index, making every call cost O(items)).
+    private func withSession<T>(_ body: (inout Session) throws -> T) throws -> T {
         try state.withLock { session in
-            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            return try body(&session!)
+        }
+    }
+
+    private func read<T>(_ body: (Session) throws -> T) throws -> T {
+        try withSession { live in
             let changes = try live.journal.refresh()
-            if !changes.isEmpty {
-                try live.apply(changes)
-                session = live
-            }
+            if !changes.isEmpty { try live.apply(changes) }
             return try body(live)
         }
     }
@@ -398,21 +401,18 @@ public final class Vault: Sendable {
                 throw CofferError(.invalidArgument, "an item needs a non-empty service and account")
             }
         }
-        return try state.withLock { session in
-            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+        return try withSession { live in
             let written = try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
                 return try live.commit(changes)
             }
             try live.compactIfWorthIt()
-            session = live
             return written
         }
     }
 
     private func updateHeader(_ change: (inout VaultHeader, inout Session) throws -> Void) throws {
-        try state.withLock { session in
-            guard var live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+        try withSession { live in
             try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
                 let (current, currentCopy) = try Self.selectHeader(try live.journal.reloadHeaderArea(), path: url.path)
@@ -428,7 +428,6 @@ public final class Vault: Sendable {
                 try live.journal.writeHeaderArea(bytes, at: currentCopy * VaultHeader.copySize)
                 live.header = next
             }
-            session = live
         }
     }
 
@@ -564,59 +563,72 @@ struct Session: Sendable {
 
     /// Records a sealed body in the index and advances the chain past it.
     private mutating func index(_ body: VaultRecordBody, payload: [UInt8]) throws {
+        let after = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+        index(body, payload: payload, chainBefore: chain, chainAfter: after)
+    }
+
+    private mutating func index(
+        _ body: VaultRecordBody, payload: [UInt8], chainBefore: [UInt8], chainAfter: [UInt8]
+    ) {
         let size = payload.count + Journal.frameHeaderSize
         switch body {
         case .put(let item, _):
             let key = ItemKey(service: item.service, account: item.account)
             if let old = entries[key] { liveBytes -= old.payload.count + Journal.frameHeaderSize }
-            entries[key] = Entry(item: item, payload: payload, chain: chain)
+            entries[key] = Entry(item: item, payload: payload, chain: chainBefore)
             liveBytes += size
         case .delete(let service, let account):
             if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
         }
-        chain = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+        chain = chainAfter
         recordCount += 1
     }
 
     /// Seals and appends `changes` as one commit; returns how many changed something.
     mutating func commit(_ changes: [VaultChange]) throws -> Int {
         var bodies: [VaultRecordBody] = []
-        var pending = entries  // to resolve attributes of several changes to one item in order
+        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
+        var overlay: [ItemKey: VaultItem?] = [:]
+        func current(_ key: ItemKey) -> VaultItem? { overlay[key] ?? entries[key]?.item }
         // Milliseconds, as stored: the item in memory equals the item read back from the file.
         let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
         for change in changes {
             switch change {
             case .set(let service, let account, let secret, let label, let comment):
                 let key = ItemKey(service: service, account: account)
-                let old = pending[key]?.item
+                let old = current(key)
                 let item = VaultItem(
                     service: service, account: account, label: label ?? old?.label ?? "",
                     comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
                 bodies.append(.put(item, secret: secret))
-                pending[key] = Entry(item: item, payload: [], chain: [])
+                overlay[key] = .some(item)
             case .remove(let service, let account):
                 let key = ItemKey(service: service, account: account)
-                if pending.removeValue(forKey: key) != nil {
+                if current(key) != nil {
                     bodies.append(.delete(service: service, account: account))
+                    overlay[key] = .some(nil)
                 }
             }
         }
         guard !bodies.isEmpty else { return 0 }
-        // Seal against the chain as it will be when each record lands; commit nothing to `self`
+        // Seal against the chain as it will be when each record lands; change nothing in `self`
         // until the append has succeeded.
-        var next = self
-        var payloads: [Data] = []
+        var chain = self.chain
+        var sealed: [(body: VaultRecordBody, payload: [UInt8], chainBefore: [UInt8], chainAfter: [UInt8])] = []
         for body in bodies {
             var plaintext = body.encoded()
             defer { wipe(&plaintext) }
-            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
-            try next.index(body, payload: payload)
-            payloads.append(Data(payload))
+            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: chain)
+            let after = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+            sealed.append((body, payload, chain, after))
+            chain = after
         }
-        try journal.append(payloads)
-        self = next
+        try journal.append(sealed.map { Data($0.payload) })
+        for record in sealed {
+            index(record.body, payload: record.payload, chainBefore: record.chainBefore, chainAfter: record.chainAfter)
+        }
         return bodies.count
     }
 

@@ -176,16 +176,12 @@ struct DurableIOFaultTests {
             fs.simulatePowerLoss(seed: seed, data: .drop, metadata: .orderedPrefix)
             #expect(fs.contents(atPath: "/data/app/value") == Self.new)
         }
-        // …but POSIX only promises it once the new directory's own entry is synced in its parent.
+        // …and under strict POSIX too: ensureDirectory syncs each new directory's entry in its parent.
         let fs = InMemoryFileSystem()
         try DurableIO.ensureDirectory("/data/app", fileSystem: fs)
         try DurableIO.atomicReplace("/data/app/value", with: Self.new, fileSystem: fs)
-        withKnownIssue("DurableIO.ensureDirectory does not fsync the parent after each mkdir") {
-            #expect(fs.isDurable("/data/app/value"))
-        }
+        #expect(fs.isDurable("/data/app/value"))
         fs.simulatePowerLoss(seed: 1, data: .drop, metadata: .drop)
-        withKnownIssue("DurableIO.ensureDirectory does not fsync the parent after each mkdir") {
-            #expect(fs.contents(atPath: "/data/app/value") == Self.new)
-        }
+        #expect(fs.contents(atPath: "/data/app/value") == Self.new)
     }
 }

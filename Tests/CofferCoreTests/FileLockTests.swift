@@ -112,8 +112,8 @@ struct FileLockTests {
 
     @Test(arguments: Kind.allCases)
     func oneFileLockSharedByTwoThreads(kind: Kind) throws {
-        // flock belongs to the open file description, so a second thread using the *same*
-        // FileLock (same descriptor) gets in at once, and its unlock releases the first thread's lock.
+        // flock belongs to the open file description, so FileLock must itself keep a second thread
+        // using the *same* instance (same descriptor) out, and honour its timeout while doing so.
         let fixture = try Fixture(kind)
         let shared = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let entered = DispatchSemaphore(value: 0)
@@ -126,12 +126,13 @@ struct FileLockTests {
         }
         holder.start()
         entered.wait()
-        defer { release.signal() }
         var secondGotIn = false
-        do { secondGotIn = try shared.withLock(timeout: 0.1) { true } } catch {}
-        withKnownIssue("FileLock is Sendable but gives no exclusion between threads sharing one instance") {
-            #expect(!secondGotIn)
-        }
+        let error = #expect(throws: CofferError.self) { secondGotIn = try shared.withLock(timeout: 0.1) { true } }
+        #expect(error?.code == .busy)
+        #expect(!secondGotIn)
+        release.signal()
+        // Once released, the same instance is usable from this thread.
+        #expect(try shared.withLock(timeout: 5) { true })
     }
 
     @Test func mutualExclusionUnderContention() throws {

@@ -339,9 +339,8 @@ struct PowerLossTests {
                                 // No garbage: only whole sectors were lost, yet the file reads as damaged.
                                 outcome.damageWithoutGarbage += 1
                                 damageCases.append("\(plan) at byte \(error.offset ?? -1)")
-                                withKnownIssue("RELIABILITY.md, hole 1: a multi-page append torn in its middle reads as damage", isIntermittent: true) {
-                                    Issue.record("\(scenario) \(plan): \(error.message)")
-                                }
+                                // Hole 1 (fixed): any zero sector inside the last commit reads as torn.
+                                Issue.record("\(scenario) \(plan): \(error.message)")
                             }
                             // Salvage (key-value only: the vault has none) must give the state before.
                             if scenario.name.hasPrefix("key-value") {
@@ -350,9 +349,8 @@ struct PowerLossTests {
                                     outcome.salvagedToBefore += 1
                                 } else {
                                     outcome.salvagedToPartialCommit += 1
-                                    withKnownIssue("RELIABILITY.md, hole 2: salvage applies the intact frames of an unfinished commit", isIntermittent: true) {
-                                        Issue.record("\(scenario) \(plan): salvage gave neither before nor after")
-                                    }
+                                    // Hole 2 (fixed): salvage never applies part of a commit.
+                                    Issue.record("\(scenario) \(plan): salvage gave neither before nor after")
                                 }
                             } else {
                                 outcome.vaultUnopenable += 1
@@ -392,8 +390,7 @@ struct PowerLossTests {
     /// to the state before it. Today strict open throws `.corrupted` ("fails its checksum with 2
     /// intact records after it": the batch's later frames survived), and salvage applies those
     /// two frames — half of an unacknowledged batch.
-    @Test(.disabled("library hole 1/2 (RELIABILITY.md): a torn multi-page append reads as damage; salvage keeps part of it"))
-    func tornMiddlePageOfABatchOpensToTheStateBefore() throws {
+    @Test func tornMiddlePageOfABatchOpensToTheStateBefore() throws {
         let scenario = Self.scenarios[0]
         let inner = InMemoryFileSystem()
         try scenario.setUp(inner)

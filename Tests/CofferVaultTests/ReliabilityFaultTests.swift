@@ -166,9 +166,8 @@ struct ReliabilityFaultTests {
             let again = #expect(throws: CofferError.self, "attempt \(attempt)") { try kv.set("y", for: "later") }
             #expect(again?.errno == 5)
         }
-        withKnownIssue("RELIABILITY.md, hole 3: flush() succeeds after a failed fdatasync in immediate mode") {
-            #expect(throws: CofferError.self) { try kv.flush() }
-        }
+        // Hole 3 (fixed): flush() after a failed fdatasync throws too, until the store is reopened.
+        #expect(throws: CofferError.self) { try kv.flush() }
         let reopened = try KeyValueFileStrategy(
             directory: Self.kvDirectory, suite: "s", durability: .immediate, fileSystem: fs)
         try reopened.set("z", for: "after-reopen")
@@ -186,9 +185,8 @@ struct ReliabilityFaultTests {
         #expect(throws: CofferError.self) { try vault.changePassphrase(to: "new") }
         // The change threw, so the old passphrase must still open the vault.
         let opensWithOld = (try? Vault.open(at: Self.vaultURL, unlock: .passphrase("old"), fileSystem: vfs)) != nil
-        withKnownIssue("RELIABILITY.md, hole 4: a header write after a failed fsync lands, though the call throws") {
-            #expect(opensWithOld)
-        }
+        // Hole 4 (fixed): after a failed fsync no header write lands, so the old passphrase still works.
+        #expect(opensWithOld)
         let vaultReopened = try Vault.open(
             at: Self.vaultURL, unlock: .passphrase(opensWithOld ? "old" : "new"), fileSystem: vfs)
         try vaultReopened.set("z", service: "svc", account: "after-reopen")

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A string compared and hashed by its exact UTF-8 bytes.
 ///
 /// Swift's `String` equality is canonical equivalence: "café" spelled with U+00E9 equals "café"
@@ -11,7 +17,16 @@ public struct ExactKey: Hashable, Sendable, CustomStringConvertible {
     public init(_ string: String) { self.string = string }
 
     public static func == (lhs: ExactKey, rhs: ExactKey) -> Bool {
-        lhs.string.utf8.elementsEqual(rhs.string.utf8)
+        // Native strings are contiguous UTF-8: compare lengths, then the bytes in one call.
+        guard lhs.string.utf8.count == rhs.string.utf8.count else { return false }
+        var a = lhs.string
+        var b = rhs.string
+        return a.withUTF8 { pa in
+            b.withUTF8 { pb in
+                guard let x = pa.baseAddress, let y = pb.baseAddress else { return pa.count == pb.count }
+                return memcmp(x, y, pa.count) == 0
+            }
+        }
     }
 
     public func hash(into hasher: inout Hasher) {

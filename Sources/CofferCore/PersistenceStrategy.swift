@@ -27,6 +27,20 @@ public protocol PersistenceStrategy: Sendable {
     /// Every key currently stored, in no particular order.
     /// - Throws: ``CofferError`` when the store cannot be read.
     func keys() throws -> [String]
+    /// How typed values are turned into this strategy's bytes (``ValueEncoding/tagged`` unless a
+    /// strategy's bytes are read by other tools, like the vault's secrets by `coffer get`).
+    var valueEncoding: ValueEncoding { get }
+}
+
+/// How ``ValueCodec`` turns typed values into a strategy's bytes.
+public enum ValueEncoding: Sendable, Hashable {
+    /// Coffer's compact binary form: a tag byte, then the value (or JSON). The default.
+    case tagged
+    /// The value as another program expects to read it: a String's UTF-8, Data's bytes, numbers
+    /// and Bool as their JSON text, anything else as JSON. Used by the vault, so `coffer get`
+    /// prints exactly the secret an `@Stored` property saved, and `@Stored` reads what
+    /// `coffer set` stored.
+    case plain
 }
 
 /// A strategy that can persist several changes as one commit (one append, one fsync).
@@ -36,6 +50,13 @@ public protocol BatchPersistenceStrategy: PersistenceStrategy {
     func saveBatch(_ changes: [(key: String, data: Data?)]) throws
 }
 
+/// A strategy whose removed values linger in its files until it rewrites them (an append-only
+/// journal), and that can rewrite them now.
+public protocol CompactablePersistenceStrategy: PersistenceStrategy {
+    /// Rewrites the store's files with only the live values, so removed ones are gone from them.
+    func compact() throws
+}
+
 /// A strategy that writes lazily and can be asked to make its writes durable now.
 public protocol FlushablePersistenceStrategy: PersistenceStrategy {
     /// Makes every write made so far durable (fsync). Returns when it is.
@@ -43,6 +64,9 @@ public protocol FlushablePersistenceStrategy: PersistenceStrategy {
 }
 
 extension PersistenceStrategy {
+    /// ``ValueEncoding/tagged``.
+    public var valueEncoding: ValueEncoding { .tagged }
+
     /// Reads a typed value stored with ``set(_:for:)``, or `nil` when the key is absent.
     ///
     /// Bool, integers, Double, Float, String and Data use Coffer's compact binary encoding;
@@ -50,12 +74,12 @@ extension PersistenceStrategy {
     /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` when the bytes are not a `T`.
     public func get<T: Codable>(_ type: T.Type = T.self, for key: String) throws -> T? {
         guard let data = try load(key) else { return nil }
-        return try ValueCodec.decode(T.self, from: data)
+        return try ValueCodec.decode(T.self, from: data, as: valueEncoding)
     }
 
     /// Stores a typed value under `key` (see ``get(_:for:)`` for the encoding).
     /// - Throws: ``CofferError`` when the value cannot be encoded or stored.
     public func set<T: Codable>(_ value: T, for key: String) throws {
-        try save(ValueCodec.encode(value), for: key)
+        try save(ValueCodec.encode(value, as: valueEncoding), for: key)
     }
 }

@@ -23,6 +23,61 @@ public enum ValueCodec {
     static let tagString: UInt8 = 0x05
     static let tagData: UInt8 = 0x06
 
+    /// Encodes `value` in `encoding`.
+    public static func encode<T: Encodable>(_ value: T, as encoding: ValueEncoding) throws -> Data {
+        switch encoding {
+        case .tagged: return try encode(value)
+        case .plain:
+            switch value {
+            case let v as String: return Data(v.utf8)
+            case let v as Data: return v
+            // Swift's own text: "30.5", "inf", "nan" (JSON has no spelling for the last two).
+            case let v as Double: return Data(v.description.utf8)
+            case let v as Float: return Data(v.description.utf8)
+            default: return try json(value)
+            }
+        }
+    }
+
+    /// Decodes a `T` from bytes made by ``encode(_:as:)`` in `encoding`.
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data, as encoding: ValueEncoding) throws -> T {
+        switch encoding {
+        case .tagged: return try decode(type, from: data)
+        case .plain:
+            if let value = data as? T { return value }
+            if T.self == String.self || T.self == String?.self {
+                guard let text = String(validating: data, as: UTF8.self), let value = text as? T else {
+                    throw CofferError(.decoding, "the stored bytes are not UTF-8 text; read them as Data")
+                }
+                return value
+            }
+            if T.self == Data?.self, let value = Optional(data) as? T { return value }
+            if let text = String(validating: data, as: UTF8.self) {
+                switch T.self {
+                case is Double.Type, is Double?.Type: if let value = Double(text) as? T { return value }
+                case is Float.Type, is Float?.Type: if let value = Float(text) as? T { return value }
+                default: break
+                }
+            }
+            do {
+                return try JSONDecoder().decode(T.self, from: data)
+            } catch {
+                throw CofferError(.decoding, "the stored bytes are not a \(T.self) (\(codingPath(of: error)))")
+            }
+        }
+    }
+
+    private static func json<T: Encodable>(_ value: T) throws -> Data {
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            return try encoder.encode(value)
+        } catch {
+            // The cause is dropped on purpose: EncodingError.invalidValue carries the value itself.
+            throw CofferError(.encoding, "cannot encode a value of type \(T.self) as JSON (\(codingPath(of: error)))")
+        }
+    }
+
     /// Encodes `value`.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/encoding`` when JSON encoding fails.
     public static func encode<T: Encodable>(_ value: T) throws -> Data {

@@ -52,7 +52,7 @@ protocol BatchParticipant: AnyObject, Sendable {
     func batchTarget() -> (strategy: any PersistenceStrategy, key: String)?
     func withPersistLock(_ body: () -> Void)
     /// The bytes to persist (`nil` data removes), unless the store already has the newest value.
-    func pendingChange() -> PendingChange?
+    func pendingChange(encoding: ValueEncoding) -> PendingChange?
     func markPersisted(_ version: UInt64)
     /// Records the outcome in the participant's observable `error`. Called with no lock held.
     func reportPersistOutcome(_ error: CofferError?)
@@ -117,7 +117,7 @@ final class BatchScope {
             var changes: [(key: String, data: Data?)] = []
             var included: [(participant: any BatchParticipant, version: UInt64)] = []
             for (participant, key) in ordered {
-                guard let change = participant.pendingChange() else { continue }
+                guard let change = participant.pendingChange(encoding: strategy.valueEncoding) else { continue }
                 switch change.data {
                 case .failure(let error):
                     outcomes.append((participant, error))

@@ -57,17 +57,20 @@ extension Stored {
 
             do {
                 guard let data = try sourceStrategy.load(oldKey) else { return (.nothingToMigrate, false) }
-                let value = try ValueCodec.decode(Value.self, from: data)
+                let value = try ValueCodec.decode(Value.self, from: data, as: sourceStrategy.valueEncoding)
                 let outcome: MigrationOutcome
                 if try destination.load(key) != nil {
                     outcome = .keptExisting
                 } else {
-                    try destination.save(ValueCodec.encode(value), for: key)
+                    try destination.save(ValueCodec.encode(value, as: destination.valueEncoding), for: key)
                     outcome = .moved
                 }
                 if let flushable = destination as? any FlushablePersistenceStrategy { try flushable.flush() }
                 try sourceStrategy.remove(oldKey)
                 if let flushable = sourceStrategy as? any FlushablePersistenceStrategy { try flushable.flush() }
+                // An append-only source still holds the old record: rewrite it so the old copy
+                // (often a plaintext token) is gone from the file, not just marked removed.
+                if let compactable = sourceStrategy as? any CompactablePersistenceStrategy { try compactable.compact() }
                 guard outcome == .moved else { return (outcome, false) }
                 let changed = state.withLock { s in
                     s.loaded = true

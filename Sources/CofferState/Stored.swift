@@ -183,7 +183,9 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
             }
             let loaded: Value
             do {
-                loaded = try strategy.load(key).map { try ValueCodec.decode(Value.self, from: $0) } ?? initialValue
+                loaded = try strategy.load(key).map {
+                    try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                } ?? initialValue
             } catch {
                 state.withLock { $0.loaded = true }
                 return .failure(.wrapping(error, "loading \(backing)"))
@@ -256,7 +258,9 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
                 break
             case .success(let (strategy, key)?):
                 do {
-                    if let data = try strategy.load(key) { s.value = try ValueCodec.decode(Value.self, from: data) }
+                    if let data = try strategy.load(key) {
+                        s.value = try ValueCodec.decode(Value.self, from: data, as: strategy.valueEncoding)
+                    }
                 } catch {
                     s.error = .wrapping(error, "loading \(backing)")
                 }
@@ -343,7 +347,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
                 if let isNil, isNil(value) {
                     try strategy.remove(key)
                 } else {
-                    try strategy.save(ValueCodec.encode(value), for: key)
+                    try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
                 }
                 state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
                 return .some(nil)
@@ -401,12 +405,12 @@ extension Stored: BatchParticipant {
         persistLock.withLock { _ in body() }
     }
 
-    func pendingChange() -> PendingChange? {
+    func pendingChange(encoding: ValueEncoding) -> PendingChange? {
         let (value, version, persisted) = state.withLock { ($0.value, $0.version, $0.persistedVersion) }
         guard version != persisted else { return nil }
         if let isNil, isNil(value) { return PendingChange(version: version, data: .success(nil)) }
         do {
-            return PendingChange(version: version, data: .success(try ValueCodec.encode(value)))
+            return PendingChange(version: version, data: .success(try ValueCodec.encode(value, as: encoding)))
         } catch {
             return PendingChange(version: version, data: .failure(.wrapping(error, "encoding for \(backing)")))
         }

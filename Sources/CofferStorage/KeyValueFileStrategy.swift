@@ -21,7 +21,9 @@ import Synchronization
 /// let prefs = try KeyValueFileStrategy(directory: dir, suite: "preferences")
 /// try prefs.set("dark", for: "theme")
 /// ```
-public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy {
+public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
+    CompactablePersistenceStrategy
+{
     /// The suite's file.
     public let path: String
     /// The durability of each write.
@@ -120,9 +122,9 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// Returning `nil` removes the key.
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
-            let current = try index[ExactKey(key)].map { try ValueCodec.decode(T.self, from: $0.value) }
+            let current = try index[ExactKey(key)].map { try ValueCodec.decode(T.self, from: $0.value, as: valueEncoding) }
             let next = try transform(current)
-            return [try Self.encode(key: key, value: next.map { try ValueCodec.encode($0) })]
+            return [try Self.encode(key: key, value: next.map { try ValueCodec.encode($0, as: valueEncoding) })]
         }
     }
 

@@ -8,7 +8,9 @@ public import Foundation
 /// let tokens = VaultStrategy(vault: vault, service: "api.example.com")
 /// try tokens.set("s3cr3t", for: "alice")
 /// ```
-public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy {
+public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
+    CompactablePersistenceStrategy
+{
     /// The vault holding the items.
     public let vault: Vault
     /// The service every key of this strategy belongs to.
@@ -25,6 +27,10 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
     public func remove(_ key: String) throws { try vault.remove(service: service, account: key) }
     public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
     public func flush() throws { try vault.flush() }
+    public func compact() throws { try vault.compact() }
+    /// Secrets are stored as themselves (a String's UTF-8, Data's bytes), so `coffer get` and
+    /// other readers of the vault see exactly the secret.
+    public var valueEncoding: ValueEncoding { .plain }
 
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         try vault.apply(

@@ -19,7 +19,7 @@ private final class NewModel {
 struct MigrationTests {
     @Test("A token kept in the key-value file by an older release moves into the vault")
     func keyValueToVault() throws {
-        try withTemporaryContext(vault: true) { _ in
+        try withTemporaryContext(vault: true) { context in
             OldModel().token = "ghp_old_release_token"
 
             let model = NewModel()
@@ -29,6 +29,12 @@ struct MigrationTests {
             #expect(model.token == "ghp_old_release_token")
             #expect(OldModel().token == nil)  // the plaintext copy is gone
             #expect(NewModel().token == "ghp_old_release_token")  // and the vault has it durably
+            // Not just marked removed: no file under the context holds the plaintext any more.
+            let root = context.directory.path
+            for name in try FileManager.default.subpathsOfDirectory(atPath: root) {
+                guard let bytes = FileManager.default.contents(atPath: root + "/" + name) else { continue }
+                #expect(bytes.range(of: Data("ghp_old_release_token".utf8)) == nil, "plaintext left in \(name)")
+            }
             // Running it again (the next launch) finds nothing left to move.
             let again = try NewModel().$token.migrate(from: .keyValue(key: "token"))
             #expect(again == .nothingToMigrate)

@@ -271,3 +271,31 @@ struct VaultConformanceTests {
                 }))
     }
 }
+
+@Suite("Vault strategy values")
+struct VaultStrategyValueTests {
+    /// Secrets are stored as themselves, so `coffer get` and `@Stored` agree on the bytes.
+    @Test func typedValuesAreStoredPlainAndReadBackTyped() throws {
+        let dir = try Scratch("plain")
+        let vault = try Vault.create(at: dir.file("v"), unlock: .passphrase("p"), kdf: fastKDF)
+        let strategy = VaultStrategy(vault: vault, service: "svc")
+        try strategy.set("ghp_token", for: "string")
+        #expect(try vault.string(service: "svc", account: "string") == "ghp_token")
+        try strategy.set(42, for: "int")
+        #expect(try vault.string(service: "svc", account: "int") == "42")
+        try strategy.set(Data([0, 0x05, 0xFF]), for: "data")
+        #expect(try vault.data(service: "svc", account: "data") == Data([0, 0x05, 0xFF]))
+        struct Login: Codable, Equatable { var user: String; var port: Int }
+        try strategy.set(Login(user: "me", port: 22), for: "login")
+        #expect(try strategy.get(Login.self, for: "login") == Login(user: "me", port: 22))
+        // What another tool stored reads back typed.
+        try vault.set("stored-by-cli", service: "svc", account: "cli")
+        #expect(try strategy.get(String.self, for: "cli") == "stored-by-cli")
+        try vault.set("3.5", service: "svc", account: "number")
+        #expect(try strategy.get(Double.self, for: "number") == 3.5)
+        try vault.set(Data([0xFF, 0xFE]), service: "svc", account: "binary")
+        #expect(try strategy.get(Data.self, for: "binary") == Data([0xFF, 0xFE]))
+        let error = #expect(throws: CofferError.self) { _ = try strategy.get(String.self, for: "binary") }
+        #expect(error?.code == .decoding)
+    }
+}

@@ -40,7 +40,7 @@ public final class CofferContext: Sendable {
     /// The file system the default stores use.
     public let fileSystem: any FileSystem
     private let settings: [ObjectIdentifier: any Sendable]
-    private let stores = Mutex<[String: any Sendable]>([:])
+    private let stores = Locked<[String: any Sendable]>([:])
 
     /// Creates a context rooted at `directory`.
     public convenience init(

@@ -131,7 +131,7 @@ public final class FileLock: Sendable {
     private let fileSystem: any FileSystem
     /// Threads sharing this instance share its descriptor, and a second `flock` on the same open
     /// file description succeeds at once: a flag serialises them first, with the same timeout.
-    private let inUse = Mutex<Bool>(false)
+    private let inUse = Locked<Bool>(false)
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
     public init(path: String, fileSystem: any FileSystem) throws {

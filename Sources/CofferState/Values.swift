@@ -1,3 +1,4 @@
+import CofferCore
 
 /// One `values` stream of a node: delivers each version at most once, in version order.
 final class Subscriber<Value: Sendable>: Sendable {

@@ -43,7 +43,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         var flushScheduled = false
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
     ///
@@ -75,7 +75,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         }
         var state = State(journal: journal)
         try Self.apply(records, to: &state)
-        self.state = Mutex(state)
+        self.state = Locked(state)
     }
 
     deinit {

@@ -224,11 +224,11 @@ public final class InMemoryFileSystem: FileSystem {
     /// The device number every `stat` reports.
     public static let deviceNumber: UInt64 = 0xC0FF
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// An empty file system holding only `/`, with umask `0o022`.
     public init(umask: UInt32 = 0o022) {
-        state = Mutex(State(umask: umask))
+        state = Locked(State(umask: umask))
     }
 
     // MARK: - Test controls

@@ -287,7 +287,7 @@ public enum StrategyConformance {
         let store = try step("make a store") { try subject.make() }
         let threads = 16
         let operations = 200
-        let errors = Mutex<[String]>([])
+        let errors = Locked<[String]>([])
         let sharedKeys = (0..<4).map { "shared-\($0)" }
 
         DispatchQueue.concurrentPerform(iterations: threads) { thread in

@@ -18,7 +18,7 @@ import Darwin
 public final class TemporaryDirectory: Sendable {
     /// The directory's absolute path.
     public let path: String
-    private let removed = Mutex(false)
+    private let removed = Locked(false)
 
     /// Creates the directory with `mkdtemp`, which makes it `0700` whatever the umask.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/io`` when it cannot be created.

@@ -36,7 +36,7 @@ public final class Vault: Sendable {
     public let url: URL
     private let fs: any FileSystem
     private let options: JournalOptions
-    private let state: Mutex<Session?>
+    private let state: Locked<Session?>
 
     static let application: UInt16 = 2
 
@@ -44,7 +44,7 @@ public final class Vault: Sendable {
         self.url = url
         self.fs = fileSystem
         self.options = options
-        self.state = Mutex(session)
+        self.state = Locked(session)
     }
 
     deinit {

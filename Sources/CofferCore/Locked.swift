@@ -16,13 +16,16 @@ import Darwin
 /// (its runtime exports `__tsan_acquire`/`__tsan_release`), each lock owns a one-byte token and
 /// each critical section tells ThreadSanitizer "acquire" on entry and "release" on exit, on that
 /// token. Otherwise this is exactly a `Mutex`, plus one test of a `nil` field.
+///
+/// Every lock in Coffer's modules is a `Locked`, so `make test-tsan` reports real races only.
+/// Package-internal: not part of the public API.
 @usableFromInline
-struct Locked<State: ~Copyable>: ~Copyable {
-    @usableFromInline let mutex: Mutex<State>
+package struct Locked<State: ~Copyable>: ~Copyable {
+    @usableFromInline package let mutex: Mutex<State>
     /// The address ThreadSanitizer synchronises on; `nil` when it is not running.
-    @usableFromInline let token: UnsafeMutableRawPointer?
+    @usableFromInline package let token: UnsafeMutableRawPointer?
 
-    init(_ initialValue: consuming sending State) {
+    package init(_ initialValue: consuming sending State) {
         mutex = Mutex(initialValue)
         token = sanitizerHooks == nil ? nil : UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
     }
@@ -33,7 +36,7 @@ struct Locked<State: ~Copyable>: ~Copyable {
 
     // Inlinable so that a read from another module is specialised for its value type.
     @inlinable @inline(__always)
-    borrowing func withLock<Result: ~Copyable, E: Error>(
+    package borrowing func withLock<Result: ~Copyable, E: Error>(
         _ body: (inout sending State) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         guard let token else { return try mutex.withLock(body) }
@@ -41,7 +44,7 @@ struct Locked<State: ~Copyable>: ~Copyable {
     }
 
     @usableFromInline
-    borrowing func withLockAnnotated<Result: ~Copyable, E: Error>(
+    package borrowing func withLockAnnotated<Result: ~Copyable, E: Error>(
         _ token: UnsafeMutableRawPointer, _ body: (inout sending State) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         guard let hooks = sanitizerHooks else { return try mutex.withLock(body) }

@@ -83,15 +83,23 @@ public final class Vault: Sendable {
 
     /// Opens and unlocks an existing vault, authenticating every record.
     ///
+    /// - Parameter recovery: `.strict` (the default) refuses a damaged file and names the byte
+    ///   offset of the damage. `.salvage` keeps every record that still authenticates in order
+    ///   — every commit before the damage, and after it when the damage was to a frame's bytes
+    ///   only — sets the damaged file aside as `<file>.damaged-<time>`, and rewrites the vault.
+    ///   The passphrase or key is checked before anything is changed.
     /// - Throws: ``CofferError`` — ``CofferError/Code/notFound`` (no file),
     ///   ``CofferError/Code/wrongKey`` (the source opens no key slot; the file is intact),
     ///   ``CofferError/Code/corrupted`` (damage or tampering, with the byte offset when known),
     ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
         at url: URL, unlock: VaultUnlock, durability: Durability = .immediate, lockTimeout: Double = 10,
-        fileSystem: any FileSystem = LiveFileSystem()
+        recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
+        if recovery == .salvage {
+            try salvage(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
+        }
         let session = try openSession(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
         return Vault(url: url, fileSystem: fileSystem, options: options, session: session)
     }
@@ -107,6 +115,67 @@ public final class Vault: Sendable {
             lockTimeout: lockTimeout)
     }
 
+    /// Salvage: check the key against the header first (nothing is changed for a wrong one),
+    /// then let the journal keep its intact frames, then keep the records that authenticate.
+    private static func salvage(
+        url: URL, unlock: VaultUnlock, options: JournalOptions, fileSystem: any FileSystem
+    ) throws {
+        do {
+            let session = try openSession(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
+            try session.journal.close()
+            return  // nothing to salvage
+        } catch let error as CofferError where error.code == .corrupted {
+            // Damage: below.
+        }
+        guard let original = try DurableIO.readFile(url.path, fileSystem: fileSystem) else {
+            throw CofferError(.notFound, "no vault file exists here", path: url.path)
+        }
+        // The key must open a slot of the header before anything is rewritten.
+        var image = [UInt8](original)
+        guard image.count >= Journal.fileHeaderSize + VaultHeader.areaSize else {
+            throw CofferError(.corrupted, "the file is too short to hold a vault header", path: url.path)
+        }
+        let area = Array(image[Journal.fileHeaderSize..<(Journal.fileHeaderSize + VaultHeader.areaSize)])
+        let (header, _) = try selectHeader(area, path: url.path)
+        let keys = try VaultKeys(master: try unwrapMaster(header, unlock: unlock, fileSystem: fileSystem, path: url.path).key)
+        try verifyMAC(header, keys: keys, path: url.path)
+        wipe(&image)
+        // Frames: the journal keeps every intact commit (and sets the damaged file aside).
+        let (journal, records) = try Journal.open(
+            path: url.path, options: options, fileSystem: fileSystem, create: .openExisting, recovery: .salvage)
+        defer { try? journal.close() }
+        // Records: keep those that authenticate in chain order; a record that fails is skipped,
+        // and the chain still advances over its tag, so an intact record after it verifies.
+        var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0)
+        let skipped = try session.apply(records, skippingFailures: true)
+        if skipped > 0 {
+            try DurableIO.atomicReplace(
+                url.path + ".damaged-\(Int(Date().timeIntervalSince1970))-records", with: original, fileSystem: fileSystem)
+        }
+        try journal.withWriteLock { _ in try session.compact() }
+    }
+
+    /// The master key, when `unlock` opens a key slot of `header`.
+    private static func unwrapMaster(
+        _ header: VaultHeader, unlock: VaultUnlock, fileSystem: any FileSystem, path: String
+    ) throws -> (key: SecureBytes, slot: Int) {
+        let material = try unlock.material(fileSystem: fileSystem)
+        let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
+        for index in candidates {
+            if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
+                return (key, index)
+            }
+        }
+        let what: String
+        switch material {
+        case .passphrase: what = "the passphrase does not open this vault"
+        case .keyFile: what = "the key file does not open this vault"
+        case .rawKey: what = "the key does not open this vault"
+        }
+        let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
+        throw CofferError(.wrongKey, what + hint, path: path)
+    }
+
     private static func openSession(
         url: URL, unlock: VaultUnlock, options: JournalOptions, fileSystem: any FileSystem
     ) throws -> Session {
@@ -114,32 +183,17 @@ public final class Vault: Sendable {
             path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
         do {
             let (header, _) = try selectHeader(journal.headerArea, path: url.path)
-            let material = try unlock.material(fileSystem: fileSystem)
-            var master: SecureBytes?
-            var unlockedSlot = 0
-            let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
-            for index in candidates {
-                if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
-                    master = key
-                    unlockedSlot = index
-                    break
-                }
-            }
-            guard let master else {
-                let what: String
-                switch material {
-                case .passphrase: what = "the passphrase does not open this vault"
-                case .keyFile: what = "the key file does not open this vault"
-                case .rawKey: what = "the key does not open this vault"
-                }
-                let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
-                throw CofferError(.wrongKey, what + hint, path: url.path)
-            }
+            let (master, unlockedSlot) = try unwrapMaster(header, unlock: unlock, fileSystem: fileSystem, path: url.path)
             let keys = try VaultKeys(master: master)
             try verifyMAC(header, keys: keys, path: url.path)
             var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
             try session.apply(records)
             return session
+        } catch var error as CofferError where error.code == .corrupted && error.offset != nil {
+            try? journal.close()
+            error.message += " — restore a backup, or open with `recovery: .salvage` to keep every record that"
+                + " still authenticates (the damaged file is kept aside)"
+            throw error
         } catch {
             try? journal.close()
             throw error
@@ -539,14 +593,23 @@ struct Session: Sendable {
         try apply(changes.records)
     }
 
-    /// Authenticates and applies records in order, advancing the chain.
-    mutating func apply(_ records: [JournalRecord]) throws {
+    /// Authenticates and applies records in order, advancing the chain. With
+    /// `skippingFailures` (salvage) a record that fails is skipped — the chain still advances
+    /// over its tag — and the count of skipped records is returned.
+    @discardableResult
+    mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
+        var skipped = 0
         for record in records {
             let payload = [UInt8](record.payload)
             var plaintext: [UInt8]
             do {
                 plaintext = try RecordCipher.open(payload, keys: keys, vaultID: header.vaultID, chain: chain)
             } catch var error as CofferError {
+                if skippingFailures && payload.count >= XChaCha20Poly1305.tagLength {
+                    chain = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+                    skipped += 1
+                    continue
+                }
                 error.path = journal.path
                 error.offset = record.offset
                 throw error
@@ -559,6 +622,7 @@ struct Session: Sendable {
             }
             try index(body, payload: payload)
         }
+        return skipped
     }
 
     /// Records a sealed body in the index and advances the chain past it.

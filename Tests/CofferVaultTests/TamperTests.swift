@@ -169,3 +169,57 @@ struct TamperTests {
         #expect(error?.message.contains("authentication") == true)
     }
 }
+
+@Suite("Vault salvage")
+struct VaultSalvageTests {
+    /// Makes a three-item vault and returns its bytes and the ranges of its records.
+    static func make(_ url: URL) throws -> ([UInt8], [Range<Int>]) {
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        for i in 0..<3 { try vault.set("secret-\(i)", service: "svc", account: "a\(i)") }
+        let bytes = try readBytes(url)
+        return (bytes, TamperTests.recordRanges(bytes))
+    }
+
+    @Test func aTamperedRecordIsSkippedAndTheRestKept() throws {
+        let dir = try Scratch("salvage")
+        let url = dir.file("v")
+        let (bytes, ranges) = try Self.make(url)
+        // Alter the middle record's ciphertext and fix its CRCs: only authentication can tell.
+        var image = bytes
+        let frame = ranges[1]
+        image[frame.lowerBound + 12 + 30] ^= 0x20
+        let crc = CRC32C.checksum(Array(image[(frame.lowerBound + 12)..<frame.upperBound]))
+        withUnsafeBytes(of: crc.littleEndian) { for i in 0..<4 { image[frame.lowerBound + 4 + i] = $0[i] } }
+        let check = CRC32C.checksum(Array(image[frame.lowerBound..<(frame.lowerBound + 8)]))
+        withUnsafeBytes(of: check.littleEndian) { for i in 0..<4 { image[frame.lowerBound + 8 + i] = $0[i] } }
+        try writeBytes(image, to: url)
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        #expect(error?.offset == Int64(frame.lowerBound))
+        #expect(error?.message.contains("salvage") == true)
+        // A wrong passphrase changes nothing, even with salvage.
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("nope"), recovery: .salvage) }
+        #expect(try readBytes(url) == image)
+        let vault = try Vault.open(at: url, unlock: .passphrase("pw"), recovery: .salvage)
+        #expect(try vault.items().map(\.account) == ["a0", "a2"])
+        #expect(try vault.string(service: "svc", account: "a2") == "secret-2")
+        // Rewritten: a strict open now succeeds, and the damaged file was kept aside.
+        #expect(try Vault.open(at: url, unlock: .passphrase("pw")).items().count == 2)
+        let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".damaged-") }
+        #expect(!aside.isEmpty)
+    }
+
+    @Test func aDamagedFrameKeepsEveryEarlierRecord() throws {
+        let dir = try Scratch("salvage-frame")
+        let url = dir.file("v")
+        let (bytes, ranges) = try Self.make(url)
+        var image = bytes
+        image[ranges[1].lowerBound + 40] ^= 0x01  // the frame's CRC now fails: journal-level damage
+        try writeBytes(image, to: url)
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        let vault = try Vault.open(at: url, unlock: .passphrase("pw"), recovery: .salvage)
+        // The chain went through the lost record, so what follows it cannot be verified: kept are
+        // the records before the damage, never a record that fails authentication.
+        #expect(try vault.items().map(\.account) == ["a0"])
+        #expect(try Vault.open(at: url, unlock: .passphrase("pw")).verify().items == 1)
+    }
+}

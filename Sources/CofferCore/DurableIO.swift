@@ -142,10 +142,40 @@ public final class FileLock: Sendable {
 
     deinit { fileSystem.close(fd) }
 
+    /// Takes the lock and keeps it until ``release()`` (for a store opened exclusively).
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
+    public func acquire(exclusive: Bool = true, timeout: Double) throws {
+        let deadline = ContinuousClock.now + .nanoseconds(Int64(max(0, timeout) * 1e9))
+        try enterThreadGate(deadline: deadline, timeout: timeout)
+        do {
+            try fileSystem.lock(
+                fd, exclusive: exclusive, timeout: max(0, Self.seconds(deadline - ContinuousClock.now)), path: path)
+        } catch {
+            inUse.withLock { $0 = false }
+            throw error
+        }
+    }
+
+    /// Releases a lock taken with ``acquire(exclusive:timeout:)``.
+    public func release() {
+        fileSystem.unlock(fd)
+        inUse.withLock { $0 = false }
+    }
+
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     public func withLock<T>(exclusive: Bool = true, timeout: Double, _ body: () throws -> T) throws -> T {
         let deadline = ContinuousClock.now + .nanoseconds(Int64(max(0, timeout) * 1e9))
+        try enterThreadGate(deadline: deadline, timeout: timeout)
+        defer { inUse.withLock { $0 = false } }
+        let remaining = max(0, Self.seconds(deadline - ContinuousClock.now))
+        try fileSystem.lock(fd, exclusive: exclusive, timeout: remaining, path: path)
+        defer { fileSystem.unlock(fd) }
+        return try body()
+    }
+
+    /// Waits (until `deadline`) for no other thread of this process to hold this instance.
+    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Double) throws {
         var pause = Duration.microseconds(20)
         while !inUse.withLock({ busy in
             if busy { return false }
@@ -160,11 +190,6 @@ public final class FileLock: Sendable {
             Thread.sleep(forTimeInterval: Self.seconds(pause))
             pause = min(pause * 2, .milliseconds(5))
         }
-        defer { inUse.withLock { $0 = false } }
-        let remaining = max(0, Self.seconds(deadline - ContinuousClock.now))
-        try fileSystem.lock(fd, exclusive: exclusive, timeout: remaining, path: path)
-        defer { fileSystem.unlock(fd) }
-        return try body()
     }
 
     private static func seconds(_ duration: Duration) -> Double {

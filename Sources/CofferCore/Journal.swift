@@ -25,6 +25,11 @@ public struct JournalOptions: Sendable {
     public var lockTimeout: Double
     /// The largest payload accepted, written or read (a larger length in a file is damage).
     public var maxPayload: Int
+    /// This process is the file's only user: the lock is taken at open and held until close, so
+    /// a write needs no lock and no check for other writers (one system call in coalesced mode).
+    /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
+    /// fails with ``CofferError/Code/busy``.
+    public var exclusive: Bool = false
 
     public init(
         application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Double = 10,
@@ -130,7 +135,10 @@ public final class Journal: @unchecked Sendable {
     }
 
     deinit {
-        if !closed { fs.close(fd) }
+        if !closed {
+            fs.close(fd)
+            if options.exclusive { lock.release() }
+        }
     }
 
     /// How ``open(path:options:fileSystem:create:initialHeaderArea:recovery:)`` treats a missing file.
@@ -160,7 +168,28 @@ public final class Journal: @unchecked Sendable {
             throw CofferError(.invalidArgument, "journal options out of range")
         }
         let lock = try FileLock(path: path + ".lock", fileSystem: fs)
-        return try lock.withLock(timeout: options.lockTimeout) {
+        guard options.exclusive else {
+            return try lock.withLock(timeout: options.lockTimeout) {
+                try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
+                               initialHeaderArea: initialHeaderArea, recovery: recovery)
+            }
+        }
+        // Exclusive: the lock taken now is kept by the journal until it closes.
+        try lock.acquire(timeout: options.lockTimeout)
+        do {
+            return try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
+                                  initialHeaderArea: initialHeaderArea, recovery: recovery)
+        } catch {
+            lock.release()
+            throw error
+        }
+    }
+
+    private static func openLocked(
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, create: CreateMode,
+        initialHeaderArea: [UInt8]?, recovery: JournalRecovery
+    ) throws -> (journal: Journal, records: [JournalRecord]) {
+        do {
             try removeStaleTemporaryFiles(of: path, fs: fs)
             let existing = try fs.stat(path)
             switch (existing, create) {
@@ -238,6 +267,7 @@ public final class Journal: @unchecked Sendable {
     /// - Throws: ``CofferError`` on I/O failure or when the file was removed.
     public func refresh() throws -> JournalChanges {
         try checkOpen()
+        if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
         if let changes = try reopenIfReplaced() { return changes }
         let (records, _) = try readForward(repair: false)
         return JournalChanges(reset: false, records: records)
@@ -259,6 +289,11 @@ public final class Journal: @unchecked Sendable {
     /// ``writeHeaderArea(_:)``.
     public func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
         try checkOpen()
+        if options.exclusive {
+            // The lock is held since open and nobody else writes: nothing to catch up with.
+            try wipePending()
+            return try body(JournalChanges(reset: false, records: []))
+        }
         return try lock.withLock(timeout: options.lockTimeout) {
             try wipePending()
             if let changes = try reopenIfReplaced() {
@@ -366,6 +401,7 @@ public final class Journal: @unchecked Sendable {
         guard !closed else { return }
         defer {
             fs.close(fd)
+            if options.exclusive { lock.release() }
             closed = true
         }
         if hasUnsyncedWrites { try syncData(metadata: false) }
@@ -375,7 +411,10 @@ public final class Journal: @unchecked Sendable {
 
     /// Closes the descriptor without syncing (a failed open gives it up).
     private func discard() {
-        if !closed { fs.close(fd) }
+        if !closed {
+            fs.close(fd)
+            if options.exclusive { lock.release() }
+        }
         closed = true
     }
 

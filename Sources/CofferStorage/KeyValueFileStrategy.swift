@@ -48,13 +48,17 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
     ///
     /// - Parameters:
+    ///   - exclusive: this process is the suite's only user, as long as the instance lives: the
+    ///     lock is held from open to deinit, so a write is one system call in coalesced mode
+    ///     (MMKV's single-process mode). Any other opener waits `lockTimeout`, then fails with
+    ///     ``CofferError/Code/busy``. Off by default: several processes may share a suite.
     ///   - recovery: `.strict` (the default) refuses to open a damaged file and says where the
     ///     damage is; `.salvage` keeps every intact record and sets the damaged file aside.
     /// - Throws: ``CofferError`` — ``CofferError/Code/corrupted`` for damage,
     ///   ``CofferError/Code/busy`` when another process holds the lock, ``CofferError/Code/io``.
     public init(
         directory: URL, suite: String = "standard", durability: Durability = .coalesced, lockTimeout: Double = 10,
-        recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
+        exclusive: Bool = false, recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
     ) throws {
         guard !suite.isEmpty, !suite.contains("/"), suite != ".", suite != "..", !suite.contains("\0") else {
             throw CofferError(.invalidArgument, "a suite name must be a non-empty file name without '/'")
@@ -62,8 +66,9 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         try DurableIO.ensureDirectory(directory.path, fileSystem: fileSystem)
         self.path = directory.appendingPathComponent(suite + ".cofferkv").path
         self.durability = durability
-        let options = JournalOptions(
+        var options = JournalOptions(
             application: Self.application, durability: durability, lockTimeout: lockTimeout)
+        options.exclusive = exclusive
         let (journal, records): (Journal, [JournalRecord])
         do {
             (journal, records) = try Journal.open(

@@ -10,6 +10,7 @@
 //   peer.userdefaults.write   Foundation `UserDefaults.set(_:forKey:)` (no synchronize)
 //   keyvalue.write            `KeyValueFileStrategy.save` of an 8-byte value, `.coalesced`
 //   keyvalue.write.durable    the same, `.immediate` (fdatasync before returning)
+//   keyvalue.write.exclusive  `keyvalue.write` on a suite opened `exclusive: true` (one process; no lock per write)
 //   vault.write               `Vault.set` of a 32-byte secret to one item, `.coalesced`
 //   vault.write.durable       the same, `.immediate`
 //   vault.read                `Vault.data(service:account:)` of a 32-byte secret, unlocked
@@ -96,7 +97,7 @@ struct BenchSuite {
     /// The order, which the table and the JSON keep.
     static let names = [
         "stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read", "peer.userdefaults.write",
-        "keyvalue.write", "keyvalue.write.durable", "vault.write", "vault.write.durable", "vault.read",
+        "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
         "kdf.interactive", "kdf.moderate",
     ]
@@ -111,7 +112,10 @@ struct BenchSuite {
         // peer) come from the same moments of the machine's load and the disk's queue.
         let groups: [([String], ([String]) throws -> [BenchResult])] = [
             (["stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read"], reads),
-            (["keyvalue.write", "vault.write", "vault.read", "peer.userdefaults.write"], coalescedWrites),
+            (
+                ["keyvalue.write", "keyvalue.write.exclusive", "vault.write", "vault.read", "peer.userdefaults.write"],
+                coalescedWrites
+            ),
             (["keyvalue.write.durable", "vault.write.durable", "peer.fsync.floor"], durableWrites),
             (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
             (["keyvalue.open.10k", "vault.open.10k"], opens10k),
@@ -175,8 +179,10 @@ struct BenchSuite {
     // MARK: - Writes
 
     /// A key-value suite writer: an 8-byte value (a counter, so never an unchanged value) to one key.
-    private func keyValueWriter(_ name: String, _ durability: Durability) throws -> (BenchSpec, KeyValueFileStrategy) {
-        let store = try KeyValueFileStrategy(directory: directory, suite: name, durability: durability)
+    private func keyValueWriter(
+        _ name: String, _ durability: Durability, exclusive: Bool = false
+    ) throws -> (BenchSpec, KeyValueFileStrategy) {
+        let store = try KeyValueFileStrategy(directory: directory, suite: name, durability: durability, exclusive: exclusive)
         var value: UInt64 = 0
         let spec = BenchSpec(name: name, maxIterations: 5_000_000) { n in
             for _ in 0..<n {
@@ -207,6 +213,7 @@ struct BenchSuite {
     private func coalescedWrites(_ selected: [String]) throws -> [BenchResult] {
         let key = try SecureBytes.random(count: 32)
         let (keyValue, store) = try keyValueWriter("keyvalue.write", .coalesced)
+        let (exclusive, exclusiveStore) = try keyValueWriter("keyvalue.write.exclusive", .coalesced, exclusive: true)
         let (vaultWrite, vault) = try vaultWriter("vault.write", .coalesced, key: key)
         try vault.set(Data(repeating: 7, count: 32), service: "bench", account: "item")
         let read = BenchSpec(name: "vault.read") { n in
@@ -228,8 +235,9 @@ struct BenchSuite {
             return UInt64(truncatingIfNeeded: next)
         }
         let results = try runner.measureGroup(
-            [keyValue, vaultWrite, read, userDefaults].filter { selected.contains($0.name) })
+            [keyValue, exclusive, vaultWrite, read, userDefaults].filter { selected.contains($0.name) })
         try store.flush()
+        try exclusiveStore.flush()
         try vault.flush()
         return results
     }

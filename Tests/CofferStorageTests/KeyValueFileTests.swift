@@ -176,3 +176,29 @@ struct DiskStrategyTests {
         #expect(error.map { !$0.description.contains("secret-ish") } ?? false)
     }
 }
+
+@Suite("Key-value file strategy, exclusive")
+struct ExclusiveKeyValueTests {
+    @Test func anExclusiveSuiteKeepsOthersOutUntilItCloses() throws {
+        let dir = try Scratch("kv-exclusive")
+        do {
+            let store = try KeyValueFileStrategy(directory: dir.url, suite: "s", exclusive: true)
+            for i in 0..<100 { try store.set(i, for: "k\(i % 7)") }
+            try store.saveBatch([("a", Data([1])), ("b", nil)])
+            #expect(try store.get(Int.self, for: "k6") == 97)
+            // Another instance (another descriptor, as another process would be) is refused.
+            let error = #expect(throws: CofferError.self) {
+                _ = try KeyValueFileStrategy(directory: dir.url, suite: "s", lockTimeout: 0.2)
+            }
+            #expect(error?.code == .busy)
+            // A child process too.
+            let child = try runProduct("CofferTestHelper", ["kv-write", dir.path, "s", "1", "child-", "coalesced"])
+            #expect(child.status != 0)
+        }
+        // Closed: the next opener, exclusive or not, gets in and sees everything.
+        let reopened = try KeyValueFileStrategy(directory: dir.url, suite: "s", exclusive: true)
+        #expect(try reopened.get(Int.self, for: "k0") == 98)
+        #expect(try reopened.load("a") == Data([1]))
+        #expect(Set(try reopened.keys()).count == 8)
+    }
+}

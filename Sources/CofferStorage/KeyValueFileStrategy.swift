@@ -114,8 +114,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// them are present or none is.
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         guard !changes.isEmpty else { return }
-        let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
-        try commit { _ in payloads }
+        try commit { _ in changes }
     }
 
     /// Reads, transforms and writes one value atomically with respect to every process: the
@@ -129,20 +128,23 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         try commit { index in
             let current = try index[ExactKey(key)].map { try ValueCodec.decode(T.self, from: $0.value, as: valueEncoding) }
             let next = try transform(current)
-            return [try Self.encode(key: key, value: next.map { try ValueCodec.encode($0, as: valueEncoding) })]
+            return [(key, try next.map { try ValueCodec.encode($0, as: valueEncoding) })]
         }
     }
 
-    /// Appends the payloads `makePayloads` returns, under the write lock and after catching up.
-    private func commit(_ makePayloads: ([ExactKey: Entry]) throws -> [Data]) throws {
+    /// Appends the changes `makeChanges` returns as one commit, under the write lock and after
+    /// catching up, then applies them to the index (from the changes themselves: the records
+    /// just written are not decoded again).
+    private func commit(_ makeChanges: ([ExactKey: Entry]) throws -> [(key: String, data: Data?)]) throws {
         let scheduleFlush = try state.withLock { state -> Bool in
-            let payloads = try state.journal.withWriteLock { changes in
-                try Self.apply(changes, to: &state)
-                let payloads = try makePayloads(state.index)
+            let changes = try state.journal.withWriteLock { journalChanges in
+                try Self.apply(journalChanges, to: &state)
+                let changes = try makeChanges(state.index)
+                let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
                 try state.journal.append(payloads)
-                return payloads
+                return zip(changes, payloads).map { ($0.0, $0.1.count + Journal.frameHeaderSize) }
             }
-            for payload in payloads { try Self.apply(payload, size: payload.count + Journal.frameHeaderSize, to: &state) }
+            for ((key, value), size) in changes { Self.index(key: ExactKey(key), value: value, size: size, in: &state) }
             try compactIfWorthIt(&state)
             guard case .coalesced = durability, state.journal.hasUnsyncedWrites, !state.flushScheduled else {
                 return false
@@ -221,13 +223,17 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
                 .corrupted, "a record has a valid checksum but an invalid layout", path: state.journal.path,
                 offset: offset)
         }
-        let exact = ExactKey(key)
-        if let old = state.index[exact] { state.liveBytes -= old.recordSize }
-        if op == 1 {
-            state.index[exact] = Entry(value: value, recordSize: size)
+        index(key: ExactKey(key), value: op == 1 ? value : nil, size: size, in: &state)
+    }
+
+    /// Records a set (`value`) or a remove (`nil`) whose record takes `size` bytes.
+    private static func index(key: ExactKey, value: Data?, size: Int, in state: inout State) {
+        if let old = state.index[key] { state.liveBytes -= old.recordSize }
+        if let value {
+            state.index[key] = Entry(value: value, recordSize: size)
             state.liveBytes += size
         } else {
-            state.index[exact] = nil
+            state.index[key] = nil
         }
     }
 

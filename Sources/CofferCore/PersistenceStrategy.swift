@@ -27,10 +27,11 @@ public protocol PersistenceStrategy: Sendable {
     /// Every key currently stored, in no particular order.
     /// - Throws: ``CofferError`` when the store cannot be read.
     func keys() throws -> [String]
-    /// How typed values are turned into this strategy's bytes (``ValueEncoding/tagged`` unless a
-    /// strategy's bytes are read by other tools, like the vault's secrets by `coffer get`).
-    var valueEncoding: ValueEncoding { get }
 }
+
+/// A strategy whose bytes other programs read as they are (the vault's secrets, read by
+/// `coffer get`): typed values are stored in ``ValueEncoding/plain`` form.
+public protocol PlainValuePersistenceStrategy: PersistenceStrategy {}
 
 /// How ``ValueCodec`` turns typed values into a strategy's bytes.
 public enum ValueEncoding: Sendable, Hashable {
@@ -64,8 +65,9 @@ public protocol FlushablePersistenceStrategy: PersistenceStrategy {
 }
 
 extension PersistenceStrategy {
-    /// ``ValueEncoding/tagged``.
-    public var valueEncoding: ValueEncoding { .tagged }
+    /// How typed values become this strategy's bytes: ``ValueEncoding/plain`` for a
+    /// ``PlainValuePersistenceStrategy``, else ``ValueEncoding/tagged``.
+    public var valueEncoding: ValueEncoding { self is any PlainValuePersistenceStrategy ? .plain : .tagged }
 
     /// Reads a typed value stored with ``set(_:for:)``, or `nil` when the key is absent.
     ///

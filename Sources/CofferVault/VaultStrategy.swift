@@ -9,7 +9,7 @@ public import Foundation
 /// try tokens.set("s3cr3t", for: "alice")
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompactablePersistenceStrategy
+    CompactablePersistenceStrategy, PlainValuePersistenceStrategy
 {
     /// The vault holding the items.
     public let vault: Vault
@@ -28,9 +28,6 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
     public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
     public func flush() throws { try vault.flush() }
     public func compact() throws { try vault.compact() }
-    /// Secrets are stored as themselves (a String's UTF-8, Data's bytes), so `coffer get` and
-    /// other readers of the vault see exactly the secret.
-    public var valueEncoding: ValueEncoding { .plain }
 
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         try vault.apply(

@@ -72,7 +72,7 @@ extension FileSystem {
         var done = 0
         while done < bytes.count {
             let n = try pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), at: offset + Int64(done))
-            if n <= 0 { throw CofferError.io("write", path: path, errno: 5 /* EIO */) }
+            if n <= 0 { throw CofferError.io("write", path: path, errno: EIO_) }
             done += n
         }
     }

@@ -269,7 +269,7 @@ public final class Journal: @unchecked Sendable {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
         if let changes = try reopenIfReplaced() { return changes }
-        let (records, _) = try readForward(repair: false)
+        let records = try readForward(repair: false)
         return JournalChanges(reset: false, records: records)
     }
 
@@ -299,7 +299,7 @@ public final class Journal: @unchecked Sendable {
             if let changes = try reopenIfReplaced() {
                 return try body(changes)
             }
-            let (records, _) = try readForward(repair: true)
+            let records = try readForward(repair: true)
             return try body(JournalChanges(reset: false, records: records))
         }
     }
@@ -520,7 +520,7 @@ public final class Journal: @unchecked Sendable {
 
     /// Reads committed frames from `dataEnd` on. With `repair` (write lock held) an invalid frame
     /// is judged: a torn tail is wiped; damage followed by intact records throws.
-    private func readForward(repair: Bool) throws -> ([JournalRecord], Bool) {
+    private func readForward(repair: Bool) throws -> [JournalRecord] {
         var records: [JournalRecord] = []
         var group: [JournalRecord] = []
         var offset = dataEnd
@@ -529,14 +529,18 @@ public final class Journal: @unchecked Sendable {
             let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: offset) }
             if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && group.isEmpty) { break }
             guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload) else {
-                return (records, try judgeTail(repair: repair))
+                try judgeTail(repair: repair)
+                return records
             }
             var payload = Data(count: frame.length)
             let got = try payload.withUnsafeMutableBytes {
                 try fs.readFully(fd, into: $0, at: offset + Int64(Journal.frameHeaderSize))
             }
             let crcOK = got == frame.length && payload.withUnsafeBytes { CRC32C.checksum($0) } == frame.payloadCRC
-            guard crcOK else { return (records, try judgeTail(repair: repair)) }
+            guard crcOK else {
+                try judgeTail(repair: repair)
+                return records
+            }
             group.append(JournalRecord(offset: offset, payload: payload))
             offset += Int64(Journal.frameHeaderSize + frame.length)
             if !frame.continued {
@@ -545,17 +549,17 @@ public final class Journal: @unchecked Sendable {
                 dataEnd = offset
             }
         }
-        return (records, false)
+        return records
     }
 
     /// Decides what an invalid frame at `dataEnd` is. Without the lock it may be a write in
     /// progress, so nothing is concluded. With it, the rest of the file is scanned.
-    private func judgeTail(repair: Bool) throws -> Bool {
-        guard repair else { return false }
+    private func judgeTail(repair: Bool) throws {
+        guard repair else { return }
         let size = try fs.fstat(fd).size
         allocatedSize = size
         let length = Int(size - dataEnd)
-        guard length > 0 else { return false }
+        guard length > 0 else { return }
         var bytes = [UInt8](repeating: 0, count: length)
         let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: dataEnd) }
         bytes.removeSubrange(n...)
@@ -573,7 +577,6 @@ public final class Journal: @unchecked Sendable {
             try zero(from: dataEnd, to: dataEnd + Int64(scan.garbageEnd))
             try fs.fdatasync(fd)
         }
-        return true
     }
 
     private func rewriteLocked(payloads: [Data], headerArea newArea: [UInt8]?) throws {
@@ -770,7 +773,6 @@ public final class Journal: @unchecked Sendable {
             }
             if judge() { break }
         }
-        if salvage { scan.intactAfterDamage = 0 }
         return scan
 
         /// Judges the invalid frame at `offset` (its commit began at `groupStart`). Returns

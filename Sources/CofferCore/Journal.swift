@@ -528,7 +528,10 @@ public final class Journal: @unchecked Sendable {
         while true {
             let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: offset) }
             if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && group.isEmpty) { break }
-            guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload) else {
+            // A frame whose "continues" flag contradicts its place is invalid, as in scanFrames.
+            guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload),
+                frame.continues != group.isEmpty
+            else {
                 try judgeTail(repair: repair)
                 return records
             }

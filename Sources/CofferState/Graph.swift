@@ -43,6 +43,18 @@ enum Graph {
     @inlinable
     static var currentEpoch: UInt64 { epoch.load(ordering: .sequentiallyConsistent) }
 
+    /// How many refreshes of computed values are in progress, on all threads.
+    ///
+    /// While it is zero no computation is running anywhere, so a read has nothing to record and
+    /// can skip the thread-local lookup. A thread only needs to see its own increments (a
+    /// computation records the reads made by its own closure, on its own thread), which relaxed
+    /// ordering gives.
+    @usableFromInline static let activeFrames = Atomic<Int>(0)
+
+    /// True when no computed value is being refreshed on any thread.
+    @inlinable
+    static var nothingComputing: Bool { activeFrames.load(ordering: .relaxed) == 0 }
+
     /// Marks the dependents of `sources` stale, transitively, then notifies each newly stale node
     /// once (Observation, `values` streams). Called with no lock held.
     static func propagate(from sources: [any SourceNode]) {
@@ -164,8 +176,12 @@ final class Frame {
     /// Runs `body` with `frame` as the innermost frame. The caller keeps `frame` alive.
     static func with<R>(_ frame: Frame, _ body: () -> R) -> R {
         let previous = pthread_getspecific(frameKey)
+        Graph.activeFrames.wrappingAdd(1, ordering: .relaxed)
         pthread_setspecific(frameKey, Unmanaged.passUnretained(frame).toOpaque())
-        defer { pthread_setspecific(frameKey, previous) }
+        defer {
+            pthread_setspecific(frameKey, previous)
+            Graph.activeFrames.wrappingSubtract(1, ordering: .relaxed)
+        }
         return withExtendedLifetime(frame) { body() }
     }
 

@@ -72,7 +72,7 @@ extension Stored {
                 // (often a plaintext token) is gone from the file, not just marked removed.
                 if let compactable = sourceStrategy as? any CompactablePersistenceStrategy { try compactable.compact() }
                 guard outcome == .moved else { return (outcome, false) }
-                let changed = state.withLock { s in
+                let changed = mutate { s in
                     s.loaded = true
                     let changed = !(isEqualValues(s.value, value))
                     if changed {

@@ -47,6 +47,7 @@
 public import CofferCore
 import Foundation
 public import Observation
+public import Synchronization
 
 /// A property whose value lives in memory and persists through a ``Backing``.
 ///
@@ -101,6 +102,11 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
     let persistLock = Locked(false)
     @usableFromInline let registrar = ObservationRegistrar()
+    /// The value's bytes, for a lock-free read, when `Value` is small and trivially copyable
+    /// (``usesWordPath``). Written only while `state` is locked, next to `state.value`.
+    @usableFromInline let word = Atomic<UInt64>(0)
+    /// True once the value is loaded and `word` holds it (``usesWordPath`` only). Never cleared.
+    @usableFromInline let wordReady = Atomic<Bool>(false)
     // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
     // and a plain `KeyPath` (no existential) keeps the read path free of retains.
     @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<Stored, Value> = \Stored.wrappedValue
@@ -133,6 +139,11 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
         // a copy, specialised for `Value` in the caller's module.
         @inlinable get {
             registrar.access(self, keyPath: valueKeyPath)
+            // Int, Double, Bool, a raw enum: one atomic load, no lock, when no computed value is
+            // running anywhere (so there is no read to record).
+            if Self.usesWordPath, wordReady.load(ordering: .acquiring), Graph.nothingComputing {
+                return Self.value(ofWord: word.load(ordering: .acquiring))
+            }
             let (value, version) = read()
             recordRead(version: version)
             return value
@@ -179,7 +190,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
             case .success(let resolved): target = resolved
             }
             guard let (strategy, key) = target else {
-                return .success((state.withLock { s in s.loaded = true; return s.value }, false))
+                return .success((mutate { s in s.loaded = true; return s.value }, false))
             }
             let loaded: Value
             do {
@@ -187,10 +198,10 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
                     try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
                 } ?? initialValue
             } catch {
-                state.withLock { $0.loaded = true }
+                mutate { $0.loaded = true }
                 return .failure(.wrapping(error, "loading \(backing)"))
             }
-            let changed = state.withLock { s in
+            let changed = mutate { s in
                 s.loaded = true
                 let changed = !isEqualValues(s.value, loaded)
                 if changed {
@@ -226,6 +237,38 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
 
     // MARK: Internals
 
+    /// True when `Value` fits in a machine word and has no references (Int, Double, Bool, a raw
+    /// enum): reads then come from ``word`` with one atomic load instead of the lock.
+    @inlinable
+    static var usesWordPath: Bool { _isPOD(Value.self) && MemoryLayout<Value>.size <= MemoryLayout<UInt64>.size }
+
+    @inlinable @inline(__always)
+    static func value(ofWord word: UInt64) -> Value {
+        withUnsafeBytes(of: word) { $0.loadUnaligned(as: Value.self) }
+    }
+
+    @inlinable @inline(__always)
+    static func word(of value: Value) -> UInt64 {
+        var word: UInt64 = 0
+        withUnsafeMutableBytes(of: &word) { target in
+            withUnsafeBytes(of: value) { target.copyMemory(from: $0) }
+        }
+        return word
+    }
+
+    /// Changes the state under its lock and keeps ``word`` in step with the value. Every change
+    /// of `value` or `loaded` goes through here.
+    func mutate<R: Sendable>(_ body: (inout State) -> R) -> R {
+        state.withLock { s in
+            let result = body(&s)
+            if Self.usesWordPath, s.loaded {
+                word.store(Self.word(of: s.value), ordering: .releasing)
+                wordReady.store(true, ordering: .releasing)
+            }
+            return result
+        }
+    }
+
     @inlinable @inline(__always)
     func read() -> (Value, UInt64) {
         if let hit = state.withLock({ $0.loaded ? ($0.value, $0.version) : nil }) { return hit }
@@ -248,7 +291,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// notification: nobody can have read the value or the error before (both load first).
     private func loadIfNeeded() {
         guard !state.withLock({ $0.loaded }) else { return }
-        state.withLock { s in
+        mutate { s in
             guard !s.loaded else { return }
             s.loaded = true
             switch resolve(&s) {
@@ -294,7 +337,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
 
     private func write(_ newValue: Value, persist shouldPersist: Bool = true) {
         loadIfNeeded()
-        let changed = state.withLock { s in
+        let changed = mutate { s in
             if let isEqual, isEqual(s.value, newValue) { return false }
             s.value = newValue
             s.version += 1

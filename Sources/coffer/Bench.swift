@@ -6,6 +6,8 @@
 //   stored.read               read a loaded memory-backed `@Stored` Int
 //   computed.read             read an up-to-date `@Computed` Int (one `@Stored` input)
 //   peer.mutex.read           `Mutex<Int>.withLock { $0 }`, same loop
+//   peer.observable.read      an Int property of Swift's own `@Observable` class (Observation's
+//                             `access` plus a plain load: the floor of any observable read)
 //   peer.userdefaults.read    Foundation `UserDefaults.integer(forKey:)`
 //   peer.userdefaults.write   Foundation `UserDefaults.set(_:forKey:)` (no synchronize)
 //   keyvalue.write            `KeyValueFileStrategy.save` of an 8-byte value, `.coalesced`
@@ -27,6 +29,7 @@
 import Coffer
 import CofferCrypto
 import Foundation
+import Observation
 import Synchronization
 
 #if canImport(Glibc)
@@ -84,6 +87,13 @@ final class BenchModel {
     }
 }
 
+/// Swift's own observable model: what the `@Observable` macro makes of a plain property (not
+/// thread-safe, no persistence). Its read is Observation's `access` and a load.
+@Observable
+final class ObservableBox {
+    var count = 0
+}
+
 /// `Mutex<Int>` in a class, as a model would hold it.
 final class MutexBox: Sendable {
     let value = Mutex(0)
@@ -96,7 +106,8 @@ struct BenchSuite {
 
     /// The order, which the table and the JSON keep.
     static let names = [
-        "stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read", "peer.userdefaults.write",
+        "stored.read", "computed.read", "peer.mutex.read", "peer.observable.read", "peer.userdefaults.read",
+        "peer.userdefaults.write",
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
         "kdf.interactive", "kdf.moderate",
@@ -111,7 +122,7 @@ struct BenchSuite {
         // Each group's runs are interleaved, so the ratios inside a group (Coffer against its
         // peer) come from the same moments of the machine's load and the disk's queue.
         let groups: [([String], ([String]) throws -> [BenchResult])] = [
-            (["stored.read", "computed.read", "peer.mutex.read", "peer.userdefaults.read"], reads),
+            (["stored.read", "computed.read", "peer.mutex.read", "peer.observable.read", "peer.userdefaults.read"], reads),
             (
                 ["keyvalue.write", "keyvalue.write.exclusive", "vault.write", "vault.read", "peer.userdefaults.write"],
                 coalescedWrites
@@ -142,6 +153,8 @@ struct BenchSuite {
         model.count = 21
         let box = MutexBox()
         box.value.withLock { $0 = 21 }
+        let observable = ObservableBox()
+        observable.count = 21
         guard model.count == 21, model.doubled == 42 else {
             throw CLIError(.failure, "bench: the reactive model returned a wrong value")
         }
@@ -165,6 +178,11 @@ struct BenchSuite {
             BenchSpec(name: "peer.mutex.read") { n in
                 var sum: UInt64 = 0
                 for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: box.value.withLock { $0 }) }
+                return sum
+            },
+            BenchSpec(name: "peer.observable.read") { n in
+                var sum: UInt64 = 0
+                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: observable.count) }
                 return sum
             },
             BenchSpec(name: "peer.userdefaults.read") { n in

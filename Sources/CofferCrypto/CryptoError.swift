@@ -18,6 +18,7 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
             case invalidLength
             case invalidParameter
             case outOfMemory
+            case memoryLockFailed
             case initializationFailed
             case failed
         }
@@ -36,6 +37,9 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
         public static let invalidParameter = Code(.invalidParameter)
         /// Guarded memory or the memory an Argon2id computation needs could not be allocated.
         public static let outOfMemory = Code(.outOfMemory)
+        /// A secret's memory could not be locked into RAM (`mlock`) and ``SecureMemory/lockPolicy``
+        /// is ``SecureMemory/LockPolicy/require``.
+        public static let memoryLockFailed = Code(.memoryLockFailed)
         /// `sodium_init()` failed; no CofferCrypto operation can run.
         public static let initializationFailed = Code(.initializationFailed)
         /// libsodium reported a failure that has no more specific code.
@@ -48,6 +52,7 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
             case .invalidLength: "invalidLength"
             case .invalidParameter: "invalidParameter"
             case .outOfMemory: "outOfMemory"
+            case .memoryLockFailed: "memoryLockFailed"
             case .initializationFailed: "initializationFailed"
             case .failed: "failed"
             }

@@ -8,9 +8,10 @@ internal import CSodium
 
 /// Secret bytes (keys, passphrases, unwrapped plaintext keys) in guarded memory.
 ///
-/// The bytes live in `sodium_malloc` memory: guard pages on both sides, a canary, `mlock`ed where
-/// the system allows, and read-only once initialised. Memory is zeroed when the last reference goes
-/// away (`sodium_free` wipes it). Bytes are reachable only through ``withUnsafeBytes(_:)``, equality
+/// The bytes live in guarded memory (``SecureMemory``): a mapping of their own with a guard page
+/// on each side (the bytes end exactly at the second one), a canary before them, locked into RAM
+/// (`mlock`; a failure is reported, see ``SecureMemory/lockPolicy``), kept out of core dumps, and
+/// read-only once initialised. The pages are wiped when the last reference goes away. Bytes are reachable only through ``withUnsafeBytes(_:)``, equality
 /// is constant time, and `description` prints `<redacted>`. Zeroing is best effort: copies a caller
 /// makes (into an `Array`, a `String`, a register or swap) are outside this type's control.
 ///
@@ -19,10 +20,12 @@ internal import CSodium
 /// let passphrase = try SecureBytes(utf8: "correct horse battery staple")
 /// ```
 // @unchecked Sendable: the buffer is written only inside an initialiser, before the instance can be
-// shared, and is then made read-only (sodium_mprotect_readonly); afterwards it is immutable.
+// shared, and is then made read-only (mprotect PROT_READ); afterwards it is immutable.
 public final class SecureBytes: @unchecked Sendable {
-    /// Start of the guarded region, or nil when `count == 0` (nothing is allocated then).
-    private let pointer: UnsafeMutableRawPointer?
+    /// The guarded mapping, or nil when `count == 0` (nothing is allocated then).
+    private let region: GuardedRegion?
+    /// Start of the bytes, or nil when `count == 0`.
+    private var pointer: UnsafeMutableRawPointer? { region?.bytes }
 
     /// The number of bytes.
     public let count: Int
@@ -37,41 +40,36 @@ public final class SecureBytes: @unchecked Sendable {
         }
         try Sodium.initialize()
         guard count > 0 else {
-            // sodium_malloc(0) would still map guard pages; an empty secret needs no storage.
+            // An empty secret needs no storage (and no guard pages).
             try initialize(UnsafeMutableRawBufferPointer(start: nil, count: 0))
-            self.pointer = nil
+            self.region = nil
             self.count = 0
             return
         }
-        guard let region = sodium_malloc(count) else {
-            throw CryptoError(code: .outOfMemory, message: "sodium_malloc could not allocate \(count) guarded bytes")
-        }
-        // sodium_malloc fills new memory with a garbage pattern; start from zeros.
-        sodium_memzero(region, count)
+        // Fresh anonymous pages are zero-filled.
+        let region = try GuardedRegion.allocate(count: count)
         do {
-            try initialize(UnsafeMutableRawBufferPointer(start: region, count: count))
+            try initialize(UnsafeMutableRawBufferPointer(start: region.bytes, count: count))
+            try region.protectReadOnly()
         } catch {
-            sodium_free(region)
+            region.free()
             throw error
         }
-        guard sodium_mprotect_readonly(region) == 0 else {
-            sodium_free(region)
-            throw CryptoError(code: .failed, message: "sodium_mprotect_readonly failed")
-        }
-        self.pointer = region
+        self.region = region
         self.count = count
     }
 
     /// Creates `count` zero bytes in guarded memory.
     ///
-    /// - Throws: `.invalidLength` if `count` is negative, `.outOfMemory` if `sodium_malloc` fails.
+    /// - Throws: `.invalidLength` if `count` is negative, `.outOfMemory` if the memory cannot be
+    ///   mapped, `.memoryLockFailed` if it cannot be locked under ``SecureMemory/LockPolicy/require``.
     public convenience init(count: Int) throws {
         try self.init(count: count) { _ in }
     }
 
     /// Copies `bytes` into guarded memory. The source is not wiped; that is the caller's business.
     ///
-    /// - Throws: `.outOfMemory` if `sodium_malloc` fails.
+    /// - Throws: `.outOfMemory` if the memory cannot be mapped (or `.memoryLockFailed`, see ``SecureMemory``).
     public convenience init(copying bytes: UnsafeRawBufferPointer) throws {
         try self.init(count: bytes.count) { destination in
             if bytes.count > 0 {
@@ -82,7 +80,7 @@ public final class SecureBytes: @unchecked Sendable {
 
     /// Copies any contiguous bytes (`[UInt8]`, `Data`, …) into guarded memory.
     ///
-    /// - Throws: `.outOfMemory` if `sodium_malloc` fails.
+    /// - Throws: `.outOfMemory` if the memory cannot be mapped (or `.memoryLockFailed`, see ``SecureMemory``).
     public convenience init<D: ContiguousBytes>(copying bytes: D) throws {
         let count = bytes.withUnsafeBytes { $0.count }
         try self.init(count: count) { destination in
@@ -100,7 +98,7 @@ public final class SecureBytes: @unchecked Sendable {
     /// Copies a string's UTF-8 bytes into guarded memory (for passphrases typed by a person).
     ///
     /// The `String` itself cannot be wiped; keep its lifetime short.
-    /// - Throws: `.outOfMemory` if `sodium_malloc` fails.
+    /// - Throws: `.outOfMemory` if the memory cannot be mapped (or `.memoryLockFailed`, see ``SecureMemory``).
     public convenience init(utf8 string: String) throws {
         var string = string
         try self.init(count: string.utf8.count) { destination in
@@ -114,7 +112,7 @@ public final class SecureBytes: @unchecked Sendable {
 
     /// Creates `count` bytes from libsodium's CSPRNG (`randombytes_buf`) in guarded memory.
     ///
-    /// - Throws: `.invalidLength` if `count` is negative, `.outOfMemory` if `sodium_malloc` fails.
+    /// - Throws: `.invalidLength` if `count` is negative, `.outOfMemory` if the memory cannot be mapped (or `.memoryLockFailed`, see ``SecureMemory``).
     public static func random(count: Int) throws -> SecureBytes {
         try SecureBytes(count: count) { destination in
             if let start = destination.baseAddress, destination.count > 0 {
@@ -124,11 +122,8 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     deinit {
-        // sodium_free makes the region writable again, checks the canary, zeroes the whole region
-        // (sodium_munlock wipes before unlocking) and unmaps it with its guard pages.
-        if let pointer {
-            sodium_free(pointer)
-        }
+        // Makes the pages writable again, checks the canary, wipes, unlocks and unmaps them.
+        region?.free()
     }
 
     /// Calls `body` with read-only access to the bytes; do not let the pointer escape `body`.

@@ -6,6 +6,8 @@
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
 //   CofferTestHelper crash-kv|crash-vault|vault-increment|vault-read-loop|secure-*|memscan …
 //       the reliability children (Crash.swift, MemoryScan.swift; see RELIABILITY.md).
+//   CofferTestHelper mlock-limit [default] | mlock-ok
+//       secrets under a zero lock limit, and what SecureMemory reports (MemoryLock.swift).
 //   CofferTestHelper vault-vectors DIR
 //       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
 import CofferCore
@@ -49,6 +51,8 @@ do {
     case "crash-kv", "crash-vault", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
         "secure-write", "memscan":
         try reliabilityCommand(arguments)
+    case "mlock-limit", "mlock-ok":
+        memoryLockCommand(arguments)
     case "vault-vectors":
         guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
         try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))

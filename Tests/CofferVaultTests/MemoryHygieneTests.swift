@@ -59,4 +59,68 @@ struct MemoryHygieneTests {
         #expect(scanned > 100_000)
         print("RELIABILITY memory scan after lock(): \(scanned) bytes of anonymous memory; found \(after)")
     }
+
+    /// Runs a helper and returns its exit, standard output and standard error.
+    static func helperWithErrors(_ arguments: [String]) throws -> (status: Int32, output: String, errors: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        // Both pipes are small (a few lines); read one after the other.
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    }
+
+    static func field(_ name: String, in line: Substring) -> Int? {
+        let parts = line.split(separator: " ")
+        guard let index = parts.firstIndex(of: Substring(name)), index + 1 < parts.count else { return nil }
+        return Int(parts[index + 1])
+    }
+
+    @Test("Secrets are locked into RAM, and the locked bytes are accounted")
+    func secretsAreLocked() throws {
+        let result = try Self.helperWithErrors(["mlock-ok"])
+        #expect(result.status == 0, "\(result)")
+        let line = try #require(result.output.split(separator: "\n").first { $0.hasPrefix("locked") })
+        #expect(Self.field("failures", in: line) == 0, "\(line)")
+        #expect(Self.field("allocations", in: line) == 3, "\(line)")
+        #expect((Self.field("locked", in: line) ?? 0) >= 3 * 4096, "\(line)")
+    }
+
+    @Test("Past the lock limit, mlock failures are counted, reported once, and refused under .require")
+    func lockFailuresAreReported() throws {
+        let result = try Self.helperWithErrors(["mlock-limit"])
+        #expect(result.status == 0, "\(result)")
+        let lines = result.output.split(separator: "\n")
+        // The handler is told about the first failure only; all six are counted.
+        let handled = lines.filter { $0.hasPrefix("handler ") }
+        #expect(handled.count == 1, "\(result.output)")
+        #expect(handled.first?.contains("could not lock 4 KiB of secret memory into RAM (mlock: ") == true, "\(handled)")
+        #expect(handled.first?.contains("the lock limit (ulimit -l) is 0 bytes") == true, "\(handled)")
+        let report = try #require(lines.first { $0.hasPrefix("report ok") }, "\(result.output)")
+        #expect(Self.field("failures", in: report) == 6, "\(report)")
+        #expect(Self.field("allocations", in: report) == 6, "\(report)")
+        #expect((Self.field("unlocked", in: report) ?? 0) >= 6 * 4096, "\(report)")
+        #expect(Self.field("locked", in: report) == 0, "\(report)")
+        let require = try #require(lines.first { $0.hasPrefix("require ") }, "\(result.output)")
+        #expect(require.hasPrefix("require threw memoryLockFailed: could not lock"), "\(require)")
+        let released = try #require(lines.first { $0.hasPrefix("released") }, "\(result.output)")
+        #expect(Self.field("allocations", in: released) == 0, "\(released)")
+        #expect(Self.field("unlocked", in: released) == 0, "\(released)")
+    }
+
+    @Test("By default the first lock failure is one warning line on standard error")
+    func defaultHandlerWarnsOnce() throws {
+        let result = try Self.helperWithErrors(["mlock-limit", "default"])
+        #expect(result.status == 0, "\(result)")
+        let warnings = result.errors.split(separator: "\n").filter { $0.hasPrefix("coffer: warning: could not lock") }
+        #expect(warnings.count == 1, "\(result.errors)")
+        #expect(result.output.contains("report ok 6 failures 6"), "\(result.output)")
+    }
 }

@@ -836,7 +836,7 @@ public final class Journal: @unchecked Sendable {
         let count = bytes.count
         if offset >= count || count - offset < frameHeaderSize { return true }
         let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)])
-        if header.allSatisfy({ $0 == 0 }) { return true }
+        if isAllZero(header) { return true }
         let end: Int
         if let frame = parseFrameHeader(header, maxPayload: maxPayload) {
             if frame.length > count - offset - frameHeaderSize { return true }
@@ -847,7 +847,7 @@ public final class Journal: @unchecked Sendable {
         var boundary = (offset / sectorSize + 1) * sectorSize
         while boundary < end {
             let blockEnd = min(boundary + sectorSize, end)
-            if !(boundary..<blockEnd).contains(where: { bytes[$0] != 0 }) { return true }
+            if isAllZero(UnsafeRawBufferPointer(rebasing: bytes[boundary..<blockEnd])) { return true }
             boundary += sectorSize
         }
         return false
@@ -858,7 +858,12 @@ public final class Journal: @unchecked Sendable {
     private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {
         var p = offset + 1
         while p + frameHeaderSize <= bytes.count {
-            if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues {
+            // The length must fit in what is left before any checksum is worth computing: at
+            // almost every offset of damaged bytes it does not, so the search stays cheap.
+            let length = Int(loadLE(bytes, p) & lengthMask)
+            if length >= 1, length <= bytes.count - p - frameHeaderSize,
+                let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues
+            {
                 return p
             }
             p += 1
@@ -871,12 +876,36 @@ public final class Journal: @unchecked Sendable {
     }
 
     private static func isZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Bool {
-        lastNonZero(bytes, from: offset) == nil
+        offset >= bytes.count || isAllZero(UnsafeRawBufferPointer(rebasing: bytes[max(offset, 0)...]))
     }
 
+    /// Whether every byte is zero, eight at a time (the scans above ask this of whole tails and
+    /// sectors).
+    static func isAllZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        let count = bytes.count
+        while count - i >= 8 {
+            if bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < count {
+            if bytes[i] != 0 { return false }
+            i += 1
+        }
+        return true
+    }
+
+    /// The offset of the last non-zero byte at or after `offset`, searching backwards eight bytes
+    /// at a time.
     private static func lastNonZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Int? {
-        var i = bytes.count - 1
-        while i >= offset {
+        var end = bytes.count  // bytes[end...] are known zero
+        let start = max(offset, 0)
+        while end - start >= 8 {
+            if bytes.loadUnaligned(fromByteOffset: end - 8, as: UInt64.self) != 0 { break }
+            end -= 8
+        }
+        var i = end - 1
+        while i >= start {
             if bytes[i] != 0 { return i }
             i -= 1
         }

@@ -27,7 +27,9 @@ let package = Package(
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
         ),
         .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: strictSettings),
-        .target(name: "CofferCore", swiftSettings: strictSettings),
+        // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC32) and a portable fallback.
+        .target(name: "CCRC32C"),
+        .target(name: "CofferCore", dependencies: ["CCRC32C"], swiftSettings: strictSettings),
         .target(name: "CofferStorage", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),

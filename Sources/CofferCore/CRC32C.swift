@@ -1,7 +1,12 @@
-/// CRC-32C (Castagnoli, the polynomial of iSCSI, ext4 and LevelDB), slicing-by-8.
+import CCRC32C
+
+/// CRC-32C (Castagnoli, the polynomial of iSCSI, ext4 and LevelDB).
 ///
 /// The journal's frame checksum: it detects torn writes and random damage, not tampering (the
-/// vault authenticates every record with Poly1305 on top of it).
+/// vault authenticates every record with Poly1305 on top of it). Computed by the C target
+/// `CCRC32C` with the CPU's CRC-32C instruction (x86_64 SSE4.2, ARMv8 CRC32), chosen at run time,
+/// else by its portable slicing-by-8 table; `softwareChecksum` keeps the Swift slicing-by-8 as
+/// the reference the tests compare both with.
 public enum CRC32C {
     static let tables: [[UInt32]] = {
         var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
@@ -19,6 +24,19 @@ public enum CRC32C {
 
     /// The CRC-32C of `bytes`, continuing from `crc` (start with 0).
     public static func checksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
+        coffer_crc32c(crc, bytes.baseAddress, bytes.count)
+    }
+
+    /// Whether `checksum` uses a CRC-32C instruction on this CPU.
+    package static var isHardwareAccelerated: Bool { coffer_crc32c_hardware() != 0 }
+
+    /// The C target's portable table, whichever path `checksum` takes (for tests).
+    package static func portableChecksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
+        coffer_crc32c_portable(crc, bytes.baseAddress, bytes.count)
+    }
+
+    /// The same function in Swift, slicing-by-8 (the reference for tests).
+    package static func softwareChecksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
         var c = ~crc
         guard var p = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return crc }
         var n = bytes.count

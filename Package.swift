@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Layers (see DESIGN.md): each module imports only the ones below it.
-//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CofferCrypto → CSodium
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CCRC32C
+//   CofferVault → CofferCrypto → CSodium (libsodium); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("InternalImportsByDefault"),

@@ -4,6 +4,9 @@
 //       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
 //   CofferTestHelper kv-increment DIR SUITE KEY TIMES
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+//   CofferTestHelper vault-update PATH TIMES
+//       increments the vault counter (counter, update) TIMES times with Vault.update, after printing
+//       "ready" and reading one line of standard input (VaultUpdate.swift).
 //   CofferTestHelper crash-kv|crash-vault|vault-increment|vault-read-loop|secure-*|memscan …
 //       the reliability children (Crash.swift, MemoryScan.swift; see RELIABILITY.md).
 //   CofferTestHelper mlock-limit [default] | mlock-ok
@@ -48,6 +51,9 @@ do {
             try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
         }
         try store.flush()
+    case "vault-update":
+        guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: vault-update PATH TIMES") }
+        try vaultUpdateIncrement(path: arguments[2], times: times)
     case "crash-kv", "crash-vault", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
         "secure-write", "memscan":
         try reliabilityCommand(arguments)

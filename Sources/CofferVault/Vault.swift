@@ -298,6 +298,55 @@ public final class Vault: Sendable {
         try write(changes)
     }
 
+    /// Reads, transforms and writes one item's secret atomically with respect to every thread and
+    /// process: the vault's write lock (`<file>.lock`) is held from the read to the write, after
+    /// catching up with the other writers, so concurrent increments are never lost.
+    ///
+    /// ```swift
+    /// try vault.update(service: "app", account: "launches") { (old: Data?) in
+    ///     let count = old.map { UInt64(littleEndian: $0.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }) } ?? 0
+    ///     return withUnsafeBytes(of: (count + 1).littleEndian) { Data($0) }
+    /// }
+    /// ```
+    ///
+    /// `transform` receives the current secret (`nil` when there is no such item) and returns
+    /// the new one; returning `nil` removes the item, and returning the current bytes writes
+    /// nothing. An existing item keeps its label, comment and creation date; a new one gets an
+    /// empty label and comment. `transform` runs under the lock: keep it short, and do not call
+    /// this vault from it (the call would wait for itself). Name the parameter's type
+    /// (`(old: Data?)`, `(old: String?)`) when the body alone does not choose between this and
+    /// the `String` form, as in `{ _ in nil }`.
+    ///
+    /// - Throws: whatever `transform` throws, unchanged, and then nothing is written;
+    ///   ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/invalidArgument``
+    ///   (empty service or account), ``CofferError/Code/busy``, ``CofferError/Code/io``, …
+    public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
+        try update(service: service, account: account, bytes: { current in
+            try transform(current.map { Data($0) }).map { [UInt8]($0) }
+        })
+    }
+
+    /// Updates a UTF-8 string secret atomically: as the `Data` form of `update(service:account:_:)`.
+    ///
+    /// ```swift
+    /// try vault.update(service: "app", account: "launches") { (old: String?) in
+    ///     String((old.flatMap { Int($0) } ?? 0) + 1)
+    /// }
+    /// ```
+    /// - Throws: ``CofferError/Code/decoding`` when the current secret is not UTF-8 text
+    ///   (`transform` is not called and nothing is written).
+    public func update(service: String, account: String, _ transform: (String?) throws -> String?) throws {
+        try update(service: service, account: account, bytes: { current in
+            let text = try current.map { bytes in
+                guard let text = String(validating: bytes, as: UTF8.self) else {
+                    throw CofferError(.decoding, "the secret is not UTF-8 text; update it with a Data transform")
+                }
+                return text
+            }
+            return try transform(text).map { Array($0.utf8) }
+        })
+    }
+
     // MARK: - Key slots
 
     /// Replaces the passphrase that unlocked this vault (or its first passphrase slot) with a
@@ -438,22 +487,65 @@ public final class Vault: Sendable {
             return (entry, session.keys, session.header.vaultID)
         }
         guard let (entry, keys, vaultID) = found else { return nil }
-        var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: vaultID, chain: entry.chain)
-        defer { wipe(&plaintext) }
-        guard case .put(_, var secret) = VaultRecordBody.decode(plaintext) else {
-            throw CofferError(.corrupted, "a vault record authenticated but its layout is invalid", path: url.path)
-        }
+        var secret = try openSecret(entry, keys: keys, vaultID: vaultID)
         defer { wipe(&secret) }
         return try body(secret)
+    }
+
+    /// Decrypts an indexed record and returns its secret (the caller wipes it).
+    private func openSecret(_ entry: Entry, keys: VaultKeys, vaultID: [UInt8]) throws -> [UInt8] {
+        var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: vaultID, chain: entry.chain)
+        defer { wipe(&plaintext) }
+        guard case .put(_, let secret) = VaultRecordBody.decode(plaintext) else {
+            throw CofferError(.corrupted, "a vault record authenticated but its layout is invalid", path: url.path)
+        }
+        return secret
+    }
+
+    private static func checkIdentity(service: String, account: String) throws {
+        guard !service.isEmpty, !account.isEmpty else {
+            throw CofferError(.invalidArgument, "an item needs a non-empty service and account")
+        }
+    }
+
+    /// The read-modify-write behind both `update`s: under one hold of the journal's write lock,
+    /// catch up with the other writers, decrypt the current secret, transform it and commit
+    /// the result (a `.set` keeping the item's attributes, or a `.remove`), as `write` does.
+    private func update(
+        service: String, account: String, bytes transform: ([UInt8]?) throws -> [UInt8]?
+    ) throws {
+        try Self.checkIdentity(service: service, account: account)
+        try withSession { live in
+            try live.journal.withWriteLock { journalChanges in
+                try live.apply(journalChanges)
+                var current = try live.entries[ItemKey(service: service, account: account)].map {
+                    try openSecret($0, keys: live.keys, vaultID: live.header.vaultID)
+                }
+                defer { if current != nil { wipe(&current!) } }
+                var next = try transform(current)
+                defer { if next != nil { wipe(&next!) } }
+                switch (current, next) {
+                case (nil, nil):
+                    return
+                case (let old?, let new?) where constantTimeEqual(old, new):
+                    return  // unchanged: no record, and `modified` stays as it was
+                case (_, let new?):
+                    _ = try live.commit([
+                        .set(service: service, account: account, secret: new, label: nil, comment: nil)
+                    ])
+                case (_?, nil):
+                    _ = try live.commit([.remove(service: service, account: account)])
+                }
+            }
+            try live.compactIfWorthIt()
+        }
     }
 
     @discardableResult
     private func write(_ changes: [VaultChange]) throws -> Int {
         for change in changes {
             let (service, account) = change.identity
-            guard !service.isEmpty, !account.isEmpty else {
-                throw CofferError(.invalidArgument, "an item needs a non-empty service and account")
-            }
+            try Self.checkIdentity(service: service, account: account)
         }
         return try withSession { live in
             let written = try live.journal.withWriteLock { journalChanges in

@@ -5,8 +5,9 @@ import CofferVault
 import Foundation
 import Testing
 
-/// Two processes each increment one counter N times (1,000 in make stress, 100 in make test),
-/// with a third process reading the vault counter all along: nothing lost, every read whole.
+/// Two processes each increment one counter N times (1,000 in make stress, 100 in make test):
+/// a key-value value with `update`, a vault item with `Vault.update`, and a vault item under an
+/// application lock with a third process reading it all along: nothing lost, every read whole.
 @Suite("Counters across processes", .serialized)
 struct CounterStressTests {
     static let times = (ProcessInfo.processInfo.environment["COFFER_STRESS_ITERATIONS"].flatMap { Int($0) } ?? 30) >= 1000 ? 1000 : 100
@@ -33,6 +34,57 @@ struct CounterStressTests {
         print("RELIABILITY counter, key-value update(): 2 processes × \(Self.times) = \(try store.get(Int.self, for: "n") ?? -1) (expected \(2 * Self.times)) in \(Int(Date().timeIntervalSince(start))) s")
     }
 
+    /// `vault-update` children: `Vault.update` alone, no application lock. The key is the one
+    /// the child opens with (32 bytes of 0x5a); the counter is a little-endian UInt64. Both
+    /// children open the vault and say `ready` before either is told to go, so their loops
+    /// overlap even at 100 increments (a read outside the lock then loses updates every run).
+    @Test func vaultCounterWithUpdate() throws {
+        let dir = try Scratch("vault-update-counter")
+        let url = dir.file("counter.coffer")
+        let key = [UInt8](repeating: 0x5a, count: 32)
+        _ = try Vault.create(at: url, unlock: .key(try SecureBytes(copying: key)))
+        let start = Date()
+        let pipes = (0..<2).map { _ in (input: Pipe(), output: Pipe()) }
+        let writers = try pipes.map { pipes in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
+            process.arguments = ["vault-update", url.path, "\(Self.times)"]
+            process.standardInput = pipes.input
+            process.standardOutput = pipes.output
+            try process.run()
+            return process
+        }
+        let ready = try pipes.map { pipes in
+            // "ready\n" (6 bytes), or end of file when the child failed to open the vault.
+            var said = Data()
+            while said.count < 6, let chunk = try pipes.output.fileHandleForReading.read(upToCount: 6 - said.count),
+                !chunk.isEmpty
+            {
+                said += chunk
+            }
+            return String(decoding: said, as: UTF8.self) == "ready\n"
+        }
+        guard ready.allSatisfy({ $0 }) else {
+            // Writing to a child that died would raise SIGPIPE here.
+            for process in writers where process.isRunning { process.terminate() }
+            for process in writers { process.waitUntilExit() }
+            Issue.record("a vault-update child did not open the vault: \(ready)")
+            return
+        }
+        for pipes in pipes { try pipes.input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8)) }
+        for process in writers {
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+        }
+        let vault = try Vault.open(at: url, unlock: .key(try SecureBytes(copying: key)))
+        let bytes = try #require(try vault.data(service: "counter", account: "update"))
+        #expect(bytes.count == 8)
+        let final =
+            bytes.count == 8 ? UInt64(littleEndian: bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }) : 0
+        #expect(final == UInt64(2 * Self.times))
+        print("RELIABILITY counter, vault Vault.update(): 2 processes × \(Self.times) = \(final) (expected \(2 * Self.times)) in \(Int(Date().timeIntervalSince(start))) s")
+    }
+
     @Test func vaultCounterWithAConcurrentReader() throws {
         let dir = try Scratch("vault-counter")
         let url = dir.file("counter.coffer")
@@ -52,6 +104,6 @@ struct CounterStressTests {
         let vault = try Vault.open(at: url, unlock: .key(try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))))
         let final = try vault.string(service: "counter", account: "n")
         #expect(final == "\(2 * Self.times)")
-        print("RELIABILITY counter, vault (application lock around read+set: no Vault.update): 2 processes × \(Self.times) = \(final ?? "nil"); concurrent reader: \(readLine.trimmingCharacters(in: .whitespacesAndNewlines)), every value whole and never older; \(Int(Date().timeIntervalSince(start))) s")
+        print("RELIABILITY counter, vault (application lock around read+set): 2 processes × \(Self.times) = \(final ?? "nil"); concurrent reader: \(readLine.trimmingCharacters(in: .whitespacesAndNewlines)), every value whole and never older; \(Int(Date().timeIntervalSince(start))) s")
     }
 }

@@ -28,7 +28,8 @@ import Darwin
 /// 1. Open one `Vault` per file per process and share it; it is thread-safe.
 /// 2. Every write is durable when it returns (`.immediate`, the default): it survives power loss.
 /// 3. Several processes may use one vault file: writes are serialised by `<file>.lock`, and
-///    each process sees the others' writes on its next call.
+///    each process sees the others' writes on its next call. ``update(service:account:_:)``
+///    is an atomic read-modify-write across processes.
 /// 4. After ``lock()`` no key stays in memory; calls throw ``CofferError/Code/locked`` until
 ///    ``unlock(_:)``.
 public final class Vault: Sendable {

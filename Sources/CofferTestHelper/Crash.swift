@@ -74,9 +74,10 @@ func crashVault(path: String, keyHex: String) throws -> Never {
 
 /// `vault-increment PATH KEYHEX TIMES`: increments the counter item (counter, n) TIMES.
 ///
-/// The vault has no atomic read-modify-write (the key-value store's `update`), so each
-/// increment holds an application lock (`<path>.counter-lock`, a CofferCore FileLock) from
-/// the read to the write; what is tested is that each process sees the other's writes.
+/// Each increment holds an application lock (`<path>.counter-lock`, a CofferCore FileLock)
+/// from a plain read to a plain write, so what is tested is that each process sees the other's
+/// writes (the reader test runs beside it). `vault-update` (VaultUpdate.swift) tests the
+/// vault's own atomic `update`.
 func vaultIncrement(path: String, keyHex: String, times: Int) throws {
     let url = URL(fileURLWithPath: path)
     let vault = try Vault.open(at: url, unlock: .key(try rawKey(hex: keyHex)), lockTimeout: 30)

@@ -329,9 +329,10 @@ private struct Tour {
 
 // One-shot flag set from Observation's onChange, which may run on any thread.
 private final class Flag: Sendable {
-    private let state = Mutex(false)
-    func set() { state.withLock { $0 = true } }
-    var value: Bool { state.withLock { $0 } }
+    // An atomic rather than a Mutex: ThreadSanitizer sees atomics (the CI runs the CLI under it).
+    private let state = Atomic(false)
+    func set() { state.store(true, ordering: .releasing) }
+    var value: Bool { state.load(ordering: .acquiring) }
 }
 
 /// `ghp_…abcd`: enough to recognise a secret, not enough to use it.

@@ -30,7 +30,8 @@ func productPath(_ name: String) -> String {
 
 let cofferPath = productPath("coffer")
 
-private let spawnLock = Mutex(())
+// NSLock, not Synchronization.Mutex: ThreadSanitizer sees it.
+private let spawnLock = NSLock()
 
 /// What a finished `coffer` run left behind.
 struct Run: CustomStringConvertible {
@@ -80,7 +81,7 @@ final class Child {
         self.arguments = arguments
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
-        let spawned = try spawnLock.withLock { _ in
+        let spawned = try spawnLock.withLock {
             try Self.spawn(arguments, environment: environment, stdin: stdin, terminal: terminal)
         }
         pid = spawned.pid

@@ -1,13 +1,12 @@
 import CofferCore
 import CofferTesting
 import Foundation
-import Synchronization
 import Testing
 
 /// Storage shared by the instances of a ``DictionaryStrategy``, so "reopening" finds what an
 /// earlier instance wrote. Keys are UTF-8 bytes: Swift's `String ==` would merge NFC and NFD.
 final class DictionaryStorage: Sendable {
-    let values = Mutex<[[UInt8]: Data]>([:])
+    let values = Locked<[[UInt8]: Data]>([:])
 }
 
 /// A correct, minimal strategy over a dictionary: the suite must pass it.
@@ -31,8 +30,8 @@ final class BrokenStrategy: PersistenceStrategy {
 
     let flaw: Flaw
     let storage: DictionaryStorage
-    private let stringKeyed = Mutex<[String: Data]>([:])
-    private let removed = Mutex<[[UInt8]: Data]>([:])
+    private let stringKeyed = Locked<[String: Data]>([:])
+    private let removed = Locked<[[UInt8]: Data]>([:])
 
     init(_ flaw: Flaw, storage: DictionaryStorage = DictionaryStorage()) {
         self.flaw = flaw

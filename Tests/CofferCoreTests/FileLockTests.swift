@@ -1,7 +1,6 @@
 import CofferCore
 import CofferTesting
 import Foundation
-import Synchronization
 import Testing
 
 /// `flock` semantics, on the kernel and on the in-memory model: a lock belongs to an open file
@@ -164,7 +163,7 @@ struct FileLockTests {
 
 /// Messages collected from several threads.
 final class FailureLog: Sendable {
-    private let stored = Mutex<[String]>([])
+    private let stored = Locked<[String]>([])
     func record(_ message: String) { stored.withLock { $0.append(message) } }
     var messages: [String] { stored.withLock { $0 } }
 }

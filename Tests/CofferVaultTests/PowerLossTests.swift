@@ -4,7 +4,6 @@ import CofferStorage
 import CofferTesting
 import CofferVault
 import Foundation
-import Synchronization
 import Testing
 
 /// A ``FileSystem`` over an ``InMemoryFileSystem`` that loses power just before its k-th
@@ -29,7 +28,7 @@ final class PowerCutFileSystem: FileSystem {
         var dead = false
         var report: InMemoryFileSystem.PowerLossReport?
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(_ inner: InMemoryFileSystem, plan: Plan) {
         self.inner = inner

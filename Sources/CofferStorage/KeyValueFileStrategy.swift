@@ -211,6 +211,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     }
 
     private static func apply(_ records: [JournalRecord], to state: inout State) throws {
+        // At most one new key per record: grow the table once, not by doubling along the way.
+        state.index.reserveCapacity(state.index.count + records.count)
         for record in records {
             try apply(record.payload, size: record.payload.count + Journal.frameHeaderSize, to: &state, offset: record.offset)
         }
@@ -228,13 +230,15 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
 
     /// Records a set (`value`) or a remove (`nil`) whose record takes `size` bytes.
     private static func index(key: ExactKey, value: Data?, size: Int, in state: inout State) {
-        if let old = state.index[key] { state.liveBytes -= old.recordSize }
+        // One hash and probe per record (updateValue/removeValue return what was there).
+        let old: Entry?
         if let value {
-            state.index[key] = Entry(value: value, recordSize: size)
+            old = state.index.updateValue(Entry(value: value, recordSize: size), forKey: key)
             state.liveBytes += size
         } else {
-            state.index[key] = nil
+            old = state.index.removeValue(forKey: key)
         }
+        if let old { state.liveBytes -= old.recordSize }
     }
 
     static func encode(key: String, value: Data?) throws -> Data {

@@ -692,6 +692,8 @@ struct Session: Sendable {
     @discardableResult
     mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
         var skipped = 0
+        // At most one new item per record: grow the table once, not by doubling along the way.
+        entries.reserveCapacity(entries.count + records.count)
         for record in records {
             let payload = [UInt8](record.payload)
             var plaintext: [UInt8]
@@ -730,9 +732,11 @@ struct Session: Sendable {
         let size = payload.count + Journal.frameHeaderSize
         switch body {
         case .put(let item, _):
+            // One hash and probe: updateValue returns the entry it replaced.
             let key = ItemKey(service: item.service, account: item.account)
-            if let old = entries[key] { liveBytes -= old.payload.count + Journal.frameHeaderSize }
-            entries[key] = Entry(item: item, payload: payload, chain: chainBefore)
+            if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
+                liveBytes -= old.payload.count + Journal.frameHeaderSize
+            }
             liveBytes += size
         case .delete(let service, let account):
             if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {

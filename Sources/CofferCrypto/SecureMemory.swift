@@ -96,9 +96,19 @@ public enum SecureMemory {
     }
 
     /// Replaces what is told about the first lock failure (under ``LockPolicy/report``); `nil`
-    /// silences it. The default writes one line to standard error. Called without locks held.
+    /// silences it. The default writes one line to standard error.
+    ///
+    /// The handler is called without Coffer's locks held, but on the thread that was creating a
+    /// secret, which may be inside any Coffer call (unlocking a vault, reading an item). Keep it
+    /// short and do not call back into Coffer from it: log, count, or set a flag.
     public static func setLockFailureHandler(_ handler: (@Sendable (LockFailure) -> Void)?) {
-        settings.withLock { $0.handler = handler }
+        // The old handler is released after the lock is let go: releasing the last reference to
+        // a closure runs its captures' deinits, which must not run under our lock.
+        let previous = settings.withLock { s in
+            defer { s.handler = handler }
+            return s.handler
+        }
+        _ = previous
     }
 
     /// The counts so far.
@@ -144,9 +154,12 @@ public enum SecureMemory {
 
     static func memlockLimit() -> Int? {
         var limit = rlimit()
-        #if os(Linux)
+        #if canImport(Glibc)
             let resource = __rlimit_resource_t(__RLIMIT_MEMLOCK.rawValue)
             let infinity = rlim_t.max  // RLIM_INFINITY, which Swift imports as a negative literal
+        #elseif canImport(Musl)
+            let resource = RLIMIT_MEMLOCK
+            let infinity = rlim_t.max
         #else
             let resource = RLIMIT_MEMLOCK
             let infinity = RLIM_INFINITY
@@ -179,22 +192,27 @@ struct GuardedRegion {
         }
         let dataSize = needed / page * page
         let mappedSize = dataSize + 2 * page
-        guard let base = mmap(nil, mappedSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
-            base != MAP_FAILED
-        else {
+        let mapped = mmap(nil, mappedSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        let mapError = errno  // read at once: anything in between may overwrite it
+        guard let base = mapped, base != MAP_FAILED else {
             throw CryptoError(
                 code: .outOfMemory,
                 message: "could not map \(SecureMemory.LockFailure.size(mappedSize)) for \(count) guarded bytes "
-                    + "(mmap: \(String(cString: strerror(errno))))")
+                    + "(mmap: \(String(cString: strerror(mapError))))")
         }
         let data = base + page
-        guard mprotect(base, page, PROT_NONE) == 0, mprotect(data + dataSize, page, PROT_NONE) == 0 else {
-            let code = errno
+        var guardStatus = mprotect(base, page, PROT_NONE)
+        if guardStatus == 0 { guardStatus = mprotect(data + dataSize, page, PROT_NONE) }
+        let guardError = errno  // read at once, before munmap can overwrite it
+        guard guardStatus == 0 else {
+            let code = guardError
             munmap(base, mappedSize)
             throw CryptoError(code: .failed, message: "mprotect of a guard page failed: \(String(cString: strerror(code)))")
         }
         #if os(Linux)
             // Keep secrets out of core dumps. Advisory: a kernel without it still works.
+            // (Not MADV_WIPEONFORK: a child forked without exec would see zeroed keys and a
+            // zeroed canary, and fail in confusing ways; Swift code does not fork without exec.)
             _ = madvise(data, dataSize, MADV_DONTDUMP)
         #endif
         let status = SecureMemory.settings.withLock { $0.lock }(data, dataSize)
@@ -227,8 +245,10 @@ struct GuardedRegion {
 
     /// Makes the data pages read-only.
     func protectReadOnly() throws {
-        guard mprotect(data, dataSize, PROT_READ) == 0 else {
-            throw CryptoError(code: .failed, message: "mprotect(PROT_READ) failed: \(String(cString: strerror(errno)))")
+        let status = mprotect(data, dataSize, PROT_READ)
+        let code = errno  // read at once
+        guard status == 0 else {
+            throw CryptoError(code: .failed, message: "mprotect(PROT_READ) failed: \(String(cString: strerror(code)))")
         }
     }
 

@@ -14,6 +14,8 @@ import Glibc
 //   report ok <n> failures <f> unlocked <bytes> locked <bytes> allocations <a>
 //   require threw <code>: <message>
 //   released allocations <a> unlocked <bytes> locked <bytes>
+//   old handler released (allocations <a>)       (its captures' deinit may call SecureMemory)
+//   replaced the handler
 //
 // With `default`, the default handler (one line on standard error) is left in place.
 //
@@ -68,5 +70,30 @@ func memoryLockCommand(_ arguments: [String]) -> Never {
     // Every secret above was released at the end of the `do` block.
     let stats = SecureMemory.statistics
     say("released allocations \(stats.allocations) unlocked \(stats.unlockedBytes) locked \(stats.lockedBytes)")
+    // Replacing a handler releases the old one outside SecureMemory's lock: the probe's deinit
+    // takes that lock, so releasing it under the lock would hang (the alarm turns a hang into a
+    // failed test). The test runner starts children with most signals blocked: unblock SIGALRM.
+    var alarmOnly = sigset_t()
+    sigemptyset(&alarmOnly)
+    sigaddset(&alarmOnly, SIGALRM)
+    sigprocmask(SIG_UNBLOCK, &alarmOnly, nil)
+    alarm(30)
+    installProbeHandler()
+    SecureMemory.setLockFailureHandler(nil)
+    say("replaced the handler")
     exit(0)
+}
+
+/// Its deinit calls into SecureMemory, as a captured logger or model might.
+private final class ReleaseProbe: Sendable {
+    deinit {
+        let allocations = SecureMemory.statistics.allocations
+        say("old handler released (allocations \(allocations))")
+    }
+}
+
+/// Installs a handler that is the only owner of a probe.
+private func installProbeHandler() {
+    let probe = ReleaseProbe()
+    SecureMemory.setLockFailureHandler { _ in withExtendedLifetime(probe) {} }
 }

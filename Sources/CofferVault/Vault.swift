@@ -305,7 +305,7 @@ public final class Vault: Sendable {
     ///
     /// ```swift
     /// try vault.update(service: "app", account: "launches") { (old: Data?) in
-    ///     let count = old.map { UInt64(littleEndian: $0.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }) } ?? 0
+    ///     let count = old.flatMap { $0.count == 8 ? UInt64(littleEndian: $0.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }) : nil } ?? 0
     ///     return withUnsafeBytes(of: (count + 1).littleEndian) { Data($0) }
     /// }
     /// ```
@@ -314,7 +314,9 @@ public final class Vault: Sendable {
     /// the new one; returning `nil` removes the item, and returning the current bytes writes
     /// nothing. An existing item keeps its label, comment and creation date; a new one gets an
     /// empty label and comment. `transform` runs under the lock: keep it short, and do not call
-    /// this vault from it (the call would wait for itself). Name the parameter's type
+    /// this vault from it (a nested write on the same thread traps or deadlocks). The `Data`
+    /// values Coffer makes for `transform` are wiped when it returns; copies `transform` keeps
+    /// are the caller's to wipe. Name the parameter's type
     /// (`(old: Data?)`, `(old: String?)`) when the body alone does not choose between this and
     /// the `String` form, as in `{ _ in nil }`.
     ///
@@ -323,11 +325,27 @@ public final class Vault: Sendable {
     ///   (empty service or account), ``CofferError/Code/busy``, ``CofferError/Code/io``, …
     public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
         try update(service: service, account: account, bytes: { current in
-            try transform(current.map { Data($0) }).map { [UInt8]($0) }
+            var old = current.map { Data($0) }
+            defer { Self.wipeData(&old) }
+            var new = try transform(old)
+            defer { Self.wipeData(&new) }
+            return new.map { [UInt8]($0) }
         })
     }
 
+    /// Zeroes a `Data` this vault made for a caller. If the caller kept a copy, copy-on-write
+    /// gives this one fresh storage and the caller's copy stays theirs.
+    private static func wipeData(_ data: inout Data?) {
+        guard var bytes = data else { return }
+        data = nil
+        bytes.resetBytes(in: 0..<bytes.count)
+    }
+
     /// Updates a UTF-8 string secret atomically: as the `Data` form of `update(service:account:_:)`.
+    ///
+    /// Swift cannot wipe a `String`: the old and new text stay in freed heap memory until it is
+    /// reused. Prefer the `Data` form for secrets that matter (keys, passwords); this form suits
+    /// counters and tokens whose exposure in a memory dump is acceptable.
     ///
     /// ```swift
     /// try vault.update(service: "app", account: "launches") { (old: String?) in

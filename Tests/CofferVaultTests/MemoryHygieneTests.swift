@@ -113,6 +113,10 @@ struct MemoryHygieneTests {
         let released = try #require(lines.first { $0.hasPrefix("released") }, "\(result.output)")
         #expect(Self.field("allocations", in: released) == 0, "\(released)")
         #expect(Self.field("unlocked", in: released) == 0, "\(released)")
+        // Replacing the handler released the old one (whose captures call SecureMemory) without
+        // holding SecureMemory's lock.
+        let tail = lines.drop { !$0.hasPrefix("released") }.dropFirst()
+        #expect(Array(tail) == ["old handler released (allocations 0)", "replaced the handler"], "\(result.output)")
     }
 
     @Test("By default the first lock failure is one warning line on standard error")

@@ -13,6 +13,7 @@
 //   keyvalue.write            `KeyValueFileStrategy.save` of an 8-byte value, `.coalesced`
 //   keyvalue.write.durable    the same, `.immediate` (fdatasync before returning)
 //   keyvalue.write.exclusive  `keyvalue.write` on a suite opened `exclusive: true` (one process; no lock per write)
+//   keyvalue.write.durable.exclusive  `keyvalue.write.durable` on an exclusive suite: pwrite + fdatasync
 //   vault.write               `Vault.set` of a 32-byte secret to one item, `.coalesced`
 //   vault.write.durable       the same, `.immediate`
 //   vault.read                `Vault.data(service:account:)` of a 32-byte secret, unlocked
@@ -108,7 +109,8 @@ struct BenchSuite {
     static let names = [
         "stored.read", "computed.read", "peer.mutex.read", "peer.observable.read", "peer.userdefaults.read",
         "peer.userdefaults.write",
-        "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "vault.write", "vault.write.durable", "vault.read",
+        "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
+        "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
         "kdf.interactive", "kdf.moderate",
     ]
@@ -127,7 +129,7 @@ struct BenchSuite {
                 ["keyvalue.write", "keyvalue.write.exclusive", "vault.write", "vault.read", "peer.userdefaults.write"],
                 coalescedWrites
             ),
-            (["keyvalue.write.durable", "vault.write.durable", "peer.fsync.floor"], durableWrites),
+            (["keyvalue.write.durable", "keyvalue.write.durable.exclusive", "vault.write.durable", "peer.fsync.floor"], durableWrites),
             (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
             (["keyvalue.open.10k", "vault.open.10k"], opens10k),
             (["kdf.interactive", "kdf.moderate"], kdf),
@@ -263,6 +265,7 @@ struct BenchSuite {
     private func durableWrites(_ selected: [String]) throws -> [BenchResult] {
         let key = try SecureBytes.random(count: 32)
         let (keyValue, _) = try keyValueWriter("keyvalue.write.durable", .immediate)
+        let (exclusive, _) = try keyValueWriter("keyvalue.write.durable.exclusive", .immediate, exclusive: true)
         let (vault, _) = try vaultWriter("vault.write.durable", .immediate, key: key)
         // The floor: 100 bytes into a preallocated (written, synced) file, then fdatasync.
         let path = directory.appendingPathComponent("fsync-floor").path
@@ -289,7 +292,7 @@ struct BenchSuite {
             }
             return sum
         }
-        return try runner.measureGroup([keyValue, vault, floor].filter { selected.contains($0.name) })
+        return try runner.measureGroup([keyValue, exclusive, vault, floor].filter { selected.contains($0.name) })
     }
 
     // MARK: - Sealing 1 MiB

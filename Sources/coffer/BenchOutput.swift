@@ -10,12 +10,14 @@ enum BenchReport {
         var lines: [String] = []
         lines.append("coffer bench — median of \(runs) runs per benchmark\(quick ? " (quick)" : ""), min and max beside it")
         lines.append("")
-        let header = [pad("name", 26), lpad("median", 10), lpad("ops/s", 12), lpad("min", 10), lpad("max", 10), lpad("runs", 5)]
+        // The name column fits the longest name, so the figures always line up.
+        let nameWidth = max(26, results.map(\.name.count).max() ?? 0)
+        let header = [pad("name", nameWidth), lpad("median", 10), lpad("ops/s", 12), lpad("min", 10), lpad("max", 10), lpad("runs", 5)]
         lines.append(header.joined(separator: "  "))
-        lines.append(String(repeating: "-", count: 26 + 10 + 12 + 10 + 10 + 5 + 10))
+        lines.append(String(repeating: "-", count: nameWidth + 10 + 12 + 10 + 10 + 5 + 10))
         for result in results {
             var row = [
-                pad(result.name, 26), lpad(duration(result.nsPerOp), 10), lpad(rate(result.opsPerSec), 12),
+                pad(result.name, nameWidth), lpad(duration(result.nsPerOp), 10), lpad(rate(result.opsPerSec), 12),
                 lpad(duration(result.minNs), 10), lpad(duration(result.maxNs), 10), lpad("\(result.runs)", 5),
             ]
             if result.name.hasSuffix(".1MiB") {
@@ -93,7 +95,9 @@ enum BenchReport {
 
     /// A horizontal bar chart, log scale (ns per op), min–max whiskers, peers in grey.
     static func svg(_ results: [BenchResult]) -> String {
-        let left = 200.0, right = 110.0, top = 56.0, rowHeight = 22.0, barHeight = 14.0
+        // The label column fits the longest name (about 7 px a character at 12 px Helvetica).
+        let longest = Double(results.map(\.name.count).max() ?? 0)
+        let left = max(200.0, (longest * 7 + 16).rounded()), right = 110.0, top = 56.0, rowHeight = 22.0, barHeight = 14.0
         let plotWidth = 620.0
         let width = left + plotWidth + right
         let height = top + rowHeight * Double(results.count) + 44

@@ -1,0 +1,50 @@
+import Foundation
+import Testing
+
+/// `coffer bench`: what it prints, not how fast anything is (speed is the benchmark's job, never a
+/// test's). One `--quick` run, about 9 s in a debug build.
+@Suite("coffer bench")
+struct BenchCommandTests {
+    /// Every name issue 6 asks `coffer bench --json` for, plus the peers and variants it adds.
+    static let names = [
+        "stored.read", "computed.read", "peer.mutex.read", "peer.observable.read",
+        "peer.userdefaults.read", "peer.userdefaults.write",
+        "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
+        "vault.write", "vault.write.durable", "vault.read", "peer.fsync.floor",
+        "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
+        "kdf.interactive", "kdf.moderate",
+    ]
+
+    @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")
+    func quickJSONAndChart() throws {
+        let box = try Sandbox()
+        let chart = box.path + "/bench.svg"
+        let scratch = box.path + "/tmp"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
+        let run = try box.run(
+            ["bench", "--quick", "--json", "--svg", chart], environment: ["TMPDIR": scratch], vault: false,
+            passphraseFile: false)
+        #expect(run.status == Exit.ok, "\(run)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout)) as? [String: Any], "\(run)")
+        let results = try #require(object["results"] as? [[String: Any]], "\(run)")
+        #expect(results.compactMap { $0["name"] as? String } == Self.names, "\(run)")
+        for result in results {
+            let name = result["name"] as? String ?? "?"
+            let median = try #require(result["ns_per_op"] as? Double, "\(name)")
+            let low = try #require(result["min_ns"] as? Double, "\(name)")
+            let high = try #require(result["max_ns"] as? Double, "\(name)")
+            let perSecond = try #require(result["ops_per_sec"] as? Double, "\(name)")
+            let runs = try #require(result["runs"] as? Int, "\(name)")
+            #expect(median > 0 && low <= median && median <= high, "\(name): \(low) ≤ \(median) ≤ \(high)")
+            // ops/s is the median's inverse (to the rounding of either).
+            #expect(abs(perSecond * median / 1e9 - 1) < 0.01, "\(name): \(perSecond) ops/s for \(median) ns")
+            #expect(runs >= 5, "\(name): \(runs) runs")
+        }
+        // The chart: an SVG document with one labelled bar per benchmark.
+        let svg = try String(contentsOfFile: chart, encoding: .utf8)
+        #expect(svg.hasPrefix("<svg") && svg.hasSuffix("</svg>\n"), "\(svg.prefix(200))")
+        for name in Self.names { #expect(svg.contains(">\(name)<"), "the chart has no bar for \(name)") }
+        // It cleaned up after itself: its stores and vaults are gone from the temporary directory.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch) == [])
+    }
+}

@@ -804,7 +804,7 @@ struct Session: Sendable {
             sealed.append((body, payload, chain, after))
             chain = after
         }
-        try journal.append(sealed.map { Data($0.payload) })
+        try journal.append(sealed.map(\.payload))
         for record in sealed {
             index(record.body, payload: record.payload, chainBefore: record.chainBefore, chainAfter: record.chainAfter)
         }

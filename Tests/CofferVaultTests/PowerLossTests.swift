@@ -254,6 +254,16 @@ struct PowerLossTests {
                 return { try store.save(Data(bytes(70_000, 3)), for: "huge") }
             }, read: kvRead),
         Scenario(
+            // Past Journal.directWriteThreshold: each frame is written as its header, then its
+            // payload from the caller's buffer (two writes a frame, four in all).
+            name: "key-value commit of two 150 KB values (written frame by frame)", setUp: kvSetUp,
+            operation: { fs in
+                let store = try kvOpen(fs)
+                return {
+                    try store.saveBatch([("large1", Data(bytes(150_000, 11))), ("k2", Data(bytes(150_000, 12)))])
+                }
+            }, read: kvRead),
+        Scenario(
             name: "key-value compaction", setUp: kvSetUp,
             operation: { fs in
                 let store = try kvOpen(fs)
@@ -270,6 +280,12 @@ struct PowerLossTests {
                         .remove(service: "s", account: "a2"),
                     ])
                 }
+            }, read: { fs, recovery in try vaultRead(fs, passphrases: ["old"], recovery: recovery) }),
+        Scenario(
+            name: "vault commit of a 300 KB secret (written frame by frame)", setUp: vaultSetUp,
+            operation: { fs in
+                let vault = try vaultOpen(fs)
+                return { try vault.set(Data(bytes(300_000, 13)), service: "s", account: "a3", label: "big") }
             }, read: { fs, recovery in try vaultRead(fs, passphrases: ["old"], recovery: recovery) }),
         Scenario(
             name: "vault compaction", setUp: vaultSetUp,

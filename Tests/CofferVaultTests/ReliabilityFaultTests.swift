@@ -140,6 +140,15 @@ struct ReliabilityFaultTests {
             contents: Self.vaultContents, sameAfter: false)
     }
 
+    /// Past Journal.directWriteThreshold the frame's header and payload are separate writes:
+    /// a fault at either leaves the vault as it was.
+    @Test func vaultCommitOfALargeSecret() throws {
+        try Self.run(
+            "vault set of 300 KB", prefix: "/v", setUp: Self.vaultSetUp,
+            operation: { try $0.set(Data(repeating: 0x5A, count: 300_000), service: "svc", account: "a1") },
+            contents: Self.vaultContents, sameAfter: false)
+    }
+
     @Test func vaultCompaction() throws {
         try Self.run(
             "vault compaction", prefix: "/v", setUp: Self.vaultSetUp, operation: { try $0.compact() },

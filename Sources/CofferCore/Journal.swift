@@ -273,7 +273,7 @@ public final class Journal: @unchecked Sendable {
         return JournalChanges(reset: false, records: records)
     }
 
-    /// Bytes of a failed append still to be zeroed.
+    /// Bytes of a failed append still to be zeroed (exclusive stores only: see `append`).
     private var pendingWipe: Range<Int64>?
 
     private func wipePending() throws {
@@ -327,50 +327,38 @@ public final class Journal: @unchecked Sendable {
         if let syncFailure { throw syncFailure }
         guard !payloads.isEmpty else { return [] }
         var offsets: [Int64] = []
-        var total = 0
-        for payload in payloads {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(payloads.reduce(0) { $0 + $1.count + Journal.frameHeaderSize })
+        for (i, payload) in payloads.enumerated() {
             guard !payload.isEmpty, payload.count <= options.maxPayload else {
                 throw CofferError(
                     .invalidArgument,
                     "a record must hold 1 to \(options.maxPayload) bytes; this one holds \(payload.count)")
             }
-            offsets.append(dataEnd + Int64(total))
-            total += Journal.frameHeaderSize + payload.count
+            offsets.append(dataEnd + Int64(buffer.count))
+            payload.withUnsafeBytes {
+                Journal.appendFrame($0, continued: i < payloads.count - 1, continues: i > 0, to: &buffer)
+            }
         }
-        let needed = dataEnd + Int64(total)
+        let needed = dataEnd + Int64(buffer.count)
         let grew = try ensureCapacity(needed)
         do {
-            if total < Journal.directWriteThreshold {
-                // Small commits (nearly all): the frames in one buffer, one pwrite.
-                var buffer: [UInt8] = []
-                buffer.reserveCapacity(total)
-                for (i, payload) in payloads.enumerated() {
-                    payload.withUnsafeBytes {
-                        Journal.appendFrame($0, continued: i < payloads.count - 1, continues: i > 0, to: &buffer)
-                    }
-                }
-                try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
-            } else {
-                // Large commits: each frame's 12-byte header, then its payload straight from the
-                // caller's storage, so a 1 MiB record is not copied into a second 1 MiB buffer.
-                // Two writes tear no differently from one (neither is atomic), and the range is
-                // wiped below if either fails.
-                for (i, payload) in payloads.enumerated() {
-                    try payload.withUnsafeBytes { bytes in
-                        var header: [UInt8] = []
-                        header.reserveCapacity(Journal.frameHeaderSize)
-                        Journal.appendFrameHeader(
-                            bytes, continued: i < payloads.count - 1, continues: i > 0, to: &header)
-                        try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: offsets[i], path: path) }
-                        try fs.writeAll(fd, bytes, at: offsets[i] + Int64(Journal.frameHeaderSize), path: path)
-                    }
-                }
-            }
+            try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
         } catch {
-            // Part of the commit may have landed. Wipe it now (or before the next append), so it
-            // can never be read as a commit nor judged as damage to the last record.
+            // Part of the commit may have landed. Wipe it now, so it can never be read as a
+            // commit nor judged as damage to the last record.
             pendingWipe = dataEnd..<needed
-            try? wipePending()
+            do {
+                try wipePending()
+            } catch {
+                // The wipe failed too. An exclusive store retries it before its next write
+                // (nobody else writes). A shared one must not: once the lock is let go another
+                // process judges that tail and may append its own commit over it, which a later
+                // blind wipe would erase. Its next writer, this one included, judges the tail
+                // under the lock instead (torn: zeroed; otherwise reported as damage), as after
+                // a crash at this point.
+                if !options.exclusive { pendingWipe = nil }
+            }
             throw error
         }
         dataEnd = needed
@@ -484,11 +472,6 @@ public final class Journal: @unchecked Sendable {
 
     /// Grows the file with written zeros so appends land in allocated blocks and fdatasync need
     /// not update metadata. Returns whether the size changed.
-    ///
-    /// The zeros go only past `needed`: the append that asked for the room writes everything
-    /// up to `needed` itself right after (until it does, that range is a hole, which reads as
-    /// zeros, exactly what the zeros would have been; a failed append wipes its range). A 1 MiB
-    /// record thus writes 1 MiB, not 2.
     private func ensureCapacity(_ needed: Int64) throws -> Bool {
         if needed <= allocatedSize { return false }
         let current = try fs.fstat(fd).size
@@ -497,13 +480,9 @@ public final class Journal: @unchecked Sendable {
             return false
         }
         let growth = max(Int64(4096), min(current / 4, Int64(8 << 20)))
-        // An append larger than the usual step (a big record) allocates its own blocks as it is
-        // written; zeros ahead of it would write every later byte twice, so it gets no more
-        // room than its last page. Small appends get the usual step of room ahead.
-        let room = needed - current > growth ? needed : max(needed, current + growth)
-        let target = ((room + 4095) / 4096) * 4096
-        let zeros = [UInt8](repeating: 0, count: Int(min(target - needed, 64 * 1024)))
-        var offset = needed
+        let target = ((max(needed, current + growth) + 4095) / 4096) * 4096
+        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset = current
         while offset < target {
             let chunk = Int(min(Int64(zeros.count), target - offset))
             try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
@@ -753,20 +732,7 @@ public final class Journal: @unchecked Sendable {
         h.withUnsafeBytes { parseFrameHeader($0, maxPayload: maxPayload) }
     }
 
-    /// Commits at least this large are written frame by frame from the callers' buffers
-    /// instead of being copied into one buffer first.
-    static let directWriteThreshold = 256 * 1024
-
     static func appendFrame(
-        _ payload: UnsafeRawBufferPointer, continued: Bool, continues: Bool, to bytes: inout [UInt8]
-    ) {
-        appendFrameHeader(payload, continued: continued, continues: continues, to: &bytes)
-        bytes.append(contentsOf: payload)
-    }
-
-    /// A frame's 12-byte header for `payload`: length and flags, the payload's CRC-32C, and the
-    /// CRC-32C of those 8 bytes.
-    static func appendFrameHeader(
         _ payload: UnsafeRawBufferPointer, continued: Bool, continues: Bool, to bytes: inout [UInt8]
     ) {
         let start = bytes.count
@@ -775,6 +741,7 @@ public final class Journal: @unchecked Sendable {
         appendLE(CRC32C.checksum(payload), to: &bytes)
         let check = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<(start + 8)])) }
         appendLE(check, to: &bytes)
+        bytes.append(contentsOf: payload)
     }
 
     /// The result of scanning frames in a byte image.

@@ -131,4 +131,31 @@ struct FaultInjectionTests {
             #expect(mode == (isDirectory ? 0o700 : 0o600), "\(path): \(String(mode, radix: 8))")
         }
     }
+
+    /// A write fails part-way and so does the wipe of its partial commit. Another process then
+    /// judges that torn tail, removes it and commits over it. The first process's next write must
+    /// catch up and keep that commit, not wipe the range it once failed to write (it used to).
+    @Test func aFailedWipeNeverErasesAnotherProcesssCommit() throws {
+        let fs = InMemoryFileSystem()
+        let url = URL(fileURLWithPath: Self.directory)
+        let first = try KeyValueFileStrategy(directory: url, suite: "s", durability: .immediate, fileSystem: fs)
+        let second = try KeyValueFileStrategy(directory: url, suite: "s", durability: .immediate, fileSystem: fs)
+        try first.set("before", for: "k")
+        // The next pwrite lands 100 bytes of a 4 KB record, the one after fails (the rest of the
+        // record), and so does the third (the wipe).
+        fs.inject(.shortWrite(occurrence: 1, bytes: 100, thenErrno: 5))
+        fs.inject(.fail(.pwrite, occurrence: 3, errno: 5))
+        #expect(throws: CofferError.self) { try first.set(String(repeating: "x", count: 4000), for: "big") }
+        fs.removeAllFaults()
+        // The other process: the 100 bytes look torn (whole zero blocks follow), so it zeroes
+        // them and appends its own commit where they were.
+        try second.set("theirs", for: "other")
+        // The first process writes again.
+        try first.set("mine", for: "k")
+        let reader = try KeyValueFileStrategy(directory: url, suite: "s", fileSystem: fs)
+        #expect(try reader.get(String.self, for: "other") == "theirs")
+        #expect(try reader.get(String.self, for: "k") == "mine")
+        #expect(try reader.get(String.self, for: "big") == nil)
+        #expect(try first.get(String.self, for: "other") == "theirs")
+    }
 }

@@ -254,14 +254,12 @@ struct PowerLossTests {
                 return { try store.save(Data(bytes(70_000, 3)), for: "huge") }
             }, read: kvRead),
         Scenario(
-            // Past Journal.directWriteThreshold: each frame is written as its header, then its
-            // payload from the caller's buffer (two writes a frame, four in all).
-            name: "key-value commit of two 150 KB values (written frame by frame)", setUp: kvSetUp,
+            // A record larger than the file's growth step (a quarter of the file) in the same
+            // commit as one that fits in a single sector.
+            name: "key-value commit of a 40 KB value and a 20-byte one", setUp: kvSetUp,
             operation: { fs in
                 let store = try kvOpen(fs)
-                return {
-                    try store.saveBatch([("large1", Data(bytes(150_000, 11))), ("k2", Data(bytes(150_000, 12)))])
-                }
+                return { try store.saveBatch([("large1", Data(bytes(40_000, 14))), ("k5", Data(bytes(20, 15)))]) }
             }, read: kvRead),
         Scenario(
             name: "key-value compaction", setUp: kvSetUp,
@@ -282,10 +280,15 @@ struct PowerLossTests {
                 }
             }, read: { fs, recovery in try vaultRead(fs, passphrases: ["old"], recovery: recovery) }),
         Scenario(
-            name: "vault commit of a 300 KB secret (written frame by frame)", setUp: vaultSetUp,
+            name: "vault commit (apply: a 40 KB secret, 1 removal)", setUp: vaultSetUp,
             operation: { fs in
                 let vault = try vaultOpen(fs)
-                return { try vault.set(Data(bytes(300_000, 13)), service: "s", account: "a3", label: "big") }
+                return {
+                    try vault.apply([
+                        .set(service: "s", account: "huge", secret: bytes(40_000, 16), label: "H", comment: nil),
+                        .remove(service: "s", account: "a5"),
+                    ])
+                }
             }, read: { fs, recovery in try vaultRead(fs, passphrases: ["old"], recovery: recovery) }),
         Scenario(
             name: "vault compaction", setUp: vaultSetUp,

@@ -140,12 +140,12 @@ struct ReliabilityFaultTests {
             contents: Self.vaultContents, sameAfter: false)
     }
 
-    /// Past Journal.directWriteThreshold the frame's header and payload are separate writes:
-    /// a fault at either leaves the vault as it was.
+    /// A record larger than the file's growth step: the growth and the record are separate
+    /// writes, and a fault at any call leaves the vault as it was.
     @Test func vaultCommitOfALargeSecret() throws {
         try Self.run(
-            "vault set of 300 KB", prefix: "/v", setUp: Self.vaultSetUp,
-            operation: { try $0.set(Data(repeating: 0x5A, count: 300_000), service: "svc", account: "a1") },
+            "vault set of 40 KB", prefix: "/v", setUp: Self.vaultSetUp,
+            operation: { try $0.set(Data(repeating: 0x5A, count: 40_000), service: "svc", account: "a1") },
             contents: Self.vaultContents, sameAfter: false)
     }
 

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// `coffer bench`: what it prints, not how fast anything is (speed is the benchmark's job, never a
-/// test's). One `--quick` run, about 9 s in a debug build.
+/// test's). One `--quick` run, about 5 s in a debug build.
 @Suite("coffer bench")
 struct BenchCommandTests {
     /// Every name issue 6 asks `coffer bench --json` for, plus the peers and variants it adds.

@@ -315,8 +315,9 @@ public final class Vault: Sendable {
     /// nothing. An existing item keeps its label, comment and creation date; a new one gets an
     /// empty label and comment. `transform` runs under the lock: keep it short, and do not call
     /// this vault from it (a nested write on the same thread traps or deadlocks). The `Data`
-    /// values Coffer makes for `transform` are wiped when it returns; copies `transform` keeps
-    /// are the caller's to wipe. Name the parameter's type
+    /// Coffer passes to `transform` is wiped when the update ends; the `Data` it returns is
+    /// left as it is (it is the caller's, and may wrap the caller's own buffer), and Coffer's
+    /// copy of it is wiped. Copies `transform` keeps are the caller's to wipe. Name the parameter's type
     /// (`(old: Data?)`, `(old: String?)`) when the body alone does not choose between this and
     /// the `String` form, as in `{ _ in nil }`.
     ///
@@ -327,18 +328,20 @@ public final class Vault: Sendable {
         try update(service: service, account: account, bytes: { current in
             var old = current.map { Data($0) }
             defer { Self.wipeData(&old) }
-            var new = try transform(old)
-            defer { Self.wipeData(&new) }
-            return new.map { [UInt8]($0) }
+            // The returned Data is the caller's (it may even wrap their own buffer, bytesNoCopy):
+            // it is copied, and the copy is wiped after the commit; the Data itself is left alone.
+            return try transform(old).map { [UInt8]($0) }
         })
     }
 
-    /// Zeroes a `Data` this vault made for a caller. If the caller kept a copy, copy-on-write
-    /// gives this one fresh storage and the caller's copy stays theirs.
+    /// Zeroes a `Data` this vault made for a caller, with the same non-elidable zeroing as the
+    /// vault's own buffers. If the caller kept a copy, copy-on-write gives this one fresh
+    /// storage and the caller's copy stays theirs. (A `Data` of up to 14 bytes is stored inline,
+    /// in registers or on the stack; those copies cannot be reached.)
     private static func wipeData(_ data: inout Data?) {
         guard var bytes = data else { return }
         data = nil
-        bytes.resetBytes(in: 0..<bytes.count)
+        bytes.withUnsafeMutableBytes { zeroMemory($0) }
     }
 
     /// Updates a UTF-8 string secret atomically: as the `Data` form of `update(service:account:_:)`.
@@ -848,14 +851,17 @@ struct Session: Sendable {
 /// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the
 /// array made earlier are beyond its reach (see SECURITY.md).
 func wipe(_ bytes: inout [UInt8]) {
-    bytes.withUnsafeMutableBytes { buffer in
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-        #if canImport(Glibc)
-        explicit_bzero(base, buffer.count)
-        #else
-        _ = memset_s(base, buffer.count, 0, buffer.count)
-        #endif
-    }
+    bytes.withUnsafeMutableBytes { zeroMemory($0) }
+}
+
+/// Zeroes memory in a way the optimiser may not remove (explicit_bzero / memset_s).
+func zeroMemory(_ buffer: UnsafeMutableRawBufferPointer) {
+    guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+    #if canImport(Glibc)
+    explicit_bzero(base, buffer.count)
+    #else
+    _ = memset_s(base, buffer.count, 0, buffer.count)
+    #endif
 }
 
 func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {

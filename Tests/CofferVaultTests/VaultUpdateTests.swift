@@ -24,6 +24,26 @@ struct VaultUpdateTests {
 
     struct Refused: Error, Equatable { let reason: String }
 
+    /// Coffer zeroes its own Data of the old secret after the update, but never memory that is
+    /// the caller's: a copy of the old secret the transform kept, or a returned Data that wraps
+    /// the caller's own buffer.
+    @Test func wipesItsOwnCopyButNotTheCallersMemory() throws {
+        let dir = try Scratch("update-wipe")
+        let (vault, _) = try Self.makeVault(dir)
+        try vault.set(Data(repeating: 0xAB, count: 64), service: "s", account: "a")
+        let callers = UnsafeMutableRawBufferPointer.allocate(byteCount: 48, alignment: 1)
+        defer { callers.deallocate() }
+        callers.initializeMemory(as: UInt8.self, repeating: 0xCD)
+        var kept: Data?
+        try vault.update(service: "s", account: "a") { (old: Data?) in
+            kept = old
+            return Data(bytesNoCopy: callers.baseAddress!, count: callers.count, deallocator: .none)
+        }
+        #expect(kept == Data(repeating: 0xAB, count: 64), "the transform's copy of the old secret was changed")
+        #expect(Array(callers) == [UInt8](repeating: 0xCD, count: 48), "the caller's buffer was changed")
+        #expect(try vault.data(service: "s", account: "a") == Data(repeating: 0xCD, count: 48))
+    }
+
     @Test func createsAMissingItem() throws {
         let dir = try Scratch("update-create")
         let (vault, key) = try Self.makeVault(dir)

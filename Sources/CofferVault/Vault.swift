@@ -317,9 +317,9 @@ public final class Vault: Sendable {
     /// this vault from it (a nested write on the same thread traps or deadlocks). The `Data`
     /// Coffer passes to `transform` is wiped when the update ends; the `Data` it returns is
     /// left as it is (it is the caller's, and may wrap the caller's own buffer), and Coffer's
-    /// copy of it is wiped. Copies `transform` keeps are the caller's to wipe. Name the parameter's type
-    /// (`(old: Data?)`, `(old: String?)`) when the body alone does not choose between this and
-    /// the `String` form, as in `{ _ in nil }`.
+    /// copy of it is wiped. Copies `transform` keeps are the caller's to wipe. Name the
+    /// parameter's type (`(old: Data?)`, `(old: String?)`) when the body alone does not choose
+    /// between this and the `String` form, as in `{ _ in nil }`.
     ///
     /// - Throws: whatever `transform` throws, unchanged, and then nothing is written;
     ///   ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/invalidArgument``

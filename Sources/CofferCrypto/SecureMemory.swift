@@ -108,7 +108,7 @@ public enum SecureMemory {
             defer { s.handler = handler }
             return s.handler
         }
-        _ = previous
+        withExtendedLifetime(previous) {}  // released here, after the lock
     }
 
     /// The counts so far.
@@ -205,9 +205,9 @@ struct GuardedRegion {
         if guardStatus == 0 { guardStatus = mprotect(data + dataSize, page, PROT_NONE) }
         let guardError = errno  // read at once, before munmap can overwrite it
         guard guardStatus == 0 else {
-            let code = guardError
             munmap(base, mappedSize)
-            throw CryptoError(code: .failed, message: "mprotect of a guard page failed: \(String(cString: strerror(code)))")
+            throw CryptoError(
+                code: .failed, message: "mprotect of a guard page failed: \(String(cString: strerror(guardError)))")
         }
         #if os(Linux)
             // Keep secrets out of core dumps. Advisory: a kernel without it still works.

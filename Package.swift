@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers (see DESIGN.md): each module imports only the ones below it.
-//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CCRC32C
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CCRC32C, CSharedWord
 //   CofferVault → CofferCrypto → CSodium (libsodium); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
@@ -30,7 +30,9 @@ let package = Package(
         .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: strictSettings),
         // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC32) and a portable fallback.
         .target(name: "CCRC32C"),
-        .target(name: "CofferCore", dependencies: ["CCRC32C"], swiftSettings: strictSettings),
+        // Atomic loads and stores of words in a shared mapping (the journal's control page).
+        .target(name: "CSharedWord"),
+        .target(name: "CofferCore", dependencies: ["CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
         .target(name: "CofferStorage", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),

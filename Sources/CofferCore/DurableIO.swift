@@ -142,6 +142,19 @@ public final class FileLock: Sendable {
 
     deinit { fileSystem.close(fd) }
 
+    /// Maps the lock file's first `length` bytes shared with every process that maps them,
+    /// growing the file to `length` first (it never shrinks). Call holding the lock.
+    /// - Returns: `nil` when the file system cannot map files (see ``FileSystem/mapShared(_:length:path:)``).
+    public func mapShared(length: Int) throws -> (any SharedMapping)? {
+        do {
+            if try fileSystem.fstat(fd).size < Int64(length) { try fileSystem.ftruncate(fd, size: Int64(length)) }
+            return try fileSystem.mapShared(fd, length: length, path: path)
+        } catch var error as CofferError {
+            if error.path == nil { error.path = path }
+            throw error
+        }
+    }
+
     /// Takes the lock and keeps it until ``release()`` (for a store opened exclusively).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
     public func acquire(exclusive: Bool = true, timeout: Double) throws {

@@ -43,6 +43,23 @@ public protocol FileSystem: Sendable {
     func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws
     /// Releases an `flock`.
     func unlock(_ fd: Int32)
+    /// Maps the first `length` bytes of the file open as `fd` into memory shared with every
+    /// other process that maps it (`mmap` with `MAP_SHARED`); the file must be at least that long.
+    /// The mapping stays valid after `fd` is closed and ends when the returned object is released.
+    ///
+    /// The journal keeps a small control page in its lock file this way (see
+    /// ``Journal`` and docs/FORMAT.md). Every process that opens the same files must use a file
+    /// system that maps them: a file system that cannot returns `nil`, and then never may.
+    func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
+}
+
+/// Memory shared between processes through a file, as returned by ``FileSystem/mapShared(_:length:path:)``.
+/// Unmapped when the last reference goes.
+public protocol SharedMapping: AnyObject, Sendable {
+    /// The first mapped byte (page-aligned).
+    var base: UnsafeMutableRawPointer { get }
+    /// How many bytes are mapped.
+    var length: Int { get }
 }
 
 /// What ``FileSystem/stat(_:)`` tells: enough to notice a file that grew or was replaced.

@@ -96,6 +96,15 @@ public final class Journal: @unchecked Sendable {
     public let options: JournalOptions
     private let fs: any FileSystem
     private let lock: FileLock
+    /// The lock file's shared control page (`nil` on a file system that cannot map files).
+    private let control: JournalControl?
+    /// The control page's generation when this process last caught up under it (shared mode),
+    /// or `nil` when it must catch up the slow way first.
+    private var knownGeneration: UInt64?
+    /// When the path was last checked to still name the file open here. A process that only
+    /// trusts the control page still checks it once a second, so a store file replaced or
+    /// removed by hand (not through Coffer) is noticed within that time.
+    private var identityCheckedAt: ContinuousClock.Instant
     private var fd: Int32
     private var identity: FileStatus
     /// The owner's header area as last read or written.
@@ -119,14 +128,16 @@ public final class Journal: @unchecked Sendable {
     public var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
 
     private init(
-        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, fd: Int32, identity: FileStatus,
-        headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64, coalescedWriters: Bool
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, control: JournalControl?, fd: Int32,
+        identity: FileStatus, headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64, coalescedWriters: Bool
     ) {
         self.coalescedWriters = coalescedWriters
         self.path = path
         self.options = options
         self.fs = fs
         self.lock = lock
+        self.control = control
+        self.identityCheckedAt = .now
         self.fd = fd
         self.identity = identity
         self.headerArea = headerArea
@@ -190,6 +201,7 @@ public final class Journal: @unchecked Sendable {
         initialHeaderArea: [UInt8]?, recovery: JournalRecovery
     ) throws -> (journal: Journal, records: [JournalRecord]) {
         do {
+            let control = try lock.mapShared(length: JournalControl.length).map(JournalControl.init(mapping:))
             try removeStaleTemporaryFiles(of: path, fs: fs)
             let existing = try fs.stat(path)
             switch (existing, create) {
@@ -205,6 +217,7 @@ public final class Journal: @unchecked Sendable {
                 area += [UInt8](repeating: 0, count: options.headerAreaSize - area.count)
                 let bytes = fileImage(
                     options: options, headerArea: area, payloads: [], coalescedWriters: options.durability != .immediate)
+                control?.distrust()  // a new file takes this path: no process may go on trusting the old one
                 try DurableIO.atomicReplace(path, with: bytes, fileSystem: fs)
             default:
                 break
@@ -225,7 +238,7 @@ public final class Journal: @unchecked Sendable {
                 var effective = options
                 effective.headerAreaSize = header.headerArea.count
                 let journal = Journal(
-                    path: path, options: effective, fs: fs, lock: lock, fd: fd, identity: status,
+                    path: path, options: effective, fs: fs, lock: lock, control: control, fd: fd, identity: status,
                     headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(bytes.count),
                     coalescedWriters: header.coalescedWriters)
                 owner = journal
@@ -242,6 +255,7 @@ public final class Journal: @unchecked Sendable {
                         path + ".damaged-\(Int(Date().timeIntervalSince1970))", with: Data(bytes), fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
                     let reread = try journal.readAllLocked()
+                    journal.settleControl()
                     return (journal, reread)
                 }
                 if scan.garbageEnd > scan.end {
@@ -252,6 +266,7 @@ public final class Journal: @unchecked Sendable {
                 if options.durability != .immediate && !header.coalescedWriters {
                     try journal.markCoalescedWriters(fileHeader: Array(bytes[0..<fileHeaderSize]))
                 }
+                journal.settleControl()
                 return (journal, scan.records)
             } catch {
                 if let owner { owner.discard() } else { fs.close(fd) }
@@ -268,9 +283,16 @@ public final class Journal: @unchecked Sendable {
     public func refresh() throws -> JournalChanges {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
-        if let changes = try reopenIfReplaced() { return changes }
-        let records = try readForward(repair: false)
-        return JournalChanges(reset: false, records: records)
+        if let control, let known = knownGeneration, control.trustedGeneration == known, identityIsFresh {
+            // The same file as when this process last looked: at most appends to read.
+            if control.dataEnd == dataEnd { return JournalChanges(reset: false, records: []) }
+            return JournalChanges(reset: false, records: try readForward(repair: false))
+        }
+        let before = control?.trustedGeneration
+        let changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: false))
+        // Learn the generation only if no replacement began while the path was checked.
+        if let before, control?.trustedGeneration == before { knownGeneration = before }
+        return changes
     }
 
     /// Bytes of a failed append still to be zeroed (exclusive stores only: see `append`).
@@ -296,11 +318,19 @@ public final class Journal: @unchecked Sendable {
         }
         return try lock.withLock(timeout: options.lockTimeout) {
             try wipePending()
-            if let changes = try reopenIfReplaced() {
-                return try body(changes)
+            let changes: JournalChanges
+            if let control, let known = knownGeneration, control.trustedGeneration == known, identityIsFresh {
+                // Still the same file. Unless someone committed or died mid-append since this
+                // process last looked, there is nothing to read, stat or judge.
+                if control.isUnchanged(since: known, dataEnd: dataEnd) {
+                    return try body(JournalChanges(reset: false, records: []))
+                }
+                changes = JournalChanges(reset: false, records: try readForward(repair: true))
+            } else {
+                changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: true))
             }
-            let records = try readForward(repair: true)
-            return try body(JournalChanges(reset: false, records: records))
+            settleControl()
+            return try body(changes)
         }
     }
 
@@ -341,6 +371,7 @@ public final class Journal: @unchecked Sendable {
             }
         }
         let needed = dataEnd + Int64(buffer.count)
+        if !options.exclusive { control?.beginAppend() }  // left set if this append fails
         let grew = try ensureCapacity(needed)
         do {
             try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
@@ -362,6 +393,7 @@ public final class Journal: @unchecked Sendable {
             throw error
         }
         dataEnd = needed
+        if !options.exclusive { control?.endAppend(dataEnd: needed) }
         switch options.durability {
         case .immediate:
             try syncData(metadata: grew)
@@ -508,6 +540,7 @@ public final class Journal: @unchecked Sendable {
         guard let current = try fs.stat(path) else {
             throw CofferError(.notFound, "the store file was removed while it was open", path: path, errno: ENOENT_)
         }
+        identityCheckedAt = .now
         if current.inode == identity.inode && current.device == identity.device { return nil }
         let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
         fs.close(fd)
@@ -614,6 +647,7 @@ public final class Journal: @unchecked Sendable {
         }
         let image = Journal.fileImage(
             options: options, headerArea: area, payloads: payloads, coalescedWriters: coalescedWriters)
+        control?.distrust()  // until settled below: a process that dies here leaves it distrusted
         try DurableIO.atomicReplace(path, with: image, fileSystem: fs)
         let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
         fs.close(fd)
@@ -625,6 +659,23 @@ public final class Journal: @unchecked Sendable {
             $0 + Int64($1.count + Journal.frameHeaderSize)
         }
         hasUnsyncedWrites = false
+        identityCheckedAt = .now
+        settleControl()
+    }
+
+    /// After catching up under the lock: a shared journal settles the control page and
+    /// remembers its generation; an exclusive one distrusts it for as long as it holds the lock.
+    private func settleControl() {
+        if options.exclusive {
+            control?.distrust()
+        } else {
+            knownGeneration = control?.settle(dataEnd: dataEnd)
+        }
+    }
+
+    /// Whether the path was checked recently enough to skip checking it now.
+    private var identityIsFresh: Bool {
+        ContinuousClock.now - identityCheckedAt < .seconds(1)
     }
 
     private static func removeStaleTemporaryFiles(of path: String, fs: any FileSystem) throws {

@@ -156,11 +156,32 @@ public struct LiveFileSystem: FileSystem {
         _ = flock(fd, LOCK_UN)
     }
 
+    public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+        let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        guard let address, address != UnsafeMutableRawPointer(bitPattern: -1) else {
+            throw CofferError.io("mmap", path: path, errno: errno)
+        }
+        return LiveMapping(base: address, length: length)
+    }
+
     private static func status(_ st: Glibc.stat) -> FileStatus {
         FileStatus(
             size: Int64(st.st_size), device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
             mode: UInt32(st.st_mode) & 0o7777, isDirectory: (UInt32(st.st_mode) & UInt32(S_IFMT)) == UInt32(S_IFDIR))
     }
+}
+
+/// A `MAP_SHARED` mapping, unmapped when released.
+private final class LiveMapping: SharedMapping, @unchecked Sendable {
+    let base: UnsafeMutableRawPointer
+    let length: Int
+
+    init(base: UnsafeMutableRawPointer, length: Int) {
+        self.base = base
+        self.length = length
+    }
+
+    deinit { munmap(base, length) }
 }
 
 @inline(__always)

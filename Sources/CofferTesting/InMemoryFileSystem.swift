@@ -90,6 +90,8 @@ public final class InMemoryFileSystem: FileSystem {
         case lock
         /// ``FileSystem/unlock(_:)`` (recorded, never fails).
         case unlock
+        /// ``FileSystem/mapShared(_:length:path:)``.
+        case mmap
 
         /// The operation's name.
         public var description: String { rawValue }
@@ -625,6 +627,23 @@ public final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Maps the file's first `length` bytes: one block of memory per file, shared by every
+    /// descriptor (every simulated process), kept through simulated crashes and power losses
+    /// (running processes keep their mappings; a power loss ends them). It starts as a copy of
+    /// the file's bytes and is not kept in step with ``pread(_:into:at:)`` and
+    /// ``pwrite(_:_:at:)`` afterwards: Coffer only maps lock files, which it never reads or writes.
+    public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+        try perform(.mmap, "mmap", fd: fd, errorPath: path) { (state, _) throws(PosixError) -> (any SharedMapping)? in
+            let (node, writable) = try state.descriptor(fd)
+            // A real mapping past the end of the file faults on access (SIGBUS): refuse it here.
+            guard writable, !node.isDirectory, length > 0, node.data.count >= length else { throw PosixError(EINVAL) }
+            if let existing = node.mapping, existing.length >= length { return existing }
+            let mapping = MemoryMapping(copying: node.data[0..<length])
+            node.mapping = mapping
+            return mapping
+        }
+    }
+
     // MARK: - Plumbing
 
     /// Records the call, fires a matching fault, then runs `body` (with a short-write limit, if
@@ -653,6 +672,20 @@ public final class InMemoryFileSystem: FileSystem {
     }
 }
 
+/// Heap memory standing in for a shared mapping; freed when the last holder lets go.
+final class MemoryMapping: SharedMapping, @unchecked Sendable {
+    let base: UnsafeMutableRawPointer
+    let length: Int
+
+    init(copying bytes: ArraySlice<UInt8>) {
+        length = bytes.count
+        base = UnsafeMutableRawPointer.allocate(byteCount: length, alignment: 4096)
+        bytes.withUnsafeBytes { base.copyMemory(from: $0.baseAddress!, byteCount: length) }
+    }
+
+    deinit { base.deallocate() }
+}
+
 /// An errno on its way to becoming a ``CofferError``.
 struct PosixError: Error {
     var errno: Int32
@@ -674,6 +707,8 @@ final class Node {
     var entries: [[UInt8]: UInt64] = [:]
     var exclusiveHolder: Int32?
     var sharedHolders: Set<Int32> = []
+    /// The memory ``InMemoryFileSystem/mapShared(_:length:path:)`` handed out for this file.
+    var mapping: MemoryMapping?
 
     init(id: UInt64, isDirectory: Bool, mode: UInt32) {
         self.id = id

@@ -141,6 +141,10 @@ final class PowerCutFileSystem: FileSystem {
         try inner.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
     }
     func unlock(_ fd: Int32) { if !isDead { inner.unlock(fd) } }
+    func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+        try alive()
+        return try inner.mapShared(fd, length: length, path: path)
+    }
 }
 
 /// Power loss at every write, fsync and rename of a commit, a compaction and a passphrase

@@ -1,0 +1,112 @@
+import CSharedWord
+
+/// The control page: the first 4 KiB of a journal's lock file, mapped shared by every process
+/// that opens the journal, so that "has anyone written since I last looked?" is two loads from
+/// memory instead of system calls.
+///
+/// Without it every shared-mode write had to `stat` the journal's path (to notice a compaction
+/// by another process, which renames a new file over the old) and read past its last known
+/// frame (to catch up with other processes' appends). Besides costing two system calls, the
+/// `stat` makes the next write slower to flush on Linux ≥ 6.13: querying a file's ctime makes
+/// its next modification take a fine-grained timestamp, so every write dirties the inode, and
+/// every `fdatasync` carries it (measured in BENCHMARKS.md, finding 7).
+///
+/// Layout (native-endian 64-bit words; the page never leaves the machine, and a page in another
+/// byte order fails the magic and is reset):
+///
+/// | word | meaning |
+/// |---|---|
+/// | 0 | magic `COFFERLK` (stored last when the page is set up) |
+/// | 1 | layout version, 1 |
+/// | 2 | generation: odd while the page cannot be trusted (a file is being replaced, an exclusive opener holds the store, or either died doing so); even and unchanged while the journal file stays the same file |
+/// | 3 | the journal's data end after the last committed append |
+/// | 4 | 1 from just before an append's first write until the data end is stored |
+///
+/// The protocol, all under the store's `flock` unless noted:
+/// - A writer whose remembered generation and data end equal words 2 and 3, with word 4 clear,
+///   skips the catch-up: nobody committed, compacted or crashed mid-append since it last looked.
+///   Otherwise it catches up the slow way (`stat`, read forward, judge a torn tail) and then
+///   *settles* the page: an odd generation becomes even, word 3 its data end, word 4 clear.
+/// - An append sets word 4, writes, stores the new data end in word 3 and clears word 4. A
+///   failed append leaves word 4 set, so the next writer judges the tail.
+/// - Replacing the file (compaction, salvage, creation) makes the generation odd first, renames,
+///   then settles it (even again). A process that dies in between leaves it odd.
+/// - An exclusive opener makes the generation odd and leaves it so: it writes without updating
+///   the page, and every shared process must reread the file once after it.
+/// - A reader without the lock trusts the page only when the generation is even and equal to
+///   the one it remembers. It learns a new generation only when the generation is even and
+///   unchanged across its `stat` (a seqlock), so it never pairs a generation with a file it
+///   did not see under that generation.
+///
+/// A page whose magic or version is wrong (a new lock file, garbage, another byte order) is
+/// set up again with a random even generation, which no process remembers.
+final class JournalControl: @unchecked Sendable {
+    /// Bytes mapped: one page.
+    static let length = 4096
+    /// "COFFERLK" read as a little-endian word.
+    static let magic: UInt64 = 0x4B4C_5245_4646_4F43
+    static let version: UInt64 = 1
+
+    private let mapping: any SharedMapping
+
+    init(mapping: any SharedMapping) {
+        precondition(mapping.length >= Self.length)
+        self.mapping = mapping
+    }
+
+    private func load(_ word: Int) -> UInt64 { coffer_shared_load(mapping.base + word * 8) }
+    private func store(_ word: Int, _ value: UInt64) { coffer_shared_store(mapping.base + word * 8, value) }
+
+    private var isSetUp: Bool { load(0) == Self.magic && load(1) == Self.version }
+
+    /// The generation a reader may trust, or `nil` while the page is not set up or the
+    /// generation is odd.
+    var trustedGeneration: UInt64? {
+        guard isSetUp else { return nil }
+        let generation = load(2)
+        return generation & 1 == 0 ? generation : nil
+    }
+
+    /// The data end the last committed append stored.
+    var dataEnd: Int64 { Int64(bitPattern: load(3)) }
+
+    /// Whether a writer holding the lock may skip catching up (see the type's protocol).
+    func isUnchanged(since generation: UInt64, dataEnd: Int64) -> Bool {
+        trustedGeneration == generation && load(4) == 0 && self.dataEnd == dataEnd
+    }
+
+    /// Under the lock, after catching up with the file: makes the page trustworthy again and
+    /// returns the generation to remember. With `replaced`, the journal file was just replaced
+    /// and processes remembering the current generation must not trust it any more.
+    func settle(dataEnd: Int64, replaced: Bool = false) -> UInt64 {
+        if !isSetUp {
+            store(0, 0)
+            store(1, Self.version)
+            store(2, UInt64.random(in: 0...UInt64.max) & ~1)
+            store(0, Self.magic)
+        }
+        var generation = load(2)
+        generation += generation & 1 == 1 ? 1 : (replaced ? 2 : 0)
+        store(2, generation)
+        store(3, UInt64(bitPattern: dataEnd))
+        store(4, 0)
+        return generation
+    }
+
+    /// Under the lock: no process may trust the page until it is settled again (before a file
+    /// is replaced, and for the life of an exclusive opener).
+    func distrust() {
+        if !isSetUp { _ = settle(dataEnd: 0) }
+        let generation = load(2)
+        if generation & 1 == 0 { store(2, generation + 1) }
+    }
+
+    /// Under the lock, before an append's first write.
+    func beginAppend() { store(4, 1) }
+
+    /// Under the lock, after an append's last write succeeded.
+    func endAppend(dataEnd: Int64) {
+        store(3, UInt64(bitPattern: dataEnd))
+        store(4, 0)
+    }
+}

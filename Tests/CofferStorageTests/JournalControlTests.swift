@@ -1,0 +1,170 @@
+@testable import CofferCore
+import CofferTesting
+import Foundation
+import Testing
+
+/// The control page in a journal's lock file (`JournalControl`): a shared writer that is caught
+/// up skips the `stat` and the read per write, and never misses what another process did.
+/// Each `Journal` instance stands in for a process (each has its own lock descriptor).
+@Suite("Journal: the shared control page")
+struct JournalControlTests {
+    let shared = JournalOptions(application: 9, durability: .coalesced)
+    var exclusive: JournalOptions {
+        var options = shared
+        options.exclusive = true
+        return options
+    }
+
+    func payload(_ i: Int) -> Data { Data("record-\(i)".utf8) }
+
+    func memoryFS() throws -> InMemoryFileSystem {
+        let fs = InMemoryFileSystem()
+        try fs.createDirectory(atPath: "/data")
+        return fs
+    }
+
+    func open(_ path: String, _ fs: any FileSystem, _ options: JournalOptions? = nil) throws -> (Journal, [Data]) {
+        let (journal, records) = try Journal.open(
+            path: path, options: options ?? shared, fileSystem: fs, create: .openOrCreate)
+        return (journal, records.map(\.payload))
+    }
+
+    func append(_ journal: Journal, _ i: Int) throws -> JournalChanges {
+        try journal.withWriteLock { changes in
+            try journal.append([payload(i)])
+            return changes
+        }
+    }
+
+    @Test func aCaughtUpWriterNeitherStatsNorReadsTheJournal() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (journal, _) = try open(path, fs)
+        _ = try append(journal, 0)
+        fs.resetCalls()
+        for i in 1...100 {
+            #expect(try append(journal, i).isEmpty)
+            #expect(try journal.refresh().isEmpty)
+        }
+        let onJournal: (String) -> Bool = { $0 == path }
+        #expect(fs.callCount(.stat, where: onJournal) == 0)
+        #expect(fs.callCount(.fstat, where: onJournal) == 0)
+        #expect(fs.callCount(.pread, where: onJournal) == 0)
+        #expect(fs.callCount(.pwrite, where: onJournal) == 100)
+        let (_, all) = try open(path, fs)
+        #expect(all == (0...100).map(payload))
+    }
+
+    /// Appends, a compaction, an exclusive opener in between and a writer that failed part-way:
+    /// each is seen by the other instance's next write, with nothing lost or overwritten.
+    @Test func everyKindOfChangeByAnotherProcessIsSeen() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        _ = try append(a, 1)
+        // An append by A: B's next write catches up by reading, without a stat.
+        fs.resetCalls()
+        #expect(try append(b, 2).records.map(\.payload) == [payload(1)])
+        #expect(fs.callCount(.stat, where: { $0 == path }) == 0)
+        #expect(try a.refresh().records.map(\.payload) == [payload(2)])
+        // A compaction by A: B's next write switches to the new file.
+        try a.withWriteLock { _ in try a.rewrite(payloads: [payload(1), payload(2)]) }
+        let afterCompaction = try append(b, 3)
+        #expect(afterCompaction.reset)
+        #expect(afterCompaction.records.map(\.payload) == [payload(1), payload(2)])
+        #expect(try a.refresh().records.map(\.payload) == [payload(3)])
+        // An exclusive opener appends without touching the page; A and B must still see it.
+        do {
+            let (c, seen) = try open(path, fs, exclusive)
+            #expect(seen == (1...3).map(payload))
+            _ = try append(c, 4)
+            _ = try append(c, 5)
+            #expect(try b.refresh().records.map(\.payload) == [payload(4), payload(5)])
+            try c.close()
+        }
+        #expect(try append(a, 6).records.map(\.payload) == [payload(4), payload(5)])
+        #expect(try append(b, 7).records.map(\.payload) == [payload(6)])
+        // A's append fails and so does its wipe: the page says an append was under way, so B's
+        // next write reads and judges the tail instead of trusting the page.
+        fs.inject(.fail(.pwrite, occurrence: 1, errno: 5, where: { $0 == path }))
+        fs.inject(.fail(.pwrite, occurrence: 2, errno: 5, where: { $0 == path }))  // the wipe
+        #expect(throws: CofferError.self) { _ = try append(a, 99) }
+        fs.removeAllFaults()
+        fs.resetCalls()
+        #expect(try append(b, 8).isEmpty)
+        #expect(fs.callCount(.pread, where: { $0 == path }) > 0)
+        #expect(try append(a, 9).records.map(\.payload) == [payload(8)])
+        let (_, all) = try open(path, fs)
+        #expect(all == (1...9).map(payload))
+    }
+
+    /// A process that dies between starting a compaction and finishing it leaves the page
+    /// distrusted: the others check the path until a writer settles it.
+    @Test func aCompactionThatFailsLeavesThePageDistrusted() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        _ = try append(a, 1)
+        _ = try append(b, 2)
+        fs.inject(.fail(.rename, occurrence: 1, errno: 28, where: { $0.hasPrefix("/data/") }))
+        #expect(throws: CofferError.self) { try a.withWriteLock { _ in try a.rewrite(payloads: [payload(1)]) } }
+        fs.removeAllFaults()
+        fs.resetCalls()
+        #expect(try b.refresh().isEmpty)
+        #expect(fs.callCount(.stat, where: { $0 == path }) == 1)
+        #expect(try append(b, 3).isEmpty)
+        #expect(try append(a, 4).records.map(\.payload) == [payload(3)])
+        fs.resetCalls()
+        #expect(try append(b, 5).records.map(\.payload) == [payload(4)])
+        #expect(fs.callCount(.stat, where: { $0 == path }) == 0)
+        let (_, all) = try open(path, fs)
+        #expect(all == (1...5).map(payload))
+    }
+
+    /// Garbage in the lock file (or a page from another layout) is set up again; a process that
+    /// remembered the old page notices the change and catches up.
+    @Test func aGarbledControlPageIsSetUpAgainAndCaughtUpWith() throws {
+        let dir = try Scratch("control-page")
+        let path = dir.file("j")
+        let fs = LiveFileSystem()
+        let (a, _) = try open(path, fs)
+        _ = try append(a, 1)
+        // Overwrite the mapped page through the file: a MAP_SHARED mapping sees it at once.
+        let garbage = Data((0..<JournalControl.length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) })
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + ".lock"))
+        try handle.write(contentsOf: garbage)
+        try handle.close()
+        let (b, seen) = try open(path, fs)
+        #expect(seen == [payload(1)])
+        _ = try append(b, 2)
+        #expect(try append(a, 3).records.map(\.payload) == [payload(2)])
+        #expect(try append(b, 4).records.map(\.payload) == [payload(3)])
+        try a.close()
+        try b.close()
+        let (_, all) = try open(path, fs)
+        #expect(all == (1...4).map(payload))
+    }
+
+    /// A store file replaced by hand (not through Coffer, so the page does not say so) is
+    /// noticed within a second: the next write after that goes to the new file.
+    @Test func aFileReplacedByHandIsNoticedWithinASecond() throws {
+        let dir = try Scratch("replaced-by-hand")
+        let path = dir.file("j")
+        let fs = LiveFileSystem()
+        let (a, _) = try open(path, fs)
+        _ = try append(a, 1)
+        let (other, _) = try open(dir.file("k"), fs)
+        _ = try append(other, 7)
+        try other.close()
+        try fs.rename(dir.file("k"), path)
+        Thread.sleep(forTimeInterval: 1.1)
+        let changes = try append(a, 8)
+        #expect(changes.reset)
+        #expect(changes.records.map(\.payload) == [payload(7)])
+        try a.close()
+        let (_, all) = try open(path, fs)
+        #expect(all == [payload(7), payload(8)])
+    }
+}

@@ -48,6 +48,28 @@ public enum BLAKE2b {
         }
     }
 
+    /// Hashes `data` keyed with `key` (16...64 bytes) straight into `output` (16...64 bytes, the
+    /// digest length), allocating nothing: for hashes computed once per record.
+    ///
+    /// `output` may not overlap `data`.
+    /// - Throws: `.invalidLength` for a key or output length outside 16...64.
+    public static func hash(
+        _ data: UnsafeRawBufferPointer, key: SecureBytes, into output: UnsafeMutableRawBufferPointer
+    ) throws {
+        try Sodium.initialize()
+        try checkKeyLength(key.count)
+        try checkOutputLength(output.count)
+        let status = key.withUnsafeBytes { key in
+            withNonNullMutableBytes(output) { outputStart in
+                crypto_generichash(
+                    outputStart, output.count, data.bytePointer, UInt64(data.count), key.bytePointer, key.count)
+            }
+        }
+        guard status == 0 else {
+            throw CryptoError.failed("crypto_generichash")
+        }
+    }
+
     private static func hash(
         _ data: UnsafeRawBufferPointer,
         key: UnsafeRawBufferPointer,

@@ -671,7 +671,7 @@ struct Entry: Sendable {
     /// The sealed record (nonce ‖ ciphertext ‖ tag), decrypted only when the secret is read.
     var payload: [UInt8]
     /// The chain value the record was sealed against (part of its associated data).
-    var chain: [UInt8]
+    var chain: ChainValue
 }
 
 /// An unlocked vault's state: the open journal, the keys and the index of sealed records.
@@ -680,7 +680,7 @@ struct Session: Sendable {
     let keys: VaultKeys
     var header: VaultHeader
     var unlockedSlot: Int
-    var chain: [UInt8]
+    var chain: ChainValue
     var entries: [ItemKey: Entry] = [:]
     var recordCount = 0
     var liveBytes = 0
@@ -710,49 +710,122 @@ struct Session: Sendable {
     /// Authenticates and applies records in order, advancing the chain. With
     /// `skippingFailures` (salvage) a record that fails is skipped — the chain still advances
     /// over its tag — and the count of skipped records is returned.
+    ///
+    /// In three steps, with the same outcome as opening and indexing one record at a time:
+    /// 1. the chain value before every record. The chain advances over the records' tags, which
+    ///    need no decryption, so every record's associated data is known before any is opened.
+    ///    A record too short to hold a tag ends this step: no later record can be authenticated,
+    ///    and step 3 throws there.
+    /// 2. every record opened (AEAD) and parsed, each against its chain value — on two threads
+    ///    for a large batch, as the opens are independent. The plaintexts are decrypted into a
+    ///    scratch buffer per thread, wiped as soon as the record is parsed; the secret is never
+    ///    copied out (the index keeps the sealed payload).
+    /// 3. in order: the index updated, and the first failure thrown (or skipped, when salvaging)
+    ///    with its offset, so what is applied before a failure is exactly what was before.
     @discardableResult
     mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
-        var skipped = 0
-        // At most one new item per record: grow the table once, not by doubling along the way.
-        entries.reserveCapacity(entries.count + records.count)
+        if records.isEmpty { return 0 }
+        // 1. The chain.
+        var chains: [ChainValue] = []
+        chains.reserveCapacity(records.count + 1)
+        chains.append(chain)
         for record in records {
-            let payload = [UInt8](record.payload)
-            var plaintext: [UInt8]
-            do {
-                plaintext = try RecordCipher.open(payload, keys: keys, vaultID: header.vaultID, chain: chain)
-            } catch var error as CofferError {
+            guard record.payload.count >= XChaCha20Poly1305.tagLength else { break }
+            let next = try record.payload.withUnsafeBytes { payload in
+                try keys.advance(chains[chains.count - 1], tag: RecordCipher.tag(of: payload))
+            }
+            chains.append(next)
+        }
+        // Records 0..<reached are opened: those with a chain value (the last may be the short one).
+        let reached = min(records.count, chains.count)
+        // 2. The opens.
+        let opened = Self.openAll(records, count: reached, chains: chains, keys: keys, vaultID: header.vaultID)
+        // 3. The index, in order. At most one new item per record: grow the table once.
+        entries.reserveCapacity(entries.count + reached)
+        var skipped = 0
+        for i in 0..<reached {
+            let (payload, outcome) = opened[i]
+            switch outcome {
+            case .body(let body):
+                index(body, payload: payload, chainBefore: chains[i], chainAfter: chains[i + 1])
+            case .invalidLayout:
+                throw CofferError(
+                    .corrupted, "a vault record authenticated but its layout is invalid", path: journal.path,
+                    offset: records[i].offset)
+            case .failed(let failure):
+                guard var error = failure as? CofferError else { throw failure }
                 if skippingFailures && payload.count >= XChaCha20Poly1305.tagLength {
-                    chain = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+                    chain = chains[i + 1]
                     skipped += 1
                     continue
                 }
                 error.path = journal.path
-                error.offset = record.offset
+                error.offset = records[i].offset
                 throw error
             }
-            defer { wipe(&plaintext) }
-            guard let body = VaultRecordBody.decode(plaintext) else {
-                throw CofferError(
-                    .corrupted, "a vault record authenticated but its layout is invalid", path: journal.path,
-                    offset: record.offset)
-            }
-            try index(body, payload: payload)
         }
         return skipped
     }
 
+    /// What opening one record gave.
+    private enum Opened {
+        case body(IndexedBody)
+        case invalidLayout
+        case failed(any Error)
+    }
+
+    /// Batches at least this large are opened on two threads.
+    static let parallelOpenThreshold = 512
+
+    /// Step 2 of `apply`: copies, opens and parses records `0..<count`, record `i` against
+    /// `chains[i]`. Pure: reads its arguments, changes nothing else.
+    private static func openAll(
+        _ records: [JournalRecord], count: Int, chains: [ChainValue], keys: VaultKeys, vaultID: [UInt8]
+    ) -> [([UInt8], Opened)] {
+        @Sendable func open(_ range: Range<Int>, into results: UnsafeMutablePointer<([UInt8], Opened)>) {
+            let opener = RecordOpener(keys: keys, vaultID: vaultID)
+            for i in range {
+                let payload = records[i].payload.withUnsafeBytes { [UInt8]($0) }
+                let outcome: Opened
+                do {
+                    outcome = try payload.withUnsafeBytes { sealed in
+                        try opener.open(sealed, chain: chains[i]) { plaintext in
+                            VaultRecordBody.indexed(plaintext).map { .body($0) } ?? .invalidLayout
+                        }
+                    }
+                } catch {
+                    outcome = .failed(error)
+                }
+                (results + i).initialize(to: (payload, outcome))
+            }
+        }
+        return [([UInt8], Opened)](unsafeUninitializedCapacity: count) { buffer, initialized in
+            guard let base = buffer.baseAddress else { return }
+            if count < parallelOpenThreshold {
+                open(0..<count, into: base)
+            } else {
+                // Two halves, each written by one thread into its own part of `buffer`.
+                let results = UncheckedPointer(base)
+                DispatchQueue.concurrentPerform(iterations: 2) { part in
+                    open(part == 0 ? 0..<(count / 2) : (count / 2)..<count, into: results.pointer)
+                }
+            }
+            initialized = count
+        }
+    }
+
     /// Records a sealed body in the index and advances the chain past it.
-    private mutating func index(_ body: VaultRecordBody, payload: [UInt8]) throws {
-        let after = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
+    private mutating func index(_ body: IndexedBody, payload: [UInt8]) throws {
+        let after = try keys.advance(chain, over: payload)
         index(body, payload: payload, chainBefore: chain, chainAfter: after)
     }
 
     private mutating func index(
-        _ body: VaultRecordBody, payload: [UInt8], chainBefore: [UInt8], chainAfter: [UInt8]
+        _ body: IndexedBody, payload: [UInt8], chainBefore: ChainValue, chainAfter: ChainValue
     ) {
         let size = payload.count + Journal.frameHeaderSize
         switch body {
-        case .put(let item, _):
+        case .put(let item):
             // One hash and probe: updateValue returns the entry it replaced.
             let key = ItemKey(service: item.service, account: item.account)
             if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
@@ -798,13 +871,13 @@ struct Session: Sendable {
         // Seal against the chain as it will be when each record lands; change nothing in `self`
         // until the append has succeeded.
         var chain = self.chain
-        var sealed: [(body: VaultRecordBody, payload: [UInt8], chainBefore: [UInt8], chainAfter: [UInt8])] = []
+        var sealed: [(body: IndexedBody, payload: [UInt8], chainBefore: ChainValue, chainAfter: ChainValue)] = []
         for body in bodies {
             var plaintext = body.encoded()
             defer { wipe(&plaintext) }
             let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: chain)
-            let after = try keys.advance(chain, tag: RecordCipher.tag(of: payload))
-            sealed.append((body, payload, chain, after))
+            let after = try keys.advance(chain, over: payload)
+            sealed.append((body.indexed, payload, chain, after))
             chain = after
         }
         try journal.append(sealed.map(\.payload))
@@ -836,7 +909,7 @@ struct Session: Sendable {
         for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
             defer { wipe(&plaintext) }
-            guard let body = VaultRecordBody.decode(plaintext) else {
+            guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {
                 throw CofferError(.corrupted, "a vault record's layout is invalid", path: journal.path)
             }
             let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
@@ -846,6 +919,13 @@ struct Session: Sendable {
         try journal.rewrite(payloads: payloads, headerArea: header.areaBytes())
         self = next
     }
+}
+
+/// A pointer handed to the threads of `Session.openAll`, each of which writes only its own
+/// disjoint range of it.
+private struct UncheckedPointer<T>: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<T>
+    init(_ pointer: UnsafeMutablePointer<T>) { self.pointer = pointer }
 }
 
 /// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the

@@ -71,7 +71,7 @@ struct TamperTests {
         while offset + 12 <= bytes.count {
             let word = UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16
                 | UInt32(bytes[offset + 3]) << 24
-            let length = Int(word & 0x7FFF_FFFF)
+            let length = Int(word & 0x3FFF_FFFF)  // bits 30 and 31 are the K and M flags
             if length == 0 { break }
             ranges.append(offset..<(offset + 12 + length))
             offset += 12 + length
@@ -206,6 +206,59 @@ struct VaultSalvageTests {
         #expect(try Vault.open(at: url, unlock: .passphrase("pw")).items().count == 2)
         let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".damaged-") }
         #expect(!aside.isEmpty)
+    }
+
+    /// Alters one byte of a record's ciphertext and fixes the frame's CRCs: only authentication can tell.
+    static func tamper(_ image: inout [UInt8], frame: Range<Int>) {
+        image[frame.lowerBound + 12 + 30] ^= 0x20
+        let crc = CRC32C.checksum(Array(image[(frame.lowerBound + 12)..<frame.upperBound]))
+        withUnsafeBytes(of: crc.littleEndian) { for i in 0..<4 { image[frame.lowerBound + 4 + i] = $0[i] } }
+        let check = CRC32C.checksum(Array(image[frame.lowerBound..<(frame.lowerBound + 8)]))
+        withUnsafeBytes(of: check.littleEndian) { for i in 0..<4 { image[frame.lowerBound + 8 + i] = $0[i] } }
+    }
+
+    /// A batch large enough to be opened on two threads: later records still win over earlier
+    /// ones, and failures are reported (strict) or skipped (salvage) in record order, in both halves.
+    @Test func aLargeVaultOpensInOrderAndSalvagesInBothHalves() throws {
+        let dir = try Scratch("salvage-large")
+        let url = dir.file("v")
+        let count = Session.parallelOpenThreshold + 200
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF, durability: .coalesced)
+            try vault.apply(
+                (0..<count).map { .set(service: "svc", account: "a\($0)", secret: Array("s\($0)".utf8), label: nil, comment: nil) })
+            try vault.apply([
+                .set(service: "svc", account: "a1", secret: Array("new".utf8), label: "L", comment: nil),
+                .remove(service: "svc", account: "a2"),
+            ])
+            try vault.flush()
+        }
+        do {
+            let vault = try Vault.open(at: url, unlock: .passphrase("pw"))
+            #expect(try vault.items().count == count - 1)
+            #expect(try vault.string(service: "svc", account: "a1") == "new")
+            #expect(try vault.item(service: "svc", account: "a1")?.label == "L")
+            #expect(try vault.item(service: "svc", account: "a2") == nil)
+            #expect(try vault.string(service: "svc", account: "a\(count - 1)") == "s\(count - 1)")
+            #expect(try vault.verify().records == count + 2)
+            vault.lock()
+        }
+        let bytes = try readBytes(url)
+        let ranges = TamperTests.recordRanges(bytes)
+        #expect(ranges.count == count + 2)
+        var image = bytes
+        Self.tamper(&image, frame: ranges[count - 10])  // in the second half
+        Self.tamper(&image, frame: ranges[10])  // in the first half: reported first
+        try writeBytes(image, to: url)
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        #expect(error?.offset == Int64(ranges[10].lowerBound))
+        let vault = try Vault.open(at: url, unlock: .passphrase("pw"), recovery: .salvage)
+        #expect(try vault.items().count == count - 3)
+        #expect(try vault.item(service: "svc", account: "a10") == nil)
+        #expect(try vault.item(service: "svc", account: "a\(count - 10)") == nil)
+        #expect(try vault.string(service: "svc", account: "a11") == "s11")
+        #expect(try vault.string(service: "svc", account: "a1") == "new")
+        #expect(try vault.string(service: "svc", account: "a\(count - 1)") == "s\(count - 1)")
     }
 
     @Test func aDamagedFrameKeepsEveryEarlierRecord() throws {

@@ -25,13 +25,58 @@ struct VaultKeys: Sendable {
     }
 
     /// The first chain value of a file: it binds the records to this vault and this file's epoch.
-    func genesis(vaultID: [UInt8], epoch: [UInt8]) throws -> [UInt8] {
-        try crypto { try BLAKE2b.hash(Array("coffer-chain-genesis-v1".utf8) + vaultID + epoch, key: chain, outputLength: 32) }
+    func genesis(vaultID: [UInt8], epoch: [UInt8]) throws -> ChainValue {
+        let input = Array("coffer-chain-genesis-v1".utf8) + vaultID + epoch
+        var value = ChainValue()
+        try crypto {
+            try input.withUnsafeBytes { input in
+                try value.withUnsafeMutableBytes { try BLAKE2b.hash(input, key: chain, into: $0) }
+            }
+        }
+        return value
     }
 
     /// The chain value after a record: binds every record to all the records before it.
-    func advance(_ chainValue: [UInt8], tag: ArraySlice<UInt8>) throws -> [UInt8] {
-        try crypto { try BLAKE2b.hash(chainValue + tag, key: chain, outputLength: 32) }
+    /// BLAKE2b-256 keyed with the chain key over chain value (32) ‖ tag (16); allocates nothing.
+    func advance(_ chainValue: ChainValue, tag: UnsafeRawBufferPointer) throws -> ChainValue {
+        guard tag.count == XChaCha20Poly1305.tagLength else {
+            throw CofferError(.corrupted, "a vault record is too short to hold a tag")
+        }
+        var next = ChainValue()
+        try withUnsafeTemporaryAllocation(byteCount: ChainValue.count + XChaCha20Poly1305.tagLength, alignment: 8) {
+            input in
+            chainValue.withUnsafeBytes { input.copyMemory(from: $0) }
+            UnsafeMutableRawBufferPointer(rebasing: input[ChainValue.count...]).copyMemory(from: tag)
+            try crypto {
+                try next.withUnsafeMutableBytes { try BLAKE2b.hash(UnsafeRawBufferPointer(input), key: chain, into: $0) }
+            }
+        }
+        return next
+    }
+
+    /// The chain value after the sealed `payload` (advanced over its tag, its last 16 bytes).
+    func advance(_ chainValue: ChainValue, over payload: [UInt8]) throws -> ChainValue {
+        try payload.withUnsafeBytes { try advance(chainValue, tag: RecordCipher.tag(of: $0)) }
+    }
+}
+
+/// A chain value (32 bytes), held inline so that keeping one per item allocates nothing.
+struct ChainValue: Sendable, Equatable {
+    static let count = 32
+    private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+    init() {}
+
+    static func == (a: ChainValue, b: ChainValue) -> Bool {
+        a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
+    }
+
+    func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try Swift.withUnsafeBytes(of: words, body)
+    }
+
+    mutating func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+        try Swift.withUnsafeMutableBytes(of: &words, body)
     }
 }
 
@@ -41,9 +86,11 @@ enum RecordCipher {
     static let adPrefix: [UInt8] = Array("CFVrec1".utf8) + [0]
     static let overhead = XChaCha20Poly1305.nonceLength + XChaCha20Poly1305.tagLength
 
-    static func associatedData(vaultID: [UInt8], chain: [UInt8]) -> [UInt8] { adPrefix + vaultID + chain }
+    static func associatedData(vaultID: [UInt8], chain: ChainValue) -> [UInt8] {
+        adPrefix + vaultID + chain.withUnsafeBytes { Array($0) }
+    }
 
-    static func seal(_ body: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: [UInt8]) throws -> [UInt8] {
+    static func seal(_ body: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
         let nonce = SecureRandom.bytes(count: XChaCha20Poly1305.nonceLength)
         let ad = associatedData(vaultID: vaultID, chain: chain)
         var payload = nonce
@@ -57,31 +104,90 @@ enum RecordCipher {
         return payload
     }
 
-    /// Opens a record's payload.
+    /// Opens a record's payload (the caller wipes the plaintext).
     /// - Throws: ``CofferError/Code/corrupted`` when it fails to authenticate.
-    static func open(_ payload: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: [UInt8]) throws -> [UInt8] {
-        guard payload.count > overhead else {
-            throw CofferError(.corrupted, "a vault record is too short to be sealed")
-        }
-        let ad = associatedData(vaultID: vaultID, chain: chain)
-        do {
-            return try payload.withUnsafeBytes { p in
-                try ad.withUnsafeBytes { a in
-                    try XChaCha20Poly1305.open(
-                        UnsafeRawBufferPointer(rebasing: p[XChaCha20Poly1305.nonceLength...]), key: keys.record,
-                        nonce: UnsafeRawBufferPointer(rebasing: p[0..<XChaCha20Poly1305.nonceLength]), associatedData: a)
-                }
-            }
-        } catch let error as CryptoError where error.code == .authenticationFailed {
-            throw CofferError(
-                .corrupted,
-                "a vault record fails authentication: the file was damaged, or records were altered, reordered, "
-                    + "replayed or moved from another vault")
+    static func open(_ payload: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
+        let opener = RecordOpener(keys: keys, vaultID: vaultID)
+        return try payload.withUnsafeBytes { payload in
+            try opener.open(payload, chain: chain) { Array($0) }
         }
     }
 
+    static func authenticationFailure() -> CofferError {
+        CofferError(
+            .corrupted,
+            "a vault record fails authentication: the file was damaged, or records were altered, reordered, "
+                + "replayed or moved from another vault")
+    }
+
     /// The tag of a sealed payload (its last 16 bytes), which the chain advances over.
-    static func tag(of payload: [UInt8]) -> ArraySlice<UInt8> { payload.suffix(XChaCha20Poly1305.tagLength) }
+    static func tag(of payload: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: payload.suffix(XChaCha20Poly1305.tagLength))
+    }
+}
+
+/// Opens records one after another without allocating per record: the associated data is
+/// built once (only its chain value changes) and every plaintext is decrypted into one scratch
+/// buffer, which is wiped after each record and again before it is freed.
+final class RecordOpener {
+    private let keys: VaultKeys
+    /// "CFVrec1\0" ‖ vault id ‖ chain value.
+    private let associatedData: UnsafeMutableRawBufferPointer
+    private let chainOffset: Int
+    private var scratch: UnsafeMutableRawBufferPointer
+
+    init(keys: VaultKeys, vaultID: [UInt8]) {
+        self.keys = keys
+        let chainOffset = RecordCipher.adPrefix.count + vaultID.count
+        let associatedData = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: chainOffset + ChainValue.count, alignment: 8)
+        RecordCipher.adPrefix.withUnsafeBytes { associatedData.copyMemory(from: $0) }
+        vaultID.withUnsafeBytes {
+            UnsafeMutableRawBufferPointer(rebasing: associatedData[RecordCipher.adPrefix.count...]).copyMemory(from: $0)
+        }
+        self.chainOffset = chainOffset
+        self.associatedData = associatedData
+        scratch = .allocate(byteCount: 256, alignment: 8)
+    }
+
+    deinit {
+        zeroMemory(scratch)
+        scratch.deallocate()
+        associatedData.deallocate()
+    }
+
+    /// Authenticates and decrypts `payload` (nonce ‖ ciphertext ‖ tag) sealed against `chain`,
+    /// and calls `body` with the plaintext, which is wiped when `body` returns. Do not let the
+    /// buffer escape `body`.
+    /// - Throws: ``CofferError/Code/corrupted`` when it is too short or fails to authenticate;
+    ///   whatever `body` throws.
+    func open<R>(_ payload: UnsafeRawBufferPointer, chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R)
+        throws -> R
+    {
+        guard payload.count > RecordCipher.overhead else {
+            throw CofferError(.corrupted, "a vault record is too short to be sealed")
+        }
+        let length = payload.count - RecordCipher.overhead
+        if scratch.count < length {
+            zeroMemory(scratch)
+            scratch.deallocate()
+            scratch = .allocate(byteCount: max(length, 2 * scratch.count), alignment: 8)
+        }
+        chain.withUnsafeBytes {
+            UnsafeMutableRawBufferPointer(rebasing: associatedData[chainOffset...]).copyMemory(from: $0)
+        }
+        let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
+        defer { zeroMemory(plaintext) }
+        do {
+            try XChaCha20Poly1305.open(
+                UnsafeRawBufferPointer(rebasing: payload[XChaCha20Poly1305.nonceLength...]), key: keys.record,
+                nonce: UnsafeRawBufferPointer(rebasing: payload[0..<XChaCha20Poly1305.nonceLength]),
+                associatedData: UnsafeRawBufferPointer(associatedData), into: plaintext)
+        } catch let error as CryptoError where error.code == .authenticationFailed {
+            throw RecordCipher.authenticationFailure()
+        }
+        return try body(UnsafeRawBufferPointer(plaintext))
+    }
 }
 
 /// Key slots: deriving a key-encryption key from an unlock source, wrapping and unwrapping the

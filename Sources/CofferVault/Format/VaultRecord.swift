@@ -25,6 +25,14 @@ package enum VaultRecordBody: Equatable {
 
     static let maximumFieldLength = 1 << 30
 
+    /// What the index keeps of this body (the secret is left out).
+    var indexed: IndexedBody {
+        switch self {
+        case .put(let item, _): .put(item)
+        case .delete(let service, let account): .delete(service: service, account: account)
+        }
+    }
+
     func encoded() -> [UInt8] {
         var bytes: [UInt8] = []
         func field(_ value: [UInt8]) {
@@ -51,37 +59,126 @@ package enum VaultRecordBody: Equatable {
 
     /// Parses a record body, or `nil` when its layout is invalid.
     package static func decode(_ bytes: [UInt8]) -> VaultRecordBody? {
-        var offset = 1
-        func field() -> [UInt8]? {
-            guard bytes.count - offset >= 4 else { return nil }
-            let length = Int(readLE32(bytes, offset))
-            offset += 4
-            guard length <= bytes.count - offset else { return nil }
-            defer { offset += length }
-            return Array(bytes[offset..<(offset + length)])
+        bytes.withUnsafeBytes { bytes in
+            guard let layout = Layout(bytes) else { return nil }
+            switch layout.kind {
+            case .put:
+                guard let item = layout.item(bytes) else { return nil }
+                return .put(item, secret: Array(UnsafeRawBufferPointer(rebasing: bytes[layout.secret])))
+            case .delete:
+                guard let service = text(bytes, layout.service), let account = text(bytes, layout.account) else {
+                    return nil
+                }
+                return .delete(service: service, account: account)
+            }
         }
-        func text() -> String? { field().flatMap { String(validating: $0, as: UTF8.self) } }
-        func int64() -> Int64? {
-            guard bytes.count - offset >= 8 else { return nil }
-            defer { offset += 8 }
-            return Int64(bitPattern: readLE64(bytes, offset))
+    }
+
+    /// What the index keeps of a body, parsed straight from the plaintext: never the secret.
+    /// `nil` when the layout is invalid (exactly when ``decode(_:)`` returns `nil`).
+    static func indexed(_ bytes: UnsafeRawBufferPointer) -> IndexedBody? {
+        guard let layout = Layout(bytes) else { return nil }
+        switch layout.kind {
+        case .put:
+            return layout.item(bytes).map { .put($0) }
+        case .delete:
+            guard let service = text(bytes, layout.service), let account = text(bytes, layout.account) else {
+                return nil
+            }
+            return .delete(service: service, account: account)
         }
-        guard let kind = bytes.first else { return nil }
-        switch kind {
-        case 1:
-            guard let service = text(), let account = text(), let label = text(), let comment = text(),
-                let created = int64(), let modified = int64(), let secret = field(), offset == bytes.count
+    }
+
+    /// The fields of a body as byte ranges of it, with the lengths and the end checked.
+    struct Layout {
+        enum Kind { case put, delete }
+        var kind: Kind
+        var service: Range<Int>
+        var account: Range<Int>
+        var label = 0..<0
+        var comment = 0..<0
+        var created: Int64 = 0
+        var modified: Int64 = 0
+        var secret = 0..<0
+
+        init?(_ bytes: UnsafeRawBufferPointer) {
+            var offset = 1
+            func field() -> Range<Int>? {
+                guard bytes.count - offset >= 4 else { return nil }
+                let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                offset += 4
+                guard length <= bytes.count - offset else { return nil }
+                defer { offset += length }
+                return offset..<(offset + length)
+            }
+            func int64() -> Int64? {
+                guard bytes.count - offset >= 8 else { return nil }
+                defer { offset += 8 }
+                return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+            }
+            guard let first = bytes.first else { return nil }
+            switch first {
+            case 1:
+                guard let service = field(), let account = field(), let label = field(), let comment = field(),
+                    let created = int64(), let modified = int64(), let secret = field(), offset == bytes.count
+                else { return nil }
+                self.kind = .put
+                self.service = service
+                self.account = account
+                self.label = label
+                self.comment = comment
+                self.created = created
+                self.modified = modified
+                self.secret = secret
+            case 2:
+                guard let service = field(), let account = field(), offset == bytes.count else { return nil }
+                self.kind = .delete
+                self.service = service
+                self.account = account
+            default:
+                return nil
+            }
+        }
+
+        /// The item of a `.put` body, or `nil` when a text field is not UTF-8.
+        func item(_ bytes: UnsafeRawBufferPointer) -> VaultItem? {
+            guard let service = text(bytes, service), let account = text(bytes, account),
+                let label = text(bytes, label), let comment = text(bytes, comment)
             else { return nil }
-            let item = VaultItem(
+            return VaultItem(
                 service: service, account: account, label: label, comment: comment,
                 created: Date(timeIntervalSince1970: Double(created) / 1000),
                 modified: Date(timeIntervalSince1970: Double(modified) / 1000))
-            return .put(item, secret: secret)
-        case 2:
-            guard let service = text(), let account = text(), offset == bytes.count else { return nil }
-            return .delete(service: service, account: account)
-        default:
-            return nil
         }
     }
+
+    /// The UTF-8 text in `range` of `bytes`, or `nil` when it is not valid UTF-8. ASCII (the usual
+    /// case) is recognised eight bytes at a time and needs no further validation; anything else
+    /// goes through the standard library's validating initialiser.
+    static func text(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> String? {
+        let field = UnsafeRawBufferPointer(rebasing: bytes[range])
+        let units = field.assumingMemoryBound(to: UInt8.self)
+        if isASCII(field) { return String(decoding: units, as: UTF8.self) }
+        return String(validating: units, as: UTF8.self)
+    }
+
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var bits: UInt64 = 0
+        var offset = 0
+        while bytes.count - offset >= 8 {
+            bits |= bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            offset += 8
+        }
+        while offset < bytes.count {
+            bits |= UInt64(bytes[offset])
+            offset += 1
+        }
+        return bits & 0x8080_8080_8080_8080 == 0
+    }
+}
+
+/// What the vault's index keeps of a record body: the item's attributes, or the identity removed.
+enum IndexedBody {
+    case put(VaultItem)
+    case delete(service: String, account: String)
 }

@@ -226,20 +226,19 @@ public final class Journal: @unchecked Sendable {
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             do {
                 let status = try fs.fstat(fd)
-                var bytes = [UInt8](repeating: 0, count: Int(status.size))
-                let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
-                bytes.removeSubrange(n...)
-                let header = try parseFileHeader(bytes, options: options, path: path)
-                let scan = bytes.withUnsafeBytes {
+                let image = try readImage(fd, size: status.size, fs: fs)
+                let header = try parseFileHeader(
+                    Array(image.prefix(fileHeaderSize + options.headerAreaSize)), options: options, path: path)
+                let scan = image.withUnsafeBytes {
                     scanFrames(
                         $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: recovery == .salvage,
-                        lenientTail: header.coalescedWriters)
+                        lenientTail: header.coalescedWriters, source: image)
                 }
                 var effective = options
                 effective.headerAreaSize = header.headerArea.count
                 let journal = Journal(
                     path: path, options: effective, fs: fs, lock: lock, control: control, fd: fd, identity: status,
-                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(bytes.count),
+                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(image.count),
                     coalescedWriters: header.coalescedWriters)
                 owner = journal
                 if let damaged = scan.damage.first {
@@ -252,7 +251,7 @@ public final class Journal: @unchecked Sendable {
                             path: path, offset: Int64(damaged))
                     }
                     try DurableIO.atomicReplace(
-                        path + ".damaged-\(Int(Date().timeIntervalSince1970))", with: Data(bytes), fileSystem: fs)
+                        path + ".damaged-\(Int(Date().timeIntervalSince1970))", with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
                     let reread = try journal.readAllLocked()
                     journal.settleControl()
@@ -264,7 +263,7 @@ public final class Journal: @unchecked Sendable {
                     try fs.fdatasync(fd)
                 }
                 if options.durability != .immediate && !header.coalescedWriters {
-                    try journal.markCoalescedWriters(fileHeader: Array(bytes[0..<fileHeaderSize]))
+                    try journal.markCoalescedWriters(fileHeader: Array(image.prefix(fileHeaderSize)))
                 }
                 journal.settleControl()
                 return (journal, scan.records)
@@ -554,22 +553,21 @@ public final class Journal: @unchecked Sendable {
     private func readAllLocked() throws -> [JournalRecord] {
         let status = try fs.fstat(fd)
         identity = status
-        var bytes = [UInt8](repeating: 0, count: Int(status.size))
-        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
-        bytes.removeSubrange(n...)
-        let header = try Journal.parseFileHeader(bytes, options: options, path: path)
+        let image = try Journal.readImage(fd, size: status.size, fs: fs)
+        let header = try Journal.parseFileHeader(
+            Array(image.prefix(Journal.fileHeaderSize + options.headerAreaSize)), options: options, path: path)
         headerArea = header.headerArea
         coalescedWriters = header.coalescedWriters
-        let scan = bytes.withUnsafeBytes {
+        let scan = image.withUnsafeBytes {
             Journal.scanFrames(
                 $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false,
-                lenientTail: header.coalescedWriters)
+                lenientTail: header.coalescedWriters, source: image)
         }
         if let damaged = scan.damage.first {
             throw CofferError(.corrupted, "record at byte \(damaged) fails its checksum", path: path, offset: Int64(damaged))
         }
         dataEnd = Int64(scan.end)
-        allocatedSize = Int64(bytes.count)
+        allocatedSize = Int64(image.count)
         return scan.records
     }
 
@@ -676,6 +674,14 @@ public final class Journal: @unchecked Sendable {
     /// Whether the path was checked recently enough to skip checking it now.
     private var identityIsFresh: Bool {
         ContinuousClock.now - identityCheckedAt < .seconds(1)
+    }
+
+    /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).
+    private static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem) throws -> Data {
+        var image = Data(count: Int(size))
+        let n = try image.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+        if n < image.count { image.count = n }
+        return image
     }
 
     private static func removeStaleTemporaryFiles(of path: String, fs: any FileSystem) throws {
@@ -816,8 +822,13 @@ public final class Journal: @unchecked Sendable {
     /// it or `lenientTail` is set (coalesced writers use the file, so a power loss may persist a
     /// later unsynced commit and not an earlier one). Otherwise it is damage: strict scanning
     /// stops there; salvage skips to the next intact commit.
+    ///
+    /// With `source` (the `Data` whose bytes `bytes` are), each record's payload is a slice of it
+    /// sharing its storage, instead of a copy: one allocation for the whole file, not two per
+    /// record (the owner copies what it keeps).
     package static func scanFrames(
-        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false
+        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false,
+        source: Data? = nil
     ) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
@@ -834,7 +845,8 @@ public final class Journal: @unchecked Sendable {
                     // Out of commit order: a continuation with no start, or a start inside a commit.
                     if judge() { break } else { continue }
                 }
-                group.append(JournalRecord(offset: Int64(offset), payload: Data(bytes[body..<next])))
+                let payload = source.map { $0[($0.startIndex + body)..<($0.startIndex + next)] } ?? Data(bytes[body..<next])
+                group.append(JournalRecord(offset: Int64(offset), payload: payload))
                 offset = next
                 if !frame.continued {
                     scan.records += group

@@ -159,6 +159,10 @@ public struct LiveFileSystem: FileSystem {
     public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
         let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
         guard let address, address != UnsafeMutableRawPointer(bitPattern: -1) else {
+            // A file system that cannot map files says so for every process alike, so they all
+            // go without the page. Any other failure (ENOMEM, …) may hit this process only: a
+            // process without the page would not keep it current for the others, so refuse.
+            if errno == ENODEV { return nil }
             throw CofferError.io("mmap", path: path, errno: errno)
         }
         return LiveMapping(base: address, length: length)

@@ -30,6 +30,12 @@ public struct JournalOptions: Sendable {
     /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
     /// fails with ``CofferError/Code/busy``.
     public var exclusive: Bool = false
+    /// How long a shared journal trusts the lock file's control page alone before it checks
+    /// again that its path still names the file it has open. Coffer's own compactions are seen
+    /// at once whatever this is (the page says so); this bounds how long a store file replaced
+    /// or removed by hand — not through Coffer — goes unnoticed. Each check is a `stat`, which
+    /// also makes the next durable write's flush slower (see docs/FORMAT.md, "Control page").
+    public var identityCheckInterval: Duration = .seconds(1)
 
     public init(
         application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Double = 10,
@@ -102,8 +108,8 @@ public final class Journal: @unchecked Sendable {
     /// or `nil` when it must catch up the slow way first.
     private var knownGeneration: UInt64?
     /// When the path was last checked to still name the file open here. A process that only
-    /// trusts the control page still checks it once a second, so a store file replaced or
-    /// removed by hand (not through Coffer) is noticed within that time.
+    /// trusts the control page still checks it every `options.identityCheckInterval` (1 s by
+    /// default), so a store file replaced or removed by hand (not through Coffer) is noticed.
     private var identityCheckedAt: ContinuousClock.Instant
     private var fd: Int32
     private var identity: FileStatus
@@ -673,7 +679,7 @@ public final class Journal: @unchecked Sendable {
 
     /// Whether the path was checked recently enough to skip checking it now.
     private var identityIsFresh: Bool {
-        ContinuousClock.now - identityCheckedAt < .seconds(1)
+        ContinuousClock.now - identityCheckedAt < options.identityCheckInterval
     }
 
     /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).

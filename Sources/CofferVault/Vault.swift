@@ -235,22 +235,32 @@ public final class Vault: Sendable {
     public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
-        try write([.set(service: service, account: account, secret: [UInt8](secret), label: label, comment: comment)])
+        try secret.withUnsafeBytes { secret in
+            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
+        }
     }
 
     /// Stores a UTF-8 string secret. See ``set(_:service:account:label:comment:)-(Data,_,_,_,_)``.
     public func set(_ secret: String, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
-        try write([.set(service: service, account: account, secret: Array(secret.utf8), label: label, comment: comment)])
+        var secret = secret
+        try secret.withUTF8 { secret in
+            _ = try write(
+                CollectionOfOne(
+                    BorrowedSet(
+                        service: service, account: account, secret: UnsafeRawBufferPointer(secret), label: label,
+                        comment: comment)))
+        }
     }
 
     /// Stores a secret held in guarded memory.
     public func set(
         _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
     ) throws {
-        let bytes = secret.withUnsafeBytes { [UInt8]($0) }
-        try write([.set(service: service, account: account, secret: bytes, label: label, comment: comment)])
+        try secret.withUnsafeBytes { secret in
+            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
+        }
     }
 
     /// The secret of an item as bytes, or `nil` when there is no such item.
@@ -291,7 +301,7 @@ public final class Vault: Sendable {
     /// Removes an item. Returns whether it existed.
     @discardableResult
     public func remove(service: String, account: String) throws -> Bool {
-        try write([.remove(service: service, account: account)]) > 0
+        try write(CollectionOfOne(VaultChange.remove(service: service, account: account))) > 0
     }
 
     /// Applies several changes as one commit (one append, one fsync): all survive a crash or none.
@@ -552,11 +562,13 @@ public final class Vault: Sendable {
                 case (let old?, let new?) where constantTimeEqual(old, new):
                     return  // unchanged: no record, and `modified` stays as it was
                 case (_, let new?):
-                    _ = try live.commit([
-                        .set(service: service, account: account, secret: new, label: nil, comment: nil)
-                    ])
+                    _ = try new.withUnsafeBytes { secret in
+                        try live.commit(
+                            CollectionOfOne(
+                                BorrowedSet(service: service, account: account, secret: secret, label: nil, comment: nil)))
+                    }
                 case (_?, nil):
-                    _ = try live.commit([.remove(service: service, account: account)])
+                    _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
                 }
             }
             try live.compactIfWorthIt()
@@ -564,7 +576,7 @@ public final class Vault: Sendable {
     }
 
     @discardableResult
-    private func write(_ changes: [VaultChange]) throws -> Int {
+    private func write<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
         for change in changes {
             let (service, account) = change.identity
             try Self.checkIdentity(service: service, account: account)
@@ -653,6 +665,46 @@ public enum VaultChange: Sendable {
         case .remove(let service, let account): (service, account)
         }
     }
+}
+
+/// A change as ``Session/commit(_:)`` takes it: a ``VaultChange``, or a ``BorrowedSet``.
+protocol CommitChange {
+    /// Service and account.
+    var identity: (String, String) { get }
+    /// Label and comment of a set (`nil`: keep the current one); `nil` for a removal.
+    var attributes: (label: String?, comment: String?)? { get }
+    /// Calls `body` with the secret of a set (empty for a removal).
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R
+}
+
+extension VaultChange: CommitChange {
+    var attributes: (label: String?, comment: String?)? {
+        switch self {
+        case .set(_, _, _, let label, let comment): (label, comment)
+        case .remove: nil
+        }
+    }
+
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch self {
+        case .set(_, _, let secret, _, _): try secret.withUnsafeBytes(body)
+        case .remove: try body(UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+}
+
+/// A set whose secret is borrowed from the caller for the duration of one `write` (the
+/// `Vault.set` overloads): no copy of the secret is made outside the wiped plaintext buffer.
+struct BorrowedSet: CommitChange {
+    var service: String
+    var account: String
+    var secret: UnsafeRawBufferPointer
+    var label: String?
+    var comment: String?
+
+    var identity: (String, String) { (service, account) }
+    var attributes: (label: String?, comment: String?)? { (label, comment) }
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R { try body(secret) }
 }
 
 /// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
@@ -842,49 +894,70 @@ struct Session: Sendable {
     }
 
     /// Seals and appends `changes` as one commit; returns how many changed something.
-    mutating func commit(_ changes: [VaultChange]) throws -> Int {
-        var bodies: [VaultRecordBody] = []
-        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
-        var overlay: [ItemKey: VaultItem?] = [:]
-        func current(_ key: ItemKey) -> VaultItem? { overlay[key] ?? entries[key]?.item }
+    ///
+    /// All or nothing: every record is sealed (against the chain as it will be when it lands)
+    /// before anything in `self` changes, and the index and chain are updated only after the
+    /// append succeeded. Each record costs one allocation, its payload: the plaintext is encoded
+    /// into a wiped temporary buffer, the associated data is built on the stack, and the nonce,
+    /// ciphertext and tag are written straight into the payload the journal appends.
+    mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+        let capacity = changes.count
+        guard capacity > 0 else { return 0 }
         // Milliseconds, as stored: the item in memory equals the item read back from the file.
         let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
-        for change in changes {
-            switch change {
-            case .set(let service, let account, let secret, let label, let comment):
+        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
+        // A single change needs none (an empty dictionary allocates nothing).
+        let batch = capacity > 1
+        var overlay: [ItemKey: VaultItem?] = [:]
+        var payloads: [[UInt8]] = []
+        payloads.reserveCapacity(capacity)
+        return try withUnsafeTemporaryAllocation(of: Sealed.self, capacity: capacity) { sealed in
+            let base = sealed.baseAddress!
+            var count = 0
+            defer { base.deinitialize(count: count) }
+            var chain = self.chain
+            for change in changes {
+                let (service, account) = change.identity
                 let key = ItemKey(service: service, account: account)
-                let old = current(key)
-                let item = VaultItem(
-                    service: service, account: account, label: label ?? old?.label ?? "",
-                    comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
-                bodies.append(.put(item, secret: secret))
-                overlay[key] = .some(item)
-            case .remove(let service, let account):
-                let key = ItemKey(service: service, account: account)
-                if current(key) != nil {
-                    bodies.append(.delete(service: service, account: account))
-                    overlay[key] = .some(nil)
+                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
+                let body: IndexedBody
+                let payload: [UInt8]
+                if let (label, comment) = change.attributes {
+                    let item = VaultItem(
+                        service: service, account: account, label: label ?? old?.label ?? "",
+                        comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
+                    payload = try change.withSecret { secret in
+                        try RecordCipher.sealPut(item, secret: secret, keys: keys, vaultID: header.vaultID, chain: chain)
+                    }
+                    body = .put(item)
+                    if batch { overlay[key] = .some(item) }
+                } else {
+                    guard old != nil else { continue }
+                    payload = try RecordCipher.sealDelete(
+                        service: service, account: account, keys: keys, vaultID: header.vaultID, chain: chain)
+                    body = .delete(service: service, account: account)
+                    if batch { overlay[key] = .some(nil) }
                 }
+                let after = try keys.advance(chain, over: payload)
+                (base + count).initialize(to: Sealed(body: body, chainBefore: chain, chainAfter: after))
+                count += 1
+                payloads.append(payload)
+                chain = after
             }
+            guard count > 0 else { return 0 }
+            try journal.append(payloads)
+            for i in 0..<count {
+                index(base[i].body, payload: payloads[i], chainBefore: base[i].chainBefore, chainAfter: base[i].chainAfter)
+            }
+            return count
         }
-        guard !bodies.isEmpty else { return 0 }
-        // Seal against the chain as it will be when each record lands; change nothing in `self`
-        // until the append has succeeded.
-        var chain = self.chain
-        var sealed: [(body: IndexedBody, payload: [UInt8], chainBefore: ChainValue, chainAfter: ChainValue)] = []
-        for body in bodies {
-            var plaintext = body.encoded()
-            defer { wipe(&plaintext) }
-            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: chain)
-            let after = try keys.advance(chain, over: payload)
-            sealed.append((body.indexed, payload, chain, after))
-            chain = after
-        }
-        try journal.append(sealed.map(\.payload))
-        for record in sealed {
-            index(record.body, payload: record.payload, chainBefore: record.chainBefore, chainAfter: record.chainAfter)
-        }
-        return bodies.count
+    }
+
+    /// A record of a commit, sealed but not yet appended.
+    private struct Sealed {
+        var body: IndexedBody
+        var chainBefore: ChainValue
+        var chainAfter: ChainValue
     }
 
     mutating func compactIfWorthIt() throws {

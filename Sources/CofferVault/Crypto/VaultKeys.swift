@@ -168,8 +168,8 @@ enum RecordCipher {
 
     /// Opens a record's payload (the caller wipes the plaintext).
     /// - Throws: ``CofferError/Code/corrupted`` when it fails to authenticate.
-    static func open(_ payload: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
-        let opener = RecordOpener(keys: keys, vaultID: vaultID)
+    static func open(_ payload: ArraySlice<UInt8>, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
+        var opener = RecordOpener(keys: keys, vaultID: vaultID)
         return try payload.withUnsafeBytes { payload in
             try opener.open(payload, chain: chain) { Array($0) }
         }
@@ -190,8 +190,9 @@ enum RecordCipher {
 
 /// Opens records one after another without allocating per record: the associated data is
 /// built once (only its chain value changes) and every plaintext is decrypted into one scratch
-/// buffer, which is wiped after each record and again before it is freed.
-final class RecordOpener {
+/// buffer, which is wiped after each record and again before it is freed. A noncopyable
+/// struct, not a class: a class's `var scratch` costs a dynamic exclusivity check per access.
+struct RecordOpener: ~Copyable {
     private let keys: VaultKeys
     /// "CFVrec1\0" ‖ vault id ‖ chain value.
     private let associatedData: UnsafeMutableRawBufferPointer
@@ -223,8 +224,9 @@ final class RecordOpener {
     /// buffer escape `body`.
     /// - Throws: ``CofferError/Code/corrupted`` when it is too short or fails to authenticate;
     ///   whatever `body` throws.
-    func open<R>(_ payload: UnsafeRawBufferPointer, chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R)
-        throws -> R
+    mutating func open<R>(
+        _ payload: UnsafeRawBufferPointer, chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R
     {
         guard payload.count > RecordCipher.overhead else {
             throw CofferError(.corrupted, "a vault record is too short to be sealed")

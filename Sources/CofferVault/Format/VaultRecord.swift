@@ -165,25 +165,15 @@ package enum VaultRecordBody: Equatable {
         var secret = 0..<0
 
         init?(_ bytes: UnsafeRawBufferPointer) {
-            var offset = 1
-            func field() -> Range<Int>? {
-                guard bytes.count - offset >= 4 else { return nil }
-                let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
-                offset += 4
-                guard length <= bytes.count - offset else { return nil }
-                defer { offset += length }
-                return offset..<(offset + length)
-            }
-            func int64() -> Int64? {
-                guard bytes.count - offset >= 8 else { return nil }
-                defer { offset += 8 }
-                return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
-            }
+            // A cursor value rather than nested functions capturing a local `var`: those get a
+            // dynamic exclusivity check on every call, which showed in the open profile.
+            var cursor = Cursor(bytes: bytes, offset: 1)
             guard let first = bytes.first else { return nil }
             switch first {
             case 1:
-                guard let service = field(), let account = field(), let label = field(), let comment = field(),
-                    let created = int64(), let modified = int64(), let secret = field(), offset == bytes.count
+                guard let service = cursor.field(), let account = cursor.field(), let label = cursor.field(),
+                    let comment = cursor.field(), let created = cursor.int64(), let modified = cursor.int64(),
+                    let secret = cursor.field(), cursor.offset == bytes.count
                 else { return nil }
                 self.kind = .put
                 self.service = service
@@ -194,12 +184,35 @@ package enum VaultRecordBody: Equatable {
                 self.modified = modified
                 self.secret = secret
             case 2:
-                guard let service = field(), let account = field(), offset == bytes.count else { return nil }
+                guard let service = cursor.field(), let account = cursor.field(), cursor.offset == bytes.count else {
+                    return nil
+                }
                 self.kind = .delete
                 self.service = service
                 self.account = account
             default:
                 return nil
+            }
+        }
+
+        /// Reads length-prefixed fields and integers, checking every length against the end.
+        private struct Cursor {
+            let bytes: UnsafeRawBufferPointer
+            var offset: Int
+
+            mutating func field() -> Range<Int>? {
+                guard bytes.count - offset >= 4 else { return nil }
+                let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                offset += 4
+                guard length <= bytes.count - offset else { return nil }
+                defer { offset += length }
+                return offset..<(offset + length)
+            }
+
+            mutating func int64() -> Int64? {
+                guard bytes.count - offset >= 8 else { return nil }
+                defer { offset += 8 }
+                return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
             }
         }
 

@@ -235,22 +235,32 @@ public final class Vault: Sendable {
     public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
-        try write([.set(service: service, account: account, secret: [UInt8](secret), label: label, comment: comment)])
+        try secret.withUnsafeBytes { secret in
+            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
+        }
     }
 
     /// Stores a UTF-8 string secret. See ``set(_:service:account:label:comment:)-(Data,_,_,_,_)``.
     public func set(_ secret: String, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
-        try write([.set(service: service, account: account, secret: Array(secret.utf8), label: label, comment: comment)])
+        var secret = secret
+        try secret.withUTF8 { secret in
+            _ = try write(
+                CollectionOfOne(
+                    BorrowedSet(
+                        service: service, account: account, secret: UnsafeRawBufferPointer(secret), label: label,
+                        comment: comment)))
+        }
     }
 
     /// Stores a secret held in guarded memory.
     public func set(
         _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
     ) throws {
-        let bytes = secret.withUnsafeBytes { [UInt8]($0) }
-        try write([.set(service: service, account: account, secret: bytes, label: label, comment: comment)])
+        try secret.withUnsafeBytes { secret in
+            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
+        }
     }
 
     /// The secret of an item as bytes, or `nil` when there is no such item.
@@ -291,7 +301,7 @@ public final class Vault: Sendable {
     /// Removes an item. Returns whether it existed.
     @discardableResult
     public func remove(service: String, account: String) throws -> Bool {
-        try write([.remove(service: service, account: account)]) > 0
+        try write(CollectionOfOne(VaultChange.remove(service: service, account: account))) > 0
     }
 
     /// Applies several changes as one commit (one append, one fsync): all survive a crash or none.
@@ -552,11 +562,13 @@ public final class Vault: Sendable {
                 case (let old?, let new?) where constantTimeEqual(old, new):
                     return  // unchanged: no record, and `modified` stays as it was
                 case (_, let new?):
-                    _ = try live.commit([
-                        .set(service: service, account: account, secret: new, label: nil, comment: nil)
-                    ])
+                    _ = try new.withUnsafeBytes { secret in
+                        try live.commit(
+                            CollectionOfOne(
+                                BorrowedSet(service: service, account: account, secret: secret, label: nil, comment: nil)))
+                    }
                 case (_?, nil):
-                    _ = try live.commit([.remove(service: service, account: account)])
+                    _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
                 }
             }
             try live.compactIfWorthIt()
@@ -564,7 +576,7 @@ public final class Vault: Sendable {
     }
 
     @discardableResult
-    private func write(_ changes: [VaultChange]) throws -> Int {
+    private func write<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
         for change in changes {
             let (service, account) = change.identity
             try Self.checkIdentity(service: service, account: account)
@@ -655,6 +667,46 @@ public enum VaultChange: Sendable {
     }
 }
 
+/// A change as ``Session/commit(_:)`` takes it: a ``VaultChange``, or a ``BorrowedSet``.
+protocol CommitChange {
+    /// Service and account.
+    var identity: (String, String) { get }
+    /// Label and comment of a set (`nil`: keep the current one); `nil` for a removal.
+    var attributes: (label: String?, comment: String?)? { get }
+    /// Calls `body` with the secret of a set (empty for a removal).
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R
+}
+
+extension VaultChange: CommitChange {
+    var attributes: (label: String?, comment: String?)? {
+        switch self {
+        case .set(_, _, _, let label, let comment): (label, comment)
+        case .remove: nil
+        }
+    }
+
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch self {
+        case .set(_, _, let secret, _, _): try secret.withUnsafeBytes(body)
+        case .remove: try body(UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+}
+
+/// A set whose secret is borrowed from the caller for the duration of one `write` (the
+/// `Vault.set` overloads): no copy of the secret is made outside the wiped plaintext buffer.
+struct BorrowedSet: CommitChange {
+    var service: String
+    var account: String
+    var secret: UnsafeRawBufferPointer
+    var label: String?
+    var comment: String?
+
+    var identity: (String, String) { (service, account) }
+    var attributes: (label: String?, comment: String?)? { (label, comment) }
+    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R { try body(secret) }
+}
+
 /// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
 struct ItemKey: Hashable, Sendable {
     var service: ExactKey
@@ -669,7 +721,9 @@ struct ItemKey: Hashable, Sendable {
 struct Entry: Sendable {
     var item: VaultItem
     /// The sealed record (nonce ‖ ciphertext ‖ tag), decrypted only when the secret is read.
-    var payload: [UInt8]
+    /// A slice: the records of one `Session.apply` share one buffer (one allocation for the
+    /// batch, one to free), which lives while any of its entries does.
+    var payload: ArraySlice<UInt8>
     /// The chain value the record was sealed against (part of its associated data).
     var chain: ChainValue
 }
@@ -712,39 +766,52 @@ struct Session: Sendable {
     /// over its tag — and the count of skipped records is returned.
     ///
     /// In three steps, with the same outcome as opening and indexing one record at a time:
-    /// 1. the chain value before every record. The chain advances over the records' tags, which
-    ///    need no decryption, so every record's associated data is known before any is opened.
-    ///    A record too short to hold a tag ends this step: no later record can be authenticated,
-    ///    and step 3 throws there.
-    /// 2. every record opened (AEAD) and parsed, each against its chain value — on two threads
-    ///    for a large batch, as the opens are independent. The plaintexts are decrypted into a
-    ///    scratch buffer per thread, wiped as soon as the record is parsed; the secret is never
-    ///    copied out (the index keeps the sealed payload).
+    /// 1. the payloads copied into one buffer: the index's entries keep slices of it (one
+    ///    allocation for the batch instead of one per record, and one to free).
+    /// 2. the chain value before every record, and every record opened (AEAD) and parsed
+    ///    against its chain value. The chain advances over the records' tags, which need no
+    ///    decryption, so a record can be opened as soon as the chain has reached it: for a large
+    ///    batch one thread computes the chain while the other opens the records it has reached,
+    ///    then both open the rest (``chainAndOpen(_:bounds:from:keys:vaultID:chains:into:)``).
+    ///    A record too short to hold a tag ends the chain: no later record can be
+    ///    authenticated, and step 3 throws there. The plaintexts are decrypted into a scratch
+    ///    buffer per thread, wiped as soon as the record is parsed; the secret is never copied
+    ///    out (the index keeps the sealed payload).
     /// 3. in order: the index updated, and the first failure thrown (or skipped, when salvaging)
     ///    with its offset, so what is applied before a failure is exactly what was before.
     @discardableResult
     mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
         if records.isEmpty { return 0 }
-        // 1. The chain.
-        var chains: [ChainValue] = []
-        chains.reserveCapacity(records.count + 1)
-        chains.append(chain)
-        for record in records {
-            guard record.payload.count >= XChaCha20Poly1305.tagLength else { break }
-            let next = try record.payload.withUnsafeBytes { payload in
-                try keys.advance(chains[chains.count - 1], tag: RecordCipher.tag(of: payload))
-            }
-            chains.append(next)
+        let count = records.count
+        // 1. The payloads in one buffer, record i at bounds[i]..<bounds[i + 1].
+        var bounds: [Int] = []
+        bounds.reserveCapacity(count + 1)
+        bounds.append(0)
+        for i in 0..<count { bounds.append(bounds[i] + records[i].payload.count) }
+        let arena = Self.copyPayloads(records, bounds: bounds)
+        // 2. The chain (chains[i]: before record i) and the opens of records 0..<reached.
+        let chains = UnsafeMutablePointer<ChainValue>.allocate(capacity: count + 1)
+        defer { chains.deallocate() }  // ChainValue is trivial: nothing to deinitialise
+        let opened = UnsafeMutablePointer<Opened>.allocate(capacity: count)
+        // Outcomes are moved out one by one (no copy, no retain); the rest are destroyed here.
+        var next = 0
+        var reached = 0
+        defer {
+            (opened + next).deinitialize(count: reached - next)
+            opened.deallocate()
         }
-        // Records 0..<reached are opened: those with a chain value (the last may be the short one).
-        let reached = min(records.count, chains.count)
-        // 2. The opens.
-        let opened = Self.openAll(records, count: reached, chains: chains, keys: keys, vaultID: header.vaultID)
+        reached = try arena.withUnsafeBytes { arena in
+            try Self.chainAndOpen(
+                arena, bounds: bounds, from: chain, keys: keys, vaultID: header.vaultID, chains: chains, into: opened)
+        }
         // 3. The index, in order. At most one new item per record: grow the table once.
         entries.reserveCapacity(entries.count + reached)
         var skipped = 0
-        for i in 0..<reached {
-            let (payload, outcome) = opened[i]
+        while next < reached {
+            let i = next
+            let outcome = (opened + i).move()
+            next += 1
+            let payload = arena[bounds[i]..<bounds[i + 1]]
             switch outcome {
             case .body(let body):
                 index(body, payload: payload, chainBefore: chains[i], chainAfter: chains[i + 1])
@@ -776,52 +843,133 @@ struct Session: Sendable {
 
     /// Batches at least this large are opened on two threads.
     static let parallelOpenThreshold = 512
+    /// Records per unit of work on two threads: the chain is published, and opens are claimed,
+    /// this many at a time.
+    static let pipelineBlock = 64
 
-    /// Step 2 of `apply`: copies, opens and parses records `0..<count`, record `i` against
-    /// `chains[i]`. Pure: reads its arguments, changes nothing else.
-    private static func openAll(
-        _ records: [JournalRecord], count: Int, chains: [ChainValue], keys: VaultKeys, vaultID: [UInt8]
-    ) -> [([UInt8], Opened)] {
-        @Sendable func open(_ range: Range<Int>, into results: UnsafeMutablePointer<([UInt8], Opened)>) {
-            let opener = RecordOpener(keys: keys, vaultID: vaultID)
+    /// The payloads of records `0..<bounds.count - 1` in one buffer, record `i` at
+    /// `bounds[i]..<bounds[i + 1]`.
+    private static func copyPayloads(_ records: [JournalRecord], bounds: [Int]) -> [UInt8] {
+        let total = bounds[bounds.count - 1]
+        guard total > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
+            let arena = UnsafeMutableRawBufferPointer(buffer)
+            for i in 0..<(bounds.count - 1) where bounds[i + 1] > bounds[i] {
+                records[i].payload.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: arena[bounds[i]..<bounds[i + 1]]).copyMemory(from: $0)
+                }
+            }
+            initialized = total
+        }
+    }
+
+    /// Step 2 of `apply` for the records `0..<bounds.count - 1` of `arena`: sets `chains[0]` to
+    /// `start` and `chains[i + 1]` to the chain value after record `i`, and initialises
+    /// `results[i]` with record `i` opened and parsed against `chains[i]`, for every record up
+    /// to and including the first too short to hold a tag (whose open fails; no chain value
+    /// follows it). Returns how many records were opened. Pure: writes only `chains` and
+    /// `results`.
+    ///
+    /// A large batch runs on two threads with three shared counters and no lock. The first
+    /// thread to start owns the chain: it extends it a block at a time, publishing how far it
+    /// has got, then helps with the opens. The other claims blocks of records to open in order,
+    /// waiting (yielding) only until the chain has reached its block — the chain is about
+    /// twice as fast as the opens, so it waits only for the first block. Neither thread waits
+    /// for the other otherwise, so if Dispatch runs both iterations on one thread one after the
+    /// other, the first does all the work and the second finds none.
+    /// - Throws: what advancing the chain throws (nothing has been applied then).
+    private static func chainAndOpen(
+        _ arena: UnsafeRawBufferPointer, bounds: [Int], from start: ChainValue, keys: VaultKeys, vaultID: [UInt8],
+        chains: UnsafeMutablePointer<ChainValue>, into results: UnsafeMutablePointer<Opened>
+    ) throws -> Int {
+        let count = bounds.count - 1
+        chains.initialize(to: start)
+        let shared = PipelineBuffers(arena: arena, chains: chains, results: results)
+        /// Advances the chain over `range`; returns the first record too short to hold a tag, or nil.
+        @Sendable func extend(_ range: Range<Int>) throws -> Int? {
             for i in range {
-                let payload = records[i].payload.withUnsafeBytes { [UInt8]($0) }
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
+                guard sealed.count >= XChaCha20Poly1305.tagLength else { return i }
+                (shared.chains + i + 1).initialize(to: try keys.advance(shared.chains[i], tag: RecordCipher.tag(of: sealed)))
+            }
+            return nil
+        }
+        @Sendable func open(_ range: Range<Int>, _ opener: inout RecordOpener) {
+            for i in range {
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
                 let outcome: Opened
                 do {
-                    outcome = try payload.withUnsafeBytes { sealed in
-                        try opener.open(sealed, chain: chains[i]) { plaintext in
-                            VaultRecordBody.indexed(plaintext).map { .body($0) } ?? .invalidLayout
-                        }
+                    outcome = try opener.open(sealed, chain: shared.chains[i]) { plaintext in
+                        VaultRecordBody.indexed(plaintext).map { .body($0) } ?? .invalidLayout
                     }
                 } catch {
                     outcome = .failed(error)
                 }
-                (results + i).initialize(to: (payload, outcome))
+                (shared.results + i).initialize(to: outcome)
             }
         }
-        return [([UInt8], Opened)](unsafeUninitializedCapacity: count) { buffer, initialized in
-            guard let base = buffer.baseAddress else { return }
-            if count < parallelOpenThreshold {
-                open(0..<count, into: base)
-            } else {
-                // Two halves, each written by one thread into its own part of `buffer`.
-                let results = UncheckedPointer(base)
-                DispatchQueue.concurrentPerform(iterations: 2) { part in
-                    open(part == 0 ? 0..<(count / 2) : (count / 2)..<count, into: results.pointer)
+        if count < parallelOpenThreshold {
+            let reached = try extend(0..<count).map { $0 + 1 } ?? count
+            var opener = RecordOpener(keys: keys, vaultID: vaultID)
+            open(0..<reached, &opener)
+            return reached
+        }
+        let pipeline = Pipeline()
+        DispatchQueue.concurrentPerform(iterations: 2) { _ in
+            var opener = RecordOpener(keys: keys, vaultID: vaultID)
+            if pipeline.owner.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
+                // The chain, a block at a time, published after each block.
+                var done = 0
+                while done < count {
+                    let end = min(count, done + pipelineBlock)
+                    do {
+                        if let short = try extend(done..<end) {
+                            pipeline.ready.store(short + 1, ordering: .releasing)  // chains[0...short]
+                            break
+                        }
+                    } catch {
+                        pipeline.failure.withLock { $0 = error }
+                        pipeline.ready.store(done + 1, ordering: .releasing)
+                        break
+                    }
+                    done = end
+                    pipeline.ready.store(done + 1, ordering: .releasing)
                 }
+                pipeline.finished.store(true, ordering: .releasing)
             }
-            initialized = count
+            // The opens, a claimed block at a time, each once the chain has reached it.
+            while true {
+                let first = pipeline.claim.wrappingAdd(pipelineBlock, ordering: .relaxed).oldValue
+                guard first < count else { return }
+                var end = min(count, first + pipelineBlock)
+                while pipeline.ready.load(ordering: .acquiring) < end {  // chains[0..<end] needed
+                    if pipeline.finished.load(ordering: .acquiring) {
+                        end = min(end, pipeline.ready.load(ordering: .acquiring))
+                        break
+                    }
+                    sched_yield()
+                }
+                guard first < end else { return }
+                open(first..<end, &opener)
+            }
         }
+        // Every record the chain reached was opened: 0..<reached.
+        let reached = min(count, pipeline.ready.load(ordering: .acquiring))
+        if let failure = pipeline.failure.withLock({ $0 }) {
+            results.deinitialize(count: reached)  // the caller destroys only what is returned
+            throw failure
+        }
+        return reached
     }
 
     /// Records a sealed body in the index and advances the chain past it.
     private mutating func index(_ body: IndexedBody, payload: [UInt8]) throws {
         let after = try keys.advance(chain, over: payload)
-        index(body, payload: payload, chainBefore: chain, chainAfter: after)
+        index(body, payload: payload[...], chainBefore: chain, chainAfter: after)
     }
 
     private mutating func index(
-        _ body: IndexedBody, payload: [UInt8], chainBefore: ChainValue, chainAfter: ChainValue
+        _ body: IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue
     ) {
         let size = payload.count + Journal.frameHeaderSize
         switch body {
@@ -842,49 +990,72 @@ struct Session: Sendable {
     }
 
     /// Seals and appends `changes` as one commit; returns how many changed something.
-    mutating func commit(_ changes: [VaultChange]) throws -> Int {
-        var bodies: [VaultRecordBody] = []
-        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
-        var overlay: [ItemKey: VaultItem?] = [:]
-        func current(_ key: ItemKey) -> VaultItem? { overlay[key] ?? entries[key]?.item }
+    ///
+    /// All or nothing: every record is sealed (against the chain as it will be when it lands)
+    /// before anything in `self` changes, and the index and chain are updated only after the
+    /// append succeeded. Each record costs one allocation, its payload: the plaintext is encoded
+    /// into a wiped temporary buffer, the associated data is built on the stack, and the nonce,
+    /// ciphertext and tag are written straight into the payload the journal appends.
+    mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+        let capacity = changes.count
+        guard capacity > 0 else { return 0 }
         // Milliseconds, as stored: the item in memory equals the item read back from the file.
         let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
-        for change in changes {
-            switch change {
-            case .set(let service, let account, let secret, let label, let comment):
+        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
+        // A single change needs none (an empty dictionary allocates nothing).
+        let batch = capacity > 1
+        var overlay: [ItemKey: VaultItem?] = [:]
+        var payloads: [[UInt8]] = []
+        payloads.reserveCapacity(capacity)
+        return try withUnsafeTemporaryAllocation(of: Sealed.self, capacity: capacity) { sealed in
+            let base = sealed.baseAddress!
+            var count = 0
+            defer { base.deinitialize(count: count) }
+            var chain = self.chain
+            for change in changes {
+                let (service, account) = change.identity
                 let key = ItemKey(service: service, account: account)
-                let old = current(key)
-                let item = VaultItem(
-                    service: service, account: account, label: label ?? old?.label ?? "",
-                    comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
-                bodies.append(.put(item, secret: secret))
-                overlay[key] = .some(item)
-            case .remove(let service, let account):
-                let key = ItemKey(service: service, account: account)
-                if current(key) != nil {
-                    bodies.append(.delete(service: service, account: account))
-                    overlay[key] = .some(nil)
+                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
+                let body: IndexedBody
+                let payload: [UInt8]
+                if let (label, comment) = change.attributes {
+                    let item = VaultItem(
+                        service: service, account: account, label: label ?? old?.label ?? "",
+                        comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
+                    payload = try change.withSecret { secret in
+                        try RecordCipher.sealPut(item, secret: secret, keys: keys, vaultID: header.vaultID, chain: chain)
+                    }
+                    body = .put(item)
+                    if batch { overlay[key] = .some(item) }
+                } else {
+                    guard old != nil else { continue }
+                    payload = try RecordCipher.sealDelete(
+                        service: service, account: account, keys: keys, vaultID: header.vaultID, chain: chain)
+                    body = .delete(service: service, account: account)
+                    if batch { overlay[key] = .some(nil) }
                 }
+                let after = try keys.advance(chain, over: payload)
+                (base + count).initialize(to: Sealed(body: body, chainBefore: chain, chainAfter: after))
+                count += 1
+                payloads.append(payload)
+                chain = after
             }
+            guard count > 0 else { return 0 }
+            try journal.append(payloads)
+            for i in 0..<count {
+                index(
+                    base[i].body, payload: payloads[i][...], chainBefore: base[i].chainBefore,
+                    chainAfter: base[i].chainAfter)
+            }
+            return count
         }
-        guard !bodies.isEmpty else { return 0 }
-        // Seal against the chain as it will be when each record lands; change nothing in `self`
-        // until the append has succeeded.
-        var chain = self.chain
-        var sealed: [(body: IndexedBody, payload: [UInt8], chainBefore: ChainValue, chainAfter: ChainValue)] = []
-        for body in bodies {
-            var plaintext = body.encoded()
-            defer { wipe(&plaintext) }
-            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: chain)
-            let after = try keys.advance(chain, over: payload)
-            sealed.append((body.indexed, payload, chain, after))
-            chain = after
-        }
-        try journal.append(sealed.map(\.payload))
-        for record in sealed {
-            index(record.body, payload: record.payload, chainBefore: record.chainBefore, chainAfter: record.chainAfter)
-        }
-        return bodies.count
+    }
+
+    /// A record of a commit, sealed but not yet appended.
+    private struct Sealed {
+        var body: IndexedBody
+        var chainBefore: ChainValue
+        var chainAfter: ChainValue
     }
 
     mutating func compactIfWorthIt() throws {
@@ -921,11 +1092,27 @@ struct Session: Sendable {
     }
 }
 
-/// A pointer handed to the threads of `Session.openAll`, each of which writes only its own
-/// disjoint range of it.
-private struct UncheckedPointer<T>: @unchecked Sendable {
-    let pointer: UnsafeMutablePointer<T>
-    init(_ pointer: UnsafeMutablePointer<T>) { self.pointer = pointer }
+/// The buffers handed to the threads of `Session.chainAndOpen`. Both read the payloads; only the
+/// chain's owner writes `chains`, and the other reads only the values published before it
+/// (`Pipeline.ready`); each writes only the results of the blocks it claimed.
+private struct PipelineBuffers<T>: @unchecked Sendable {
+    let arena: UnsafeRawBufferPointer
+    let chains: UnsafeMutablePointer<ChainValue>
+    let results: UnsafeMutablePointer<T>
+}
+
+/// The counters the two threads of `Session.chainAndOpen` share.
+private final class Pipeline: Sendable {
+    /// Whether a thread has taken the chain.
+    let owner = Atomic<Bool>(false)
+    /// How many chain values are published: `chains[0..<ready]` (release/acquire).
+    let ready = Atomic<Int>(1)
+    /// Set once the chain is complete, stopped at a short record, or failed: `ready` is final.
+    let finished = Atomic<Bool>(false)
+    /// The first record of the next block to open.
+    let claim = Atomic<Int>(0)
+    /// What advancing the chain threw.
+    let failure = Locked<(any Error)?>(nil)
 }
 
 /// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the

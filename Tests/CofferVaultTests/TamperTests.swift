@@ -261,6 +261,34 @@ struct VaultSalvageTests {
         #expect(try vault.string(service: "svc", account: "a\(count - 1)") == "s\(count - 1)")
     }
 
+    /// A record too short to hold a tag, deep in a batch opened on two threads (so the chain
+    /// stops there while the other thread opens): strict open names it, and nothing after it
+    /// is opened or applied.
+    @Test(arguments: [0, 1, Session.pipelineBlock - 1, Session.pipelineBlock + 5])
+    func aShortRecordInALargeBatchIsReportedAtItsOffset(after extra: Int) throws {
+        let dir = try Scratch("short-large")
+        let url = dir.file("v")
+        let count = Session.parallelOpenThreshold + 3 * Session.pipelineBlock + extra
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF, durability: .coalesced)
+            try vault.apply(
+                (0..<count).map { .set(service: "svc", account: "a\($0)", secret: [1], label: nil, comment: nil) })
+            vault.lock()
+        }
+        // Behind the vault's back: a 3-byte record, then 300 records of noise.
+        let options = JournalOptions(
+            application: Vault.application, headerAreaSize: VaultHeader.areaSize, durability: .immediate, lockTimeout: 10)
+        let (journal, _) = try Journal.open(
+            path: url.path, options: options, fileSystem: LiveFileSystem(), create: .openExisting)
+        let offsets = try journal.withWriteLock { _ in
+            try journal.append([[1, 2, 3]] + (0..<300).map { _ in SecureRandom.bytes(count: 100) })
+        }
+        try journal.close()
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        #expect(error?.offset == offsets[0])
+        #expect(error?.message.contains("too short") == true)
+    }
+
     @Test func aDamagedFrameKeepsEveryEarlierRecord() throws {
         let dir = try Scratch("salvage-frame")
         let url = dir.file("v")

@@ -86,28 +86,90 @@ enum RecordCipher {
     static let adPrefix: [UInt8] = Array("CFVrec1".utf8) + [0]
     static let overhead = XChaCha20Poly1305.nonceLength + XChaCha20Poly1305.tagLength
 
-    static func associatedData(vaultID: [UInt8], chain: ChainValue) -> [UInt8] {
-        adPrefix + vaultID + chain.withUnsafeBytes { Array($0) }
+    /// The length of the associated data: prefix (8) ‖ vault id ‖ chain value (32).
+    static func associatedDataLength(vaultID: [UInt8]) -> Int { adPrefix.count + vaultID.count + ChainValue.count }
+
+    /// Calls `body` with the associated data for a record sealed against `chain`, built on the
+    /// stack (it is not secret, and allocates nothing).
+    static func withAssociatedData<R>(
+        vaultID: [UInt8], chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) rethrows -> R {
+        try withUnsafeTemporaryAllocation(byteCount: associatedDataLength(vaultID: vaultID), alignment: 8) { ad in
+            adPrefix.withUnsafeBytes { ad.copyMemory(from: $0) }
+            vaultID.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: ad[adPrefix.count...]).copyMemory(from: $0)
+            }
+            chain.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: ad[(adPrefix.count + vaultID.count)...]).copyMemory(from: $0)
+            }
+            return try body(UnsafeRawBufferPointer(ad))
+        }
     }
 
     static func seal(_ body: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
-        let nonce = SecureRandom.bytes(count: XChaCha20Poly1305.nonceLength)
-        let ad = associatedData(vaultID: vaultID, chain: chain)
-        var payload = nonce
-        payload += try crypto {
-            try body.withUnsafeBytes { b in
-                try nonce.withUnsafeBytes { n in
-                    try ad.withUnsafeBytes { a in try XChaCha20Poly1305.seal(b, key: keys.record, nonce: n, associatedData: a) }
+        try body.withUnsafeBytes { try seal($0, keys: keys, vaultID: vaultID, chain: chain) }
+    }
+
+    /// Seals `body` with a fresh random nonce straight into the payload (nonce ‖ ciphertext ‖
+    /// tag): one allocation, the payload itself.
+    static func seal(
+        _ body: UnsafeRawBufferPointer, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue
+    ) throws -> [UInt8] {
+        let nonceLength = XChaCha20Poly1305.nonceLength
+        return try [UInt8](unsafeUninitializedCapacity: overhead + body.count) { buffer, initialized in
+            let payload = UnsafeMutableRawBufferPointer(buffer)
+            let nonce = UnsafeMutableRawBufferPointer(rebasing: payload[0..<nonceLength])
+            SecureRandom.fill(nonce)
+            try withAssociatedData(vaultID: vaultID, chain: chain) { ad in
+                try crypto {
+                    try XChaCha20Poly1305.seal(
+                        body, key: keys.record, nonce: UnsafeRawBufferPointer(nonce), associatedData: ad,
+                        into: UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength...]))
                 }
             }
+            initialized = buffer.count
         }
-        return payload
+    }
+
+    /// Seals a body of `length` bytes that `encode` writes: the plaintext lives in a temporary
+    /// buffer (on the stack when small), wiped once sealed, and the payload is the only
+    /// allocation.
+    static func seal(
+        length: Int, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue,
+        encode: (UnsafeMutableRawBufferPointer) -> Void
+    ) throws -> [UInt8] {
+        try withUnsafeTemporaryAllocation(byteCount: max(length, 1), alignment: 8) { scratch in
+            let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
+            defer { zeroMemory(plaintext) }
+            encode(plaintext)
+            return try seal(UnsafeRawBufferPointer(plaintext), keys: keys, vaultID: vaultID, chain: chain)
+        }
+    }
+
+    /// Seals a `.put` body for `item` and `secret`.
+    static func sealPut(
+        _ item: VaultItem, secret: UnsafeRawBufferPointer, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue
+    ) throws -> [UInt8] {
+        try seal(
+            length: VaultRecordBody.putLength(item, secretCount: secret.count), keys: keys, vaultID: vaultID,
+            chain: chain
+        ) { VaultRecordBody.encodePut(item, secret: secret, into: $0) }
+    }
+
+    /// Seals a `.delete` body.
+    static func sealDelete(
+        service: String, account: String, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue
+    ) throws -> [UInt8] {
+        try seal(
+            length: VaultRecordBody.deleteLength(service: service, account: account), keys: keys, vaultID: vaultID,
+            chain: chain
+        ) { VaultRecordBody.encodeDelete(service: service, account: account, into: $0) }
     }
 
     /// Opens a record's payload (the caller wipes the plaintext).
     /// - Throws: ``CofferError/Code/corrupted`` when it fails to authenticate.
-    static func open(_ payload: [UInt8], keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
-        let opener = RecordOpener(keys: keys, vaultID: vaultID)
+    static func open(_ payload: ArraySlice<UInt8>, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue) throws -> [UInt8] {
+        var opener = RecordOpener(keys: keys, vaultID: vaultID)
         return try payload.withUnsafeBytes { payload in
             try opener.open(payload, chain: chain) { Array($0) }
         }
@@ -128,8 +190,9 @@ enum RecordCipher {
 
 /// Opens records one after another without allocating per record: the associated data is
 /// built once (only its chain value changes) and every plaintext is decrypted into one scratch
-/// buffer, which is wiped after each record and again before it is freed.
-final class RecordOpener {
+/// buffer, which is wiped after each record and again before it is freed. A noncopyable
+/// struct, not a class: a class's `var scratch` costs a dynamic exclusivity check per access.
+struct RecordOpener: ~Copyable {
     private let keys: VaultKeys
     /// "CFVrec1\0" ‖ vault id ‖ chain value.
     private let associatedData: UnsafeMutableRawBufferPointer
@@ -161,8 +224,9 @@ final class RecordOpener {
     /// buffer escape `body`.
     /// - Throws: ``CofferError/Code/corrupted`` when it is too short or fails to authenticate;
     ///   whatever `body` throws.
-    func open<R>(_ payload: UnsafeRawBufferPointer, chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R)
-        throws -> R
+    mutating func open<R>(
+        _ payload: UnsafeRawBufferPointer, chain: ChainValue, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R
     {
         guard payload.count > RecordCipher.overhead else {
             throw CofferError(.corrupted, "a vault record is too short to be sealed")

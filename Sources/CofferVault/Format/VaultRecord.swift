@@ -33,28 +33,91 @@ package enum VaultRecordBody: Equatable {
         }
     }
 
+    /// The body's bytes, in one allocation of the exact size.
     func encoded() -> [UInt8] {
-        var bytes: [UInt8] = []
-        func field(_ value: [UInt8]) {
-            appendLE(UInt32(value.count), to: &bytes)
-            bytes += value
-        }
         switch self {
         case .put(let item, let secret):
-            bytes.append(1)
-            field(Array(item.service.utf8))
-            field(Array(item.account.utf8))
-            field(Array(item.label.utf8))
-            field(Array(item.comment.utf8))
-            appendLE(Int64((item.created.timeIntervalSince1970 * 1000).rounded()), to: &bytes)
-            appendLE(Int64((item.modified.timeIntervalSince1970 * 1000).rounded()), to: &bytes)
-            field(secret)
+            return secret.withUnsafeBytes { secret in
+                let count = Self.putLength(item, secretCount: secret.count)
+                return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+                    Self.encodePut(item, secret: secret, into: UnsafeMutableRawBufferPointer(buffer))
+                    initialized = count
+                }
+            }
         case .delete(let service, let account):
-            bytes.append(2)
-            field(Array(service.utf8))
-            field(Array(account.utf8))
+            let count = Self.deleteLength(service: service, account: account)
+            return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+                Self.encodeDelete(service: service, account: account, into: UnsafeMutableRawBufferPointer(buffer))
+                initialized = count
+            }
         }
-        return bytes
+    }
+
+    /// The length of a `.put` body: kind (1), four length-prefixed texts, two dates (8 each),
+    /// the length-prefixed secret.
+    static func putLength(_ item: VaultItem, secretCount: Int) -> Int {
+        1 + 5 * 4 + 2 * 8 + item.service.utf8.count + item.account.utf8.count + item.label.utf8.count
+            + item.comment.utf8.count + secretCount
+    }
+
+    /// The length of a `.delete` body: kind (1), two length-prefixed texts.
+    static func deleteLength(service: String, account: String) -> Int {
+        1 + 2 * 4 + service.utf8.count + account.utf8.count
+    }
+
+    /// Writes a `.put` body into `output`, exactly ``putLength(_:secretCount:)`` bytes.
+    static func encodePut(_ item: VaultItem, secret: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) {
+        var writer = BodyWriter(output)
+        writer.byte(1)
+        writer.text(item.service)
+        writer.text(item.account)
+        writer.text(item.label)
+        writer.text(item.comment)
+        writer.int64(Int64((item.created.timeIntervalSince1970 * 1000).rounded()))
+        writer.int64(Int64((item.modified.timeIntervalSince1970 * 1000).rounded()))
+        writer.field(secret)
+        precondition(writer.offset == output.count, "a vault record body's length was miscounted")
+    }
+
+    /// Writes a `.delete` body into `output`, exactly ``deleteLength(service:account:)`` bytes.
+    static func encodeDelete(service: String, account: String, into output: UnsafeMutableRawBufferPointer) {
+        var writer = BodyWriter(output)
+        writer.byte(2)
+        writer.text(service)
+        writer.text(account)
+        precondition(writer.offset == output.count, "a vault record body's length was miscounted")
+    }
+
+    /// Writes a body's fields one after another into a buffer of the exact size.
+    private struct BodyWriter {
+        let output: UnsafeMutableRawBufferPointer
+        var offset = 0
+
+        init(_ output: UnsafeMutableRawBufferPointer) { self.output = output }
+
+        mutating func byte(_ value: UInt8) {
+            output[offset] = value
+            offset += 1
+        }
+
+        mutating func int64(_ value: Int64) {
+            output.storeBytes(of: value.littleEndian, toByteOffset: offset, as: Int64.self)
+            offset += 8
+        }
+
+        mutating func field(_ bytes: UnsafeRawBufferPointer) {
+            output.storeBytes(of: UInt32(bytes.count).littleEndian, toByteOffset: offset, as: UInt32.self)
+            offset += 4
+            if !bytes.isEmpty {
+                UnsafeMutableRawBufferPointer(rebasing: output[offset..<(offset + bytes.count)]).copyMemory(from: bytes)
+            }
+            offset += bytes.count
+        }
+
+        mutating func text(_ string: String) {
+            var string = string
+            string.withUTF8 { field(UnsafeRawBufferPointer($0)) }
+        }
     }
 
     /// Parses a record body, or `nil` when its layout is invalid.
@@ -102,25 +165,15 @@ package enum VaultRecordBody: Equatable {
         var secret = 0..<0
 
         init?(_ bytes: UnsafeRawBufferPointer) {
-            var offset = 1
-            func field() -> Range<Int>? {
-                guard bytes.count - offset >= 4 else { return nil }
-                let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
-                offset += 4
-                guard length <= bytes.count - offset else { return nil }
-                defer { offset += length }
-                return offset..<(offset + length)
-            }
-            func int64() -> Int64? {
-                guard bytes.count - offset >= 8 else { return nil }
-                defer { offset += 8 }
-                return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
-            }
+            // A cursor value rather than nested functions capturing a local `var`: those get a
+            // dynamic exclusivity check on every call, which showed in the open profile.
+            var cursor = Cursor(bytes: bytes, offset: 1)
             guard let first = bytes.first else { return nil }
             switch first {
             case 1:
-                guard let service = field(), let account = field(), let label = field(), let comment = field(),
-                    let created = int64(), let modified = int64(), let secret = field(), offset == bytes.count
+                guard let service = cursor.field(), let account = cursor.field(), let label = cursor.field(),
+                    let comment = cursor.field(), let created = cursor.int64(), let modified = cursor.int64(),
+                    let secret = cursor.field(), cursor.offset == bytes.count
                 else { return nil }
                 self.kind = .put
                 self.service = service
@@ -131,12 +184,35 @@ package enum VaultRecordBody: Equatable {
                 self.modified = modified
                 self.secret = secret
             case 2:
-                guard let service = field(), let account = field(), offset == bytes.count else { return nil }
+                guard let service = cursor.field(), let account = cursor.field(), cursor.offset == bytes.count else {
+                    return nil
+                }
                 self.kind = .delete
                 self.service = service
                 self.account = account
             default:
                 return nil
+            }
+        }
+
+        /// Reads length-prefixed fields and integers, checking every length against the end.
+        private struct Cursor {
+            let bytes: UnsafeRawBufferPointer
+            var offset: Int
+
+            mutating func field() -> Range<Int>? {
+                guard bytes.count - offset >= 4 else { return nil }
+                let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                offset += 4
+                guard length <= bytes.count - offset else { return nil }
+                defer { offset += length }
+                return offset..<(offset + length)
+            }
+
+            mutating func int64() -> Int64? {
+                guard bytes.count - offset >= 8 else { return nil }
+                defer { offset += 8 }
+                return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
             }
         }
 

@@ -1,0 +1,161 @@
+import CofferCore
+import CofferCrypto
+import CofferTesting
+@testable import CofferVault
+import Foundation
+import Testing
+
+/// The write path: every way of storing a secret, a failed append, and the bytes it writes.
+@Suite("Vault write path")
+struct VaultWritePathTests {
+    static let url = URL(fileURLWithPath: "/v/vault")
+
+    /// Items and secrets as the vault sees them (this instance, or a fresh open).
+    static func contents(_ vault: Vault) throws -> [String: [UInt8]] {
+        var contents: [String: [UInt8]] = [:]
+        for item in try vault.items() {
+            contents["\(item.service)/\(item.account)/\(item.label)/\(item.comment)"] =
+                Array(try vault.data(service: item.service, account: item.account) ?? Data())
+        }
+        return contents
+    }
+
+    /// A failed append (EIO, or a short write) changes nothing in memory: the same instance
+    /// reads what it read before, and its next write seals against the chain the file holds,
+    /// so a fresh open authenticates every record.
+    @Test(arguments: [
+        InMemoryFileSystem.Fault.fail(.pwrite, errno: 5, where: { $0 == "/v/vault" }),
+        InMemoryFileSystem.Fault.shortWrite(occurrence: 1, bytes: 12, where: { $0 == "/v/vault" }),
+    ])
+    func aFailedAppendLeavesTheSessionAsItWas(fault: InMemoryFileSystem.Fault) throws {
+        let fs = InMemoryFileSystem()
+        try fs.createDirectory(atPath: "/v")
+        let vault = try Vault.create(
+            at: Self.url, unlock: .passphrase("p"), kdf: fastKDF, durability: .coalesced, fileSystem: fs)
+        try vault.set("one", service: "s", account: "a", label: "A", comment: "first")
+        try vault.set("two", service: "s", account: "b")
+        let before = try Self.contents(vault)
+        let info = try vault.info()
+        fs.inject(fault)
+        #expect(throws: CofferError.self) { try vault.set("changed", service: "s", account: "a") }
+        fs.removeAllFaults()
+        fs.inject(fault)
+        #expect(throws: CofferError.self) {
+            try vault.apply([
+                .set(service: "s", account: "c", secret: Array("new".utf8), label: "C", comment: nil),
+                .remove(service: "s", account: "b"),
+                .set(service: "s", account: "a", secret: Array("again".utf8), label: nil, comment: nil),
+            ])
+        }
+        fs.removeAllFaults()
+        fs.inject(fault)
+        #expect(throws: CofferError.self) {
+            try vault.update(service: "s", account: "a") { (_: Data?) in Data("updated".utf8) }
+        }
+        fs.removeAllFaults()
+        #expect(try Self.contents(vault) == before)
+        let after = try vault.info()
+        #expect(after.itemCount == info.itemCount && after.recordCount == info.recordCount)
+        // The next writes land and authenticate, here and in a fresh open.
+        try vault.set("three", service: "s", account: "a")
+        try vault.apply([.remove(service: "s", account: "b"), .set(service: "s", account: "d", secret: [1, 2], label: nil, comment: nil)])
+        let expected = try Self.contents(vault)
+        #expect(expected["s/a/A/first"] == Array("three".utf8))
+        #expect(expected.count == 2)
+        try vault.flush()
+        #expect(try vault.verify().items == 2)
+        let reopened = try Vault.open(at: Self.url, unlock: .passphrase("p"), fileSystem: fs)
+        #expect(try Self.contents(reopened) == expected)
+    }
+
+    /// `set` from `Data`, `String` and `SecureBytes`, a batch with a removal and an overwrite,
+    /// and an update all store the same bytes as the body encoding and round-trip.
+    @Test func everySetFormRoundTrips() throws {
+        let fs = InMemoryFileSystem()
+        try fs.createDirectory(atPath: "/v")
+        let vault = try Vault.create(at: Self.url, unlock: .passphrase("p"), kdf: fastKDF, fileSystem: fs)
+        let large = Data((0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try vault.set(large, service: "data", account: "large", label: "L", comment: "big")
+        try vault.set(Data(), service: "data", account: "empty")
+        try vault.set("naïve ✓", service: "string", account: "unicode", label: "ünï", comment: "ç")
+        try vault.set(try SecureBytes(copying: [9, 8, 7]), service: "secure", account: "bytes")
+        try vault.apply([
+            .set(service: "batch", account: "x", secret: [1], label: "first", comment: nil),
+            .set(service: "batch", account: "x", secret: [2], label: nil, comment: "kept label"),
+            .set(service: "batch", account: "y", secret: [3], label: nil, comment: nil),
+            .remove(service: "batch", account: "y"),
+            .remove(service: "batch", account: "never"),
+        ])
+        try vault.update(service: "data", account: "empty") { (old: Data?) in
+            #expect(old == Data())
+            return Data("filled".utf8)
+        }
+        let expected: [String: [UInt8]] = [
+            "data/large/L/big": Array(large),
+            "data/empty//": Array("filled".utf8),
+            "string/unicode/ünï/ç": Array("naïve ✓".utf8),
+            "secure/bytes//": [9, 8, 7],
+            "batch/x/first/kept label": [2],
+        ]
+        #expect(try Self.contents(vault) == expected)
+        let reopened = try Vault.open(at: Self.url, unlock: .passphrase("p"), fileSystem: fs)
+        #expect(try Self.contents(reopened) == expected)
+        #expect(try reopened.info().recordCount == 9)  // 4 sets, 4 of the batch (its removal of "never" writes nothing), the update
+    }
+
+    /// The exact-size body encoding gives the documented layout (docs/FORMAT.md), and decodes.
+    @Test func bodyEncodingIsTheDocumentedLayout() throws {
+        let item = VaultItem(
+            service: "sv", account: "ac", label: "", comment: "ç", created: Date(timeIntervalSince1970: 1.5),
+            modified: Date(timeIntervalSince1970: 2))
+        let put = VaultRecordBody.put(item, secret: [0xAA, 0xBB])
+        var expected: [UInt8] = [1]
+        for field in [Array("sv".utf8), Array("ac".utf8), [], Array("ç".utf8)] {
+            expected += withUnsafeBytes(of: UInt32(field.count).littleEndian, Array.init) + field
+        }
+        expected += withUnsafeBytes(of: Int64(1500).littleEndian, Array.init)
+        expected += withUnsafeBytes(of: Int64(2000).littleEndian, Array.init)
+        expected += withUnsafeBytes(of: UInt32(2).littleEndian, Array.init) + [0xAA, 0xBB]
+        #expect(put.encoded() == expected)
+        #expect(VaultRecordBody.decode(put.encoded()) == put)
+        let delete = VaultRecordBody.delete(service: "sv", account: "")
+        #expect(delete.encoded() == [2, 2, 0, 0, 0] + Array("sv".utf8) + [0, 0, 0, 0])
+        #expect(VaultRecordBody.decode(delete.encoded()) == delete)
+    }
+
+    /// A vault written by this code reads the same in the independent reader (Tools/vault-reader.py,
+    /// written from docs/FORMAT.md alone), when Python with PyNaCl is available.
+    @Test func independentReaderReadsWhatIsWritten() throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
+        guard FileManager.default.fileExists(atPath: script.path) else { return }
+        let dir = try Scratch("reader")
+        let url = dir.file("v")
+        let keyBytes = (0..<32).map { UInt8($0) }
+        let vault = try Vault.create(at: url, unlock: .key(try SecureBytes(copying: keyBytes)), durability: .coalesced)
+        try vault.set("s1", service: "svc", account: "a", label: "La")
+        try vault.set(Data([0, 1, 2]), service: "svc", account: "b")
+        try vault.set(try SecureBytes(copying: [7]), service: "svc", account: "c")
+        try vault.apply([
+            .set(service: "svc", account: "a", secret: Array("s2".utf8), label: nil, comment: "x"),
+            .remove(service: "svc", account: "b"),
+        ])
+        try vault.flush()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            "python3", script.path, url.path, "--key-hex", keyBytes.map { String(format: "%02x", $0) }.joined(),
+            "--show-secrets",
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = Pipe()
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if process.terminationStatus == 77 { return }
+        #expect(process.terminationStatus == 0)
+        let lines = Set(text.split(separator: "\n").map(String.init))
+        #expect(lines == ["svc\ta\tLa\t" + "7332", "svc\tc\t\t07"])
+    }
+}

@@ -144,10 +144,18 @@ public final class FileLock: Sendable {
 
     /// Maps the lock file's first `length` bytes shared with every process that maps them,
     /// growing the file to `length` first (it never shrinks). Call holding the lock.
+    ///
+    /// The file grows by *writing* zeros, not by `ftruncate`: a hole would be allocated at the
+    /// first store into the mapping, and on a full disk that store would kill the process with
+    /// `SIGBUS`; a written block fails here, with `ENOSPC`.
     /// - Returns: `nil` when the file system cannot map files (see ``FileSystem/mapShared(_:length:path:)``).
     public func mapShared(length: Int) throws -> (any SharedMapping)? {
         do {
-            if try fileSystem.fstat(fd).size < Int64(length) { try fileSystem.ftruncate(fd, size: Int64(length)) }
+            let size = Int(try fileSystem.fstat(fd).size)
+            if size < length {
+                let zeros = [UInt8](repeating: 0, count: length - size)
+                try zeros.withUnsafeBytes { try fileSystem.writeAll(fd, $0, at: Int64(size), path: path) }
+            }
             return try fileSystem.mapShared(fd, length: length, path: path)
         } catch var error as CofferError {
             if error.path == nil { error.path = path }

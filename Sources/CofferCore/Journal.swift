@@ -288,7 +288,9 @@ public final class Journal: @unchecked Sendable {
     public func refresh() throws -> JournalChanges {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
-        if let control, let known = knownGeneration, control.trustedGeneration == known, identityIsFresh {
+        if let control, let known = knownGeneration, control.trustedGeneration == known, control.describes(identity),
+            identityIsFresh
+        {
             // The same file as when this process last looked: at most appends to read.
             if control.dataEnd == dataEnd { return JournalChanges(reset: false, records: []) }
             return JournalChanges(reset: false, records: try readForward(repair: false))
@@ -324,10 +326,12 @@ public final class Journal: @unchecked Sendable {
         return try lock.withLock(timeout: options.lockTimeout) {
             try wipePending()
             let changes: JournalChanges
-            if let control, let known = knownGeneration, control.trustedGeneration == known, identityIsFresh {
+            if let control, let known = knownGeneration, control.trustedGeneration == known,
+                control.describes(identity), identityIsFresh
+            {
                 // Still the same file. Unless someone committed or died mid-append since this
                 // process last looked, there is nothing to read, stat or judge.
-                if control.isUnchanged(since: known, dataEnd: dataEnd) {
+                if control.isUnchanged(since: known, dataEnd: dataEnd, file: identity) {
                     return try body(JournalChanges(reset: false, records: []))
                 }
                 changes = JournalChanges(reset: false, records: try readForward(repair: true))
@@ -545,14 +549,25 @@ public final class Journal: @unchecked Sendable {
         guard let current = try fs.stat(path) else {
             throw CofferError(.notFound, "the store file was removed while it was open", path: path, errno: ENOENT_)
         }
-        identityCheckedAt = .now
-        if current.inode == identity.inode && current.device == identity.device { return nil }
+        if current.inode == identity.inode && current.device == identity.device {
+            identityCheckedAt = .now
+            return nil
+        }
         let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
-        fs.close(fd)
+        // Switch to the new file only once it has been read whole: a failure leaves this
+        // journal on the old file with its old view, to be retried by the next call.
+        let saved = (fd, identity, headerArea, coalescedWriters, dataEnd, allocatedSize)
         fd = newFD
-        identity = try fs.fstat(fd)
-        let records = try readAllLocked()
-        return JournalChanges(reset: true, records: records)
+        do {
+            let records = try readAllLocked()
+            fs.close(saved.0)
+            identityCheckedAt = .now
+            return JournalChanges(reset: true, records: records)
+        } catch {
+            fs.close(newFD)
+            (fd, identity, headerArea, coalescedWriters, dataEnd, allocatedSize) = saved
+            throw error
+        }
     }
 
     /// Rereads the whole current file: header area and every committed record.
@@ -579,9 +594,12 @@ public final class Journal: @unchecked Sendable {
 
     /// Reads committed frames from `dataEnd` on. With `repair` (write lock held) an invalid frame
     /// is judged: a torn tail is wiped; damage followed by intact records throws.
+    /// `dataEnd` moves only when this returns: after a failure the commits read so far are
+    /// read again by the next call (the caller never saw them).
     private func readForward(repair: Bool) throws -> [JournalRecord] {
         var records: [JournalRecord] = []
         var group: [JournalRecord] = []
+        var end = dataEnd  // just past the last whole commit read
         var offset = dataEnd
         var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
         while true {
@@ -591,7 +609,8 @@ public final class Journal: @unchecked Sendable {
             guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload),
                 frame.continues != group.isEmpty
             else {
-                try judgeTail(repair: repair)
+                try judgeTail(from: end, repair: repair)
+                dataEnd = end
                 return records
             }
             var payload = Data(count: frame.length)
@@ -600,7 +619,8 @@ public final class Journal: @unchecked Sendable {
             }
             let crcOK = got == frame.length && payload.withUnsafeBytes { CRC32C.checksum($0) } == frame.payloadCRC
             guard crcOK else {
-                try judgeTail(repair: repair)
+                try judgeTail(from: end, repair: repair)
+                dataEnd = end
                 return records
             }
             group.append(JournalRecord(offset: offset, payload: payload))
@@ -608,22 +628,23 @@ public final class Journal: @unchecked Sendable {
             if !frame.continued {
                 records += group
                 group.removeAll()
-                dataEnd = offset
+                end = offset
             }
         }
+        dataEnd = end
         return records
     }
 
-    /// Decides what an invalid frame at `dataEnd` is. Without the lock it may be a write in
+    /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the lock it may be a write in
     /// progress, so nothing is concluded. With it, the rest of the file is scanned.
-    private func judgeTail(repair: Bool) throws {
+    private func judgeTail(from start: Int64, repair: Bool) throws {
         guard repair else { return }
         let size = try fs.fstat(fd).size
         allocatedSize = size
-        let length = Int(size - dataEnd)
+        let length = Int(size - start)
         guard length > 0 else { return }
         var bytes = [UInt8](repeating: 0, count: length)
-        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: dataEnd) }
+        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: start) }
         bytes.removeSubrange(n...)
         let scan = bytes.withUnsafeBytes {
             Journal.scanFrames(
@@ -631,12 +652,12 @@ public final class Journal: @unchecked Sendable {
         }
         if let damaged = scan.damage.first {
             throw CofferError(
-                .corrupted, "record at byte \(dataEnd + Int64(damaged)) fails its checksum; records follow it",
-                path: path, offset: dataEnd + Int64(damaged))
+                .corrupted, "record at byte \(start + Int64(damaged)) fails its checksum; records follow it",
+                path: path, offset: start + Int64(damaged))
         }
         // No intact frame follows: a crashed writer's torn tail. Wipe it.
         if scan.garbageEnd > 0 {
-            try zero(from: dataEnd, to: dataEnd + Int64(scan.garbageEnd))
+            try zero(from: start, to: start + Int64(scan.garbageEnd))
             try fs.fdatasync(fd)
         }
     }
@@ -673,7 +694,7 @@ public final class Journal: @unchecked Sendable {
         if options.exclusive {
             control?.distrust()
         } else {
-            knownGeneration = control?.settle(dataEnd: dataEnd)
+            knownGeneration = control?.settle(dataEnd: dataEnd, file: identity)
         }
     }
 

@@ -21,10 +21,12 @@ import CSharedWord
 /// | 2 | generation: odd while the page cannot be trusted (a file is being replaced, an exclusive opener holds the store, or either died doing so); even and unchanged while the journal file stays the same file |
 /// | 3 | the journal's data end after the last committed append |
 /// | 4 | 1 from just before an append's first write until the data end is stored |
+/// | 5, 6 | device and inode of the journal file the page was last settled for |
 ///
 /// The protocol, all under the store's `flock` unless noted:
-/// - A writer whose remembered generation and data end equal words 2 and 3, with word 4 clear,
-///   skips the catch-up: nobody committed, compacted or crashed mid-append since it last looked.
+/// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
+///   word 4 clear, skips the catch-up: nobody committed, compacted or crashed mid-append since
+///   it last looked, and nobody has found a different file at the path since.
 ///   Otherwise it catches up the slow way (`stat`, read forward, judge a torn tail) and then
 ///   *settles* the page: an odd generation becomes even, word 3 its data end, word 4 clear.
 /// - An append sets word 4, writes, stores the new data end in word 3 and clears word 4. A
@@ -70,15 +72,21 @@ final class JournalControl: @unchecked Sendable {
     /// The data end the last committed append stored.
     var dataEnd: Int64 { Int64(bitPattern: load(3)) }
 
-    /// Whether a writer holding the lock may skip catching up (see the type's protocol).
-    func isUnchanged(since generation: UInt64, dataEnd: Int64) -> Bool {
-        trustedGeneration == generation && load(4) == 0 && self.dataEnd == dataEnd
+    /// Whether the page was last settled for `file` (the process's open journal file). A process
+    /// that settles the page after finding another file at the path (replaced by hand, or it
+    /// opened after that) thereby tells every process still on the old file to look.
+    func describes(_ file: FileStatus) -> Bool {
+        load(5) == file.device && load(6) == file.inode
     }
 
-    /// Under the lock, after catching up with the file: makes the page trustworthy again and
-    /// returns the generation to remember. With `replaced`, the journal file was just replaced
-    /// and processes remembering the current generation must not trust it any more.
-    func settle(dataEnd: Int64, replaced: Bool = false) -> UInt64 {
+    /// Whether a writer holding the lock may skip catching up (see the type's protocol).
+    func isUnchanged(since generation: UInt64, dataEnd: Int64, file: FileStatus) -> Bool {
+        trustedGeneration == generation && load(4) == 0 && self.dataEnd == dataEnd && describes(file)
+    }
+
+    /// Under the lock, after catching up with `file`: makes the page trustworthy again and
+    /// returns the generation to remember.
+    func settle(dataEnd: Int64, file: FileStatus) -> UInt64 {
         if !isSetUp {
             store(0, 0)
             store(1, Self.version)
@@ -86,17 +94,19 @@ final class JournalControl: @unchecked Sendable {
             store(0, Self.magic)
         }
         var generation = load(2)
-        generation += generation & 1 == 1 ? 1 : (replaced ? 2 : 0)
+        if generation & 1 == 1 { generation += 1 }
         store(2, generation)
         store(3, UInt64(bitPattern: dataEnd))
         store(4, 0)
+        store(5, file.device)
+        store(6, file.inode)
         return generation
     }
 
     /// Under the lock: no process may trust the page until it is settled again (before a file
     /// is replaced, and for the life of an exclusive opener).
     func distrust() {
-        if !isSetUp { _ = settle(dataEnd: 0) }
+        if !isSetUp { _ = settle(dataEnd: 0, file: FileStatus(size: 0, device: 0, inode: 0, mode: 0, isDirectory: false)) }
         let generation = load(2)
         if generation & 1 == 0 { store(2, generation + 1) }
     }

@@ -1,3 +1,4 @@
+import CSharedWord
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -157,6 +158,15 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+        #if os(Linux)
+        // MAP_SHARED memory is kept in step only between processes of one machine: on a network
+        // or FUSE file system (NFS, SMB, 9p and virtiofs shares into VMs, …) processes on
+        // different hosts would share the flock but not the page. Every process sees the same
+        // file system type, so they all go without the page there.
+        var type: UInt64 = 0
+        if coffer_file_system_type(fd, &type) != 0 { throw CofferError.io("fstatfs", path: path, errno: errno) }
+        if Self.unsharedMappingFileSystems.contains(type) { return nil }
+        #endif
         let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
         guard let address, address != UnsafeMutableRawPointer(bitPattern: -1) else {
             // A file system that cannot map files says so for every process alike, so they all
@@ -167,6 +177,13 @@ public struct LiveFileSystem: FileSystem {
         }
         return LiveMapping(base: address, length: length)
     }
+
+    /// `statfs.f_type` of file systems whose files may be shared by several hosts: NFS, SMB/CIFS
+    /// (three), 9p, FUSE (sshfs, virtiofs, …), Ceph, AFS, Coda, GFS2, OCFS2, Lustre, VirtualBox.
+    static let unsharedMappingFileSystems: Set<UInt64> = [
+        0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0x0102_1997, 0x6573_5546, 0x00C3_6400, 0x5346_414F,
+        0x7375_7245, 0x0116_1970, 0x7461_636F, 0x0BD0_0BD0, 0x786F_4256,
+    ]
 
     private static func status(_ st: Glibc.stat) -> FileStatus {
         FileStatus(

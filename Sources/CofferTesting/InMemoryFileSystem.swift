@@ -628,8 +628,9 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Maps the file's first `length` bytes: one block of memory per file, shared by every
-    /// descriptor (every simulated process), kept through simulated crashes and power losses
-    /// (running processes keep their mappings; a power loss ends them). It starts as a copy of
+    /// descriptor (every simulated process), kept through a simulated process crash (the
+    /// kernel keeps it) and cleared by a simulated power loss (the next map starts from the
+    /// file's surviving bytes). It starts as a copy of
     /// the file's bytes and is not kept in step with ``pread(_:into:at:)`` and
     /// ``pwrite(_:_:at:)`` afterwards: Coffer only maps lock files, which it never reads or writes.
     public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
@@ -1112,6 +1113,16 @@ struct State {
             }
             node.exclusiveHolder = nil
             node.sharedHolders.removeAll()
+        }
+
+        // Shared mappings are memory: they end with the machine. The processes that held them
+        // are gone; clear the memory (they may still hold it) and let the next map start anew
+        // from the file's surviving bytes.
+        for node in nodes.values {
+            if let mapping = node.mapping {
+                mapping.base.initializeMemory(as: UInt8.self, repeating: 0, count: mapping.length)
+                node.mapping = nil
+            }
         }
 
         // 4. What survived is now the durable state.

@@ -174,4 +174,95 @@ struct JournalControlTests {
         let (_, all) = try open(path, fs)
         #expect(all == [payload(7), payload(8)])
     }
+
+    /// Review finding: when one process finds a file replaced by hand, a process still inside
+    /// its check interval must not go on appending to the old, unlinked file. The page names
+    /// the file it was settled for, so the first process to look tells the others.
+    @Test func oneProcessFindingAReplacedFileTellsTheOthers() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        var eager = shared
+        eager.identityCheckInterval = .zero  // checks the path on every call
+        let (a, _) = try open(path, fs, eager)
+        let (b, _) = try open(path, fs)  // trusts the page alone for an hour
+        _ = try append(a, 1)
+        _ = try append(b, 2)
+        func replaceByHand(with record: Int) throws {
+            let (other, _) = try open("/data/k", fs)
+            _ = try append(other, record)
+            try other.close()
+            try fs.rename("/data/k", path)
+        }
+        try replaceByHand(with: 7)
+        #expect(try append(a, 8).reset)
+        let seenByB = try append(b, 9)
+        #expect(seenByB.reset)
+        #expect(seenByB.records.map(\.payload) == [payload(7), payload(8)])
+        // The same when the first to see the new file is a process that opens it.
+        try replaceByHand(with: 10)
+        let (c, seen) = try open(path, fs)
+        #expect(seen == [payload(10)])
+        let seenByA = try append(a, 11)
+        #expect(seenByA.reset)
+        #expect(try append(b, 12).records.map(\.payload) == [payload(10), payload(11)])
+        try c.close()
+        let (_, all) = try open(path, fs)
+        #expect(all == [10, 11, 12].map(payload))
+    }
+
+    /// Review finding: growing the lock file with `ftruncate` left a hole that a store into the
+    /// mapping would allocate — `SIGBUS` on a full disk. It is grown by writing, so a full disk
+    /// is an `ENOSPC` error from `open`.
+    @Test func aFullDiskFailsTheOpenInsteadOfFaultingInThePage() throws {
+        let fs = try memoryFS()
+        fs.inject(.fail(.pwrite, errno: 28, where: { $0.hasSuffix(".lock") }))
+        do {
+            _ = try open("/data/j", fs)
+            Issue.record("open succeeded without room for the lock file's page")
+        } catch let error as CofferError {
+            #expect(error.errno == 28)
+        }
+        fs.removeAllFaults()
+        let (journal, _) = try open("/data/j", fs)
+        _ = try append(journal, 1)
+        #expect(fs.contents(atPath: "/data/j.lock")?.count == JournalControl.length)
+    }
+
+    /// Review finding: a read failing part-way through catching up must not move the journal's
+    /// end past commits its caller never received (the page would then hide them for good).
+    @Test func aFailedCatchUpIsRetriedFromWhereItStarted() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        _ = try append(a, 1)
+        _ = try append(a, 2)
+        fs.inject(.fail(.pread, occurrence: 3, errno: 5, where: { $0 == path }))  // commit 2's header
+        #expect(throws: CofferError.self) { _ = try append(b, 3) }
+        fs.removeAllFaults()
+        #expect(try append(b, 3).records.map(\.payload) == [payload(1), payload(2)])
+        let (_, all) = try open(path, fs)
+        #expect(all == (1...3).map(payload))
+    }
+
+    /// Review finding: a failure while rereading a compacted file must leave the journal on the
+    /// old file with its old view, so that the next call switches again instead of reading the
+    /// new file from the old file's end.
+    @Test func aFailedSwitchToACompactedFileIsRetried() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        for i in 1...5 { _ = try append(a, i) }
+        #expect(try b.refresh().records.count == 5)
+        try a.withWriteLock { _ in try a.rewrite(payloads: [payload(9)]) }
+        fs.inject(.fail(.pread, occurrence: 1, errno: 5, where: { $0 == path }))
+        #expect(throws: CofferError.self) { _ = try append(b, 10) }
+        fs.removeAllFaults()
+        let changes = try append(b, 10)
+        #expect(changes.reset)
+        #expect(changes.records.map(\.payload) == [payload(9)])
+        let (_, all) = try open(path, fs)
+        #expect(all == [payload(9), payload(10)])
+    }
 }

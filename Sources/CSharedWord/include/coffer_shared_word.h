@@ -1,10 +1,14 @@
 // Atomic loads and stores of 64-bit words in memory shared between processes (a MAP_SHARED
-// mapping of a journal's lock file). Swift's `Atomic` must own its storage, so it cannot be
+// mapping of a journal's lock file), and the file system type that decides whether to map. Swift's `Atomic` must own its storage, so it cannot be
 // placed at an address inside a mapping; these are the C11/GCC builtins, inlined.
 #ifndef COFFER_SHARED_WORD_H
 #define COFFER_SHARED_WORD_H
 
 #include <stdint.h>
+
+// Each word must be one atomic access in every process; where 64-bit atomics would need a lock
+// (some 32-bit targets) that lock would not be shared between processes.
+_Static_assert(__atomic_always_lock_free(sizeof(uint64_t), 0), "64-bit atomics must be lock-free");
 
 /// Loads the aligned word at `word` with acquire ordering: later reads (of the journal file)
 /// see everything written before the matching release store.
@@ -16,5 +20,10 @@ static inline uint64_t coffer_shared_load(const void *word) {
 static inline void coffer_shared_store(void *word, uint64_t value) {
     __atomic_store_n((uint64_t *)word, value, __ATOMIC_RELEASE);
 }
+
+/// The file system type (`statfs.f_type`) of the file open as `fd`, in `*type`: 0 on success,
+/// else -1 with errno set. Linux only (elsewhere it fails with ENOSYS): telling file systems that
+/// several hosts share (NFS, …), where a shared mapping is not kept in step between processes.
+int coffer_file_system_type(int fd, uint64_t *type);
 
 #endif

@@ -139,8 +139,11 @@ func vaultKeyNeedles(path: String, rawKey: SecureBytes) throws -> [Needle] {
     return needles
 }
 
-/// Creates a raw-key vault with one item, reads it, derives every key independently, locks,
-/// and scans. Prints `before <needle> <hits>` (a control: the keys are found while unlocked),
+/// Creates a raw-key vault with one item, reads it, adds 20 more, opens the vault afresh (which
+/// decrypts every record to authenticate it) and reads two, derives every key independently,
+/// locks, and scans for the keys and the 20 secrets (their last 24 bytes). Prints
+/// `before <needle> <hits>` (a control: the keys, and the secrets' own guarded copies, are
+/// found while unlocked),
 /// then `after <needle> <hits> [where…]`, then `scanned <bytes>`.
 func memoryScan(directory: String) throws {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
@@ -148,6 +151,8 @@ func memoryScan(directory: String) throws {
     let path = directory + "/scan.coffer"
     var needles: [Needle] = []
     var secretNeedle: Needle?
+    var itemNeedles: [Needle] = []
+    let itemSecretCount = 20
     // Everything that touches a key happens in this scope, so its values are released after it.
     try {
         let rawKey = try SecureBytes.random(count: 32)
@@ -157,18 +162,40 @@ func memoryScan(directory: String) throws {
         try vault.set(secret, service: "svc", account: "acct")
         let readBack = try vault.secret(service: "svc", account: "acct")
         guard readBack == secret else { fail("secret did not read back") }
+        // More items, then a fresh open: the open authenticates every record by decrypting it,
+        // and a read decrypts one. Neither may leave a plaintext copy behind after lock().
+        var others: [SecureBytes] = []  // alive until the control scan below, then released
+        for i in 0..<itemSecretCount {
+            let other = try SecureBytes.random(count: 40)
+            others.append(other)
+            // The last 24 bytes: a freed heap block's first bytes are overwritten by malloc's
+            // own bookkeeping, so a needle of the whole secret could miss a freed copy.
+            other.withUnsafeBytes {
+                itemNeedles.append(Needle("opened item secret \(i)", UnsafeRawBufferPointer(rebasing: $0[16...])))
+            }
+            try vault.set(other, service: "svc", account: "item-\(i)")
+        }
         vault.lock()
+        let reopened = try Vault.open(at: URL(fileURLWithPath: path), unlock: .key(rawKey))
+        _ = try reopened.secret(service: "svc", account: "acct")
+        _ = try reopened.secret(service: "svc", account: "item-0")
+        reopened.lock()
         try vault.unlock(.key(rawKey))
         _ = try vault.secret(service: "svc", account: "acct")
         needles = try vaultKeyNeedles(path: path, rawKey: rawKey)
-        let before = scanMemory(for: needles, buffer: buffer)
+        let before = scanMemory(for: needles + itemNeedles, buffer: buffer)
         for needle in needles { say("before \(needle.name.replacingOccurrences(of: " ", with: "_")) \(before.hits[needle.name]?.count ?? 0)") }
+        // The control for the secrets: their guarded SecureBytes are still alive here.
+        say("before opened_item_secrets \(itemNeedles.filter { before.hits[$0.name] != nil }.count)")
+        others.removeAll()
         vault.lock()
     }()
-    let after = scanMemory(for: needles + [secretNeedle!], buffer: buffer)
+    let after = scanMemory(for: needles + [secretNeedle!] + itemNeedles, buffer: buffer)
     for needle in needles + [secretNeedle!] {
         let found = after.hits[needle.name] ?? []
         say("after \(needle.name.replacingOccurrences(of: " ", with: "_")) \(found.count) \(found.prefix(3).joined(separator: ", "))")
     }
+    let itemHits = itemNeedles.flatMap { after.hits[$0.name] ?? [] }
+    say("after opened_item_secrets \(itemHits.count) \(itemHits.prefix(3).joined(separator: ", "))")
     say("scanned \(after.bytes)")
 }

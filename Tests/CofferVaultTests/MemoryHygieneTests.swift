@@ -56,6 +56,11 @@ struct MemoryHygieneTests {
         }
         #expect(after["key-encryption_key"] == 0, "\(result.output)")
         #expect(after["raw_unlock_key"] == 0, "\(result.output)")
+        // Secrets: the one set and read as SecureBytes, and 20 more decrypted by a fresh open
+        // (which authenticates every record) — no plaintext copy may outlive lock().
+        #expect(after["item_secret_(set_and_read_as_SecureBytes)"] == 0, "\(result.output)")
+        #expect(before["opened_item_secrets"] == 20, "the scan did not find the live secrets: \(result.output)")
+        #expect(after["opened_item_secrets"] == 0, "\(result.output)")
         #expect(scanned > 100_000)
         print("RELIABILITY memory scan after lock(): \(scanned) bytes of anonymous memory; found \(after)")
     }

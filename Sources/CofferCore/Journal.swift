@@ -635,8 +635,9 @@ public final class Journal: @unchecked Sendable {
         return records
     }
 
-    /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the lock it may be a write in
-    /// progress, so nothing is concluded. With it, the rest of the file is scanned.
+    /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the
+    /// lock it may be a write in progress, so nothing is concluded. With it, the rest of the
+    /// file is scanned.
     private func judgeTail(from start: Int64, repair: Bool) throws {
         guard repair else { return }
         let size = try fs.fstat(fd).size
@@ -872,7 +873,8 @@ public final class Journal: @unchecked Sendable {
                     // Out of commit order: a continuation with no start, or a start inside a commit.
                     if judge() { break } else { continue }
                 }
-                let payload = source.map { $0[($0.startIndex + body)..<($0.startIndex + next)] } ?? Data(bytes[body..<next])
+                let payload =
+                    source.map { $0[($0.startIndex + body)..<($0.startIndex + next)] } ?? Data(bytes[body..<next])
                 group.append(JournalRecord(offset: Int64(offset), payload: payload))
                 offset = next
                 if !frame.continued {

@@ -106,7 +106,9 @@ final class JournalControl: @unchecked Sendable {
     /// Under the lock: no process may trust the page until it is settled again (before a file
     /// is replaced, and for the life of an exclusive opener).
     func distrust() {
-        if !isSetUp { _ = settle(dataEnd: 0, file: FileStatus(size: 0, device: 0, inode: 0, mode: 0, isDirectory: false)) }
+        if !isSetUp {
+            _ = settle(dataEnd: 0, file: FileStatus(size: 0, device: 0, inode: 0, mode: 0, isDirectory: false))
+        }
         let generation = load(2)
         if generation & 1 == 0 { store(2, generation + 1) }
     }

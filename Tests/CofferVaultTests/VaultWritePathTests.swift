@@ -158,4 +158,21 @@ struct VaultWritePathTests {
         let lines = Set(text.split(separator: "\n").map(String.init))
         #expect(lines == ["svc\ta\tLa\t" + "7332", "svc\tc\t\t07"])
     }
+
+    /// An absurd length is a clear error before anything is allocated, encoded or written: the
+    /// journal takes records up to 1 GiB, and a field's length is stored in 32 bits (a secret of
+    /// 4 GiB or more used to trap converting its length; this check comes first). The `Data`
+    /// is never touched, so `calloc`'s pages stay unmapped.
+    @Test func aSecretTooLargeForARecordIsRefusedAndChangesNothing() throws {
+        let fs = InMemoryFileSystem()
+        try fs.createDirectory(atPath: "/v")
+        let vault = try Vault.create(at: Self.url, unlock: .passphrase("p"), kdf: fastKDF, fileSystem: fs)
+        try vault.set("kept", service: "s", account: "a")
+        let before = fs.contents(atPath: Self.url.path)
+        expectError(.invalidArgument) {
+            try vault.set(Data(count: RecordCipher.maximumBodyLength), service: "s", account: "a")
+        }
+        #expect(fs.contents(atPath: Self.url.path) == before)
+        #expect(try vault.string(service: "s", account: "a") == "kept")
+    }
 }

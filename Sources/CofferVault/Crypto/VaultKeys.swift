@@ -85,6 +85,8 @@ struct ChainValue: Sendable, Equatable {
 enum RecordCipher {
     static let adPrefix: [UInt8] = Array("CFVrec1".utf8) + [0]
     static let overhead = XChaCha20Poly1305.nonceLength + XChaCha20Poly1305.tagLength
+    /// The largest record body: what the journal accepts as a payload, less the nonce and tag.
+    static let maximumBodyLength = JournalOptions(application: 0).maxPayload - overhead
 
     /// The length of the associated data: prefix (8) ‖ vault id ‖ chain value (32).
     static func associatedDataLength(vaultID: [UInt8]) -> Int { adPrefix.count + vaultID.count + ChainValue.count }
@@ -138,7 +140,15 @@ enum RecordCipher {
         length: Int, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue,
         encode: (UnsafeMutableRawBufferPointer) -> Void
     ) throws -> [UInt8] {
-        try withUnsafeTemporaryAllocation(byteCount: max(length, 1), alignment: 8) { scratch in
+        // Checked before anything is allocated or encoded: a field's length is stored in 32
+        // bits, and the journal takes records of at most `JournalOptions().maxPayload` bytes.
+        guard length <= maximumBodyLength else {
+            throw CofferError(
+                .invalidArgument,
+                "an item (its secret, names, label and comment) must fit in \(maximumBodyLength) bytes; "
+                    + "this one needs \(length)")
+        }
+        return try withUnsafeTemporaryAllocation(byteCount: max(length, 1), alignment: 8) { scratch in
             let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
             defer { zeroMemory(plaintext) }
             encode(plaintext)

@@ -841,8 +841,11 @@ struct Session: Sendable {
         case failed(any Error)
     }
 
-    /// Batches at least this large are opened on two threads.
+    /// Batches at least this large are opened on two threads, where there are two to use.
     static let parallelOpenThreshold = 512
+    /// With one processor (or a CPU quota of one) the second thread would only wait for the
+    /// first, spinning on `sched_yield`: open on one thread there.
+    static let hasTwoProcessors = ProcessInfo.processInfo.activeProcessorCount >= 2
     /// Records per unit of work on two threads: the chain is published, and opens are claimed,
     /// this many at a time.
     static let pipelineBlock = 64
@@ -908,7 +911,7 @@ struct Session: Sendable {
                 (shared.results + i).initialize(to: outcome)
             }
         }
-        if count < parallelOpenThreshold {
+        if count < parallelOpenThreshold || !hasTwoProcessors {
             let reached = try extend(0..<count).map { $0 + 1 } ?? count
             var opener = RecordOpener(keys: keys, vaultID: vaultID)
             open(0..<reached, &opener)

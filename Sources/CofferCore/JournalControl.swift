@@ -27,8 +27,9 @@ import CSharedWord
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
 ///   word 4 clear, skips the catch-up: nobody committed, compacted or crashed mid-append since
 ///   it last looked, and nobody has found a different file at the path since.
-///   Otherwise it catches up the slow way (`stat`, read forward, judge a torn tail) and then
-///   *settles* the page: an odd generation becomes even, word 3 its data end, word 4 clear.
+///   When only the data end differs it reads forward (no `stat`); otherwise it catches up the
+///   slow way (`stat`, read forward, judge a torn tail). Then it *settles* the page: an odd
+///   generation becomes even, words 3, 5 and 6 its data end and file, word 4 clear.
 /// - An append sets word 4, writes, stores the new data end in word 3 and clears word 4. A
 ///   failed append leaves word 4 set, so the next writer judges the tail.
 /// - Replacing the file (compaction, salvage, creation) makes the generation odd first, renames,

@@ -652,8 +652,12 @@ public final class Journal: @unchecked Sendable {
                 $0, from: 0, maxPayload: options.maxPayload, salvage: false, lenientTail: coalescedWriters)
         }
         if let damaged = scan.damage.first {
+            let after =
+                scan.intactAfterDamage > 0
+                ? "\(scan.intactAfterDamage) intact record(s) follow it"
+                : "it is not a torn write (no all-zero sector inside it)"
             throw CofferError(
-                .corrupted, "record at byte \(start + Int64(damaged)) fails its checksum; records follow it",
+                .corrupted, "record at byte \(start + Int64(damaged)) fails its checksum; \(after)",
                 path: path, offset: start + Int64(damaged))
         }
         // No intact frame follows: a crashed writer's torn tail. Wipe it.

@@ -230,6 +230,39 @@ struct JournalTests {
         #expect(all.map(\.payload) == [payload(7), payload(8)])
     }
 
+    /// Bytes after the last commit that are neither a torn write nor zeros are damage: a writer
+    /// that judges the tail reports their offset and says what follows them.
+    @Test func damageAfterTheLastCommitSaysWhatFollowsIt() throws {
+        let dir = try Scratch("judge")
+        let path = dir.file("j")
+        var checking = options
+        checking.identityCheckInterval = .zero  // every write checks the path and judges the tail
+        let (journal, _) = try Journal.open(path: path, options: checking, fileSystem: fs, create: .createNew)
+        try journal.withWriteLock { _ in _ = try journal.append([payload(1)]) }
+        let end = journal.dataEnd
+        func write(_ bytes: [UInt8], at offset: Int64) throws {
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try handle.seek(toOffset: UInt64(offset))
+            try handle.write(contentsOf: Data(bytes))
+            try handle.close()
+        }
+        // 20 bytes that are not a frame, with no all-zero sector inside: not a torn write.
+        try write([UInt8](repeating: 0xA5, count: 20), at: end)
+        let alone = #expect(throws: CofferError.self) { try journal.withWriteLock { _ in } }
+        #expect(alone?.code == .corrupted)
+        #expect(alone?.offset == end)
+        #expect(alone?.message.contains("it is not a torn write") == true, "\(String(describing: alone))")
+        // An intact commit after the damage.
+        var frame: [UInt8] = []
+        payload(2).withUnsafeBytes { Journal.appendFrame($0, continued: false, continues: false, to: &frame) }
+        try write(frame, at: end + 20)
+        let followed = #expect(throws: CofferError.self) { try journal.withWriteLock { _ in } }
+        #expect(followed?.code == .corrupted)
+        #expect(followed?.offset == end)
+        #expect(followed?.message.contains("1 intact record(s) follow it") == true, "\(String(describing: followed))")
+        try journal.close()
+    }
+
     @Test func scannerNeverCrashesOnRandomBytes() {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<300 {

@@ -288,9 +288,7 @@ public final class Journal: @unchecked Sendable {
     public func refresh() throws -> JournalChanges {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
-        if let control, let known = knownGeneration, control.trustedGeneration == known, control.describes(identity),
-            identityIsFresh
-        {
+        if let control = currentControl {
             // The same file as when this process last looked: at most appends to read.
             if control.dataEnd == dataEnd { return JournalChanges(reset: false, records: []) }
             return JournalChanges(reset: false, records: try readForward(repair: false))
@@ -326,12 +324,10 @@ public final class Journal: @unchecked Sendable {
         return try lock.withLock(timeout: options.lockTimeout) {
             try wipePending()
             let changes: JournalChanges
-            if let control, let known = knownGeneration, control.trustedGeneration == known,
-                control.describes(identity), identityIsFresh
-            {
+            if let control = currentControl {
                 // Still the same file. Unless someone committed or died mid-append since this
                 // process last looked, there is nothing to read, stat or judge.
-                if control.isUnchanged(since: known, dataEnd: dataEnd, file: identity) {
+                if control.isSettled(at: dataEnd) {
                     return try body(JournalChanges(reset: false, records: []))
                 }
                 changes = JournalChanges(reset: false, records: try readForward(repair: true))
@@ -701,6 +697,15 @@ public final class Journal: @unchecked Sendable {
         } else {
             knownGeneration = control?.settle(dataEnd: dataEnd, file: identity)
         }
+    }
+
+    /// The control page when it vouches for the file open here as of the generation this process
+    /// remembers, and the path was checked recently: then the path need not be checked again.
+    private var currentControl: JournalControl? {
+        guard let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity),
+            identityIsFresh
+        else { return nil }
+        return control
     }
 
     /// Whether the path was checked recently enough to skip checking it now.

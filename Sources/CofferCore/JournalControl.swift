@@ -80,20 +80,22 @@ final class JournalControl: @unchecked Sendable {
         load(5) == file.device && load(6) == file.inode
     }
 
-    /// Whether a writer holding the lock may skip catching up (see the type's protocol).
-    func isUnchanged(since generation: UInt64, dataEnd: Int64, file: FileStatus) -> Bool {
-        trustedGeneration == generation && load(4) == 0 && self.dataEnd == dataEnd && describes(file)
+    /// Whether the page still vouches for `file` as of `generation`: nobody replaced the file
+    /// or began to, so at most appends can be new.
+    func isCurrent(generation: UInt64, file: FileStatus) -> Bool {
+        trustedGeneration == generation && describes(file)
+    }
+
+    /// Whether the last append ended at `dataEnd` and none is under way: with ``isCurrent``, a
+    /// writer holding the lock may skip catching up (see the type's protocol).
+    func isSettled(at dataEnd: Int64) -> Bool {
+        load(4) == 0 && self.dataEnd == dataEnd
     }
 
     /// Under the lock, after catching up with `file`: makes the page trustworthy again and
     /// returns the generation to remember.
     func settle(dataEnd: Int64, file: FileStatus) -> UInt64 {
-        if !isSetUp {
-            store(0, 0)
-            store(1, Self.version)
-            store(2, UInt64.random(in: 0...UInt64.max) & ~1)
-            store(0, Self.magic)
-        }
+        setUpIfNeeded()
         var generation = load(2)
         if generation & 1 == 1 { generation += 1 }
         store(2, generation)
@@ -107,11 +109,19 @@ final class JournalControl: @unchecked Sendable {
     /// Under the lock: no process may trust the page until it is settled again (before a file
     /// is replaced, and for the life of an exclusive opener).
     func distrust() {
-        if !isSetUp {
-            _ = settle(dataEnd: 0, file: FileStatus(size: 0, device: 0, inode: 0, mode: 0, isDirectory: false))
-        }
+        setUpIfNeeded()
         let generation = load(2)
         if generation & 1 == 0 { store(2, generation + 1) }
+    }
+
+    /// A page with the wrong magic or version starts over: a random even generation (which no
+    /// process remembers), the magic stored last.
+    private func setUpIfNeeded() {
+        guard !isSetUp else { return }
+        for word in 0..<7 { store(word, 0) }
+        store(1, Self.version)
+        store(2, UInt64.random(in: 0...UInt64.max) & ~1)
+        store(0, Self.magic)
     }
 
     /// Under the lock, before an append's first write.

@@ -32,6 +32,7 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
             case cycle = "dependency cycle"
             case closed = "closed"
             case crypto = "cryptography failure"
+            case limitExceeded = "limit exceeded"
         }
         private let wrapped: Wrapped
         private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
@@ -64,6 +65,10 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
         public static let closed = Code(.closed)
         /// A cryptographic primitive failed for a reason other than authentication.
         public static let crypto = Code(.crypto)
+        /// A file or a request asks for more than one of Coffer's documented ceilings: a vault
+        /// header's key-derivation cost, a key file's size, a name's length. Nothing was changed,
+        /// and it says nothing about whether a passphrase or key is right.
+        public static let limitExceeded = Code(.limitExceeded)
 
         public var description: String { wrapped.rawValue }
     }

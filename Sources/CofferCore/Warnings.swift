@@ -1,0 +1,89 @@
+public import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Something Coffer tells the application without failing the call: a store in a directory
+/// other users can write to, a lock file that could not be created (read-only use).
+///
+/// Holds a kind, a sentence and a path, never a stored value, a key or a passphrase.
+public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
+    /// What kind of warning this is. New kinds may be added.
+    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+        public let name: String
+        private init(_ name: String) { self.name = name }
+
+        /// The directory holding a store is writable by users other than its owner: any of them
+        /// could replace the store's files (Coffer never follows a symlink there, but it cannot
+        /// stop a rename).
+        public static let sharedDirectory = Kind("shared directory")
+        /// The store's lock file could not be created (read-only file system or directory, a
+        /// full disk): the store was opened for reading without it, and cannot be written.
+        public static let readOnlyWithoutLock = Kind("read-only without a lock file")
+
+        public var description: String { name }
+    }
+
+    public let kind: Kind
+    /// A sentence a person can act on.
+    public let message: String
+    /// The file or directory concerned.
+    public let path: String?
+
+    public init(_ kind: Kind, _ message: String, path: String?) {
+        self.kind = kind
+        self.message = message
+        self.path = path
+    }
+
+    public var description: String {
+        path.map { "\(message) [path: \($0)]" } ?? message
+    }
+}
+
+/// Where Coffer's warnings go. Each distinct warning (kind and path) is told once per process.
+///
+/// The default handler writes one line to standard error (`coffer: warning: …`); an application
+/// with a logger replaces it:
+///
+/// ```swift
+/// CofferWarnings.setHandler { warning in logger.warning("\(warning)") }
+/// ```
+public enum CofferWarnings {
+    private struct State {
+        var handler: (@Sendable (CofferWarning) -> Void)? = CofferWarnings.standardError
+        var told: Set<CofferWarning> = []
+    }
+
+    private static let state = Mutex(State())
+
+    /// Replaces the handler; `nil` silences warnings. The handler is called on the thread that
+    /// met the condition, without Coffer's locks held: log, count or set a flag, and do not call
+    /// back into Coffer from it.
+    public static func setHandler(_ handler: (@Sendable (CofferWarning) -> Void)?) {
+        let previous = state.withLock { s in
+            defer { s.handler = handler }
+            return s.handler
+        }
+        withExtendedLifetime(previous) {}
+    }
+
+    /// Tells `warning` to the handler unless the same warning was already told in this process.
+    public static func warn(_ warning: CofferWarning) {
+        let handler = state.withLock { s -> (@Sendable (CofferWarning) -> Void)? in
+            guard s.told.insert(warning).inserted else { return nil }
+            return s.handler
+        }
+        handler?(warning)
+    }
+
+    static let standardError: @Sendable (CofferWarning) -> Void = { warning in
+        let line = Array("coffer: warning: \(warning)\n".utf8)
+        line.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count) }
+    }
+}

@@ -127,20 +127,48 @@ let EIO_: Int32 = 5
 /// process exclude each other just as two processes do.
 public final class FileLock: Sendable {
     public let path: String
+    /// The lock file's descriptor, or -1 when there is no lock file and none could be created.
     private let fd: Int32
     private let fileSystem: any FileSystem
+    /// Why this lock cannot serialise writers (`nil`: it can). Set when the lock file could not
+    /// be opened for writing: a read-only mount or directory, a full disk, a `0400` lock file.
+    /// Such a lock is still taken shared when the file exists, so readers wait out a writer's
+    /// open, and is a no-op when it does not; the store using it must not write.
+    public let readOnlyReason: CofferError?
     /// Threads sharing this instance share its descriptor, and a second `flock` on the same open
     /// file description succeeds at once: a flag serialises them first, with the same timeout.
     private let inUse = Locked<Bool>(false)
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
+    ///
+    /// A symlink at `path` is never followed, and a file there that is not a regular file owned
+    /// by this user with one name is refused (see ``FileSystem/open(_:create:exclusive:mode:)``).
+    /// When the file cannot be created or opened for writing (`EACCES`, `EROFS`, `ENOSPC`,
+    /// `EDQUOT`), the lock is opened read-only when the file exists, or goes without a file,
+    /// and ``readOnlyReason`` says why.
     public init(path: String, fileSystem: any FileSystem) throws {
         self.path = path
         self.fileSystem = fileSystem
-        self.fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+        do {
+            self.fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+            self.readOnlyReason = nil
+        } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+            self.readOnlyReason = error
+            do {
+                self.fd = try fileSystem.openReadOnly(path)
+            } catch let missing as CofferError where missing.errno == ENOENT_ {
+                self.fd = -1
+            }
+        }
     }
 
-    deinit { fileSystem.close(fd) }
+    /// Whether a failure to open a file for writing still allows reading it.
+    static func allowsReadOnly(_ error: CofferError) -> Bool {
+        guard error.code == .io, let value = error.errno else { return false }
+        return [EACCES_, EROFS_, ENOSPC_, EDQUOT_].contains(value)
+    }
+
+    deinit { if fd >= 0 { fileSystem.close(fd) } }
 
     /// Maps the lock file's first `length` bytes shared with every process that maps them,
     /// growing the file to `length` first (it never shrinks). Call holding the lock.
@@ -150,6 +178,7 @@ public final class FileLock: Sendable {
     /// `SIGBUS`; a written block fails here, with `ENOSPC`.
     /// - Returns: `nil` when the file system cannot map files (see ``FileSystem/mapShared(_:length:path:)``).
     public func mapShared(length: Int) throws -> (any SharedMapping)? {
+        guard readOnlyReason == nil else { return nil }
         do {
             let size = Int(try fileSystem.fstat(fd).size)
             if size < length {
@@ -166,11 +195,13 @@ public final class FileLock: Sendable {
     /// Takes the lock and keeps it until ``release()`` (for a store opened exclusively).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
     public func acquire(exclusive: Bool = true, timeout: Double) throws {
-        let deadline = ContinuousClock.now + .nanoseconds(Int64(max(0, timeout) * 1e9))
+        let deadline = Self.deadline(after: timeout)
         try enterThreadGate(deadline: deadline, timeout: timeout)
+        guard fd >= 0 else { return }
         do {
             try fileSystem.lock(
-                fd, exclusive: exclusive, timeout: max(0, Self.seconds(deadline - ContinuousClock.now)), path: path)
+                fd, exclusive: exclusive && readOnlyReason == nil,
+                timeout: max(0, Self.seconds(deadline - ContinuousClock.now)), path: path)
         } catch {
             inUse.withLock { $0 = false }
             throw error
@@ -179,18 +210,21 @@ public final class FileLock: Sendable {
 
     /// Releases a lock taken with ``acquire(exclusive:timeout:)``.
     public func release() {
-        fileSystem.unlock(fd)
+        if fd >= 0 { fileSystem.unlock(fd) }
         inUse.withLock { $0 = false }
     }
 
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     public func withLock<T>(exclusive: Bool = true, timeout: Double, _ body: () throws -> T) throws -> T {
-        let deadline = ContinuousClock.now + .nanoseconds(Int64(max(0, timeout) * 1e9))
+        let deadline = Self.deadline(after: timeout)
         try enterThreadGate(deadline: deadline, timeout: timeout)
         defer { inUse.withLock { $0 = false } }
+        guard fd >= 0 else { return try body() }
         let remaining = max(0, Self.seconds(deadline - ContinuousClock.now))
-        try fileSystem.lock(fd, exclusive: exclusive, timeout: remaining, path: path)
+        // A read-only descriptor takes the lock shared: enough to wait out a writer, and what
+        // file systems that emulate flock with fcntl locks allow on it.
+        try fileSystem.lock(fd, exclusive: exclusive && readOnlyReason == nil, timeout: remaining, path: path)
         defer { fileSystem.unlock(fd) }
         return try body()
     }
@@ -212,6 +246,17 @@ public final class FileLock: Sendable {
             pause = min(pause * 2, .milliseconds(5))
         }
     }
+
+    /// Now plus `timeout` seconds. Any `Double` is accepted without trapping: NaN and negative
+    /// values mean now, and waits are capped at ``maximumTimeout`` (converting 1e10 seconds to
+    /// nanoseconds used to overflow `Int64` and kill the process).
+    static func deadline(after timeout: Double) -> ContinuousClock.Instant {
+        let seconds = timeout.isNaN ? 0 : min(max(0, timeout), maximumTimeout)
+        return ContinuousClock.now + .nanoseconds(Int64(seconds * 1e9))
+    }
+
+    /// The longest wait for a lock: 1e9 seconds (about 31 years), i.e. forever.
+    public static let maximumTimeout: Double = 1e9
 
     private static func seconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18

@@ -9,8 +9,15 @@
 public protocol FileSystem: Sendable {
     /// Opens (and with `create`, creates with `mode`) a file for reading and writing.
     /// With `exclusive`, fails with `EEXIST` when the file exists.
+    ///
+    /// A file Coffer writes must be safe to write: the live file system never follows a
+    /// symbolic link at `path` (`O_NOFOLLOW`) and refuses, before anything is written, a file
+    /// that is not a regular file, is owned by another user, or has more than one name (a hard
+    /// link). Directories above `path` are followed; stores resolve them first
+    /// (``resolve(_:)``).
     func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32
-    /// Opens a file read-only.
+    /// Opens a file read-only. The live file system never follows a symbolic link at `path`,
+    /// never blocks on a FIFO, and refuses anything but a regular file.
     func openReadOnly(_ path: String) throws -> Int32
     /// Closes a descriptor. Errors from `close` are ignored (Linux's close always releases it).
     func close(_ fd: Int32)
@@ -51,6 +58,16 @@ public protocol FileSystem: Sendable {
     /// ``Journal`` and docs/FORMAT.md). Every process that opens the same files must use a file
     /// system that maps them: a file system that cannot returns `nil`, and then never may.
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
+    /// The path with every symbolic link resolved (`realpath`); for a path that does not exist
+    /// yet, its directory resolved and its last component kept. Two paths to one file resolve
+    /// alike, so a store names its lock and temporary files after the file itself, not after
+    /// the way it was reached.
+    func resolve(_ path: String) throws -> String
+}
+
+extension FileSystem {
+    /// A file system without symbolic links (the default): paths are already resolved.
+    public func resolve(_ path: String) throws -> String { path }
 }
 
 /// Memory shared between processes through a file, as returned by ``FileSystem/mapShared(_:length:path:)``.
@@ -72,13 +89,25 @@ public struct FileStatus: Sendable, Equatable {
     /// Permission bits (`0o600` …).
     public var mode: UInt32
     public var isDirectory: Bool
+    /// Whether it is a regular file (not a directory, FIFO, socket or device).
+    public var isRegularFile: Bool
+    /// The owner's user ID, when the file system has owners.
+    public var owner: UInt32?
+    /// How many names (hard links) the file has.
+    public var linkCount: UInt64
 
-    public init(size: Int64, device: UInt64, inode: UInt64, mode: UInt32, isDirectory: Bool) {
+    public init(
+        size: Int64, device: UInt64, inode: UInt64, mode: UInt32, isDirectory: Bool, isRegularFile: Bool? = nil,
+        owner: UInt32? = nil, linkCount: UInt64 = 1
+    ) {
         self.size = size
         self.device = device
         self.inode = inode
         self.mode = mode
         self.isDirectory = isDirectory
+        self.isRegularFile = isRegularFile ?? !isDirectory
+        self.owner = owner
+        self.linkCount = linkCount
     }
 }
 

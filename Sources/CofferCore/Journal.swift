@@ -126,6 +126,10 @@ public final class Journal: @unchecked Sendable {
     /// even when intact frames follow it.
     public private(set) var coalescedWriters: Bool
     private var closed = false
+    /// Why this journal was opened read-only, or `nil` when it can write: the store or its lock
+    /// file could not be opened for writing (a read-only mount, a `0400` file, a full disk).
+    /// Every write then throws this reason.
+    public private(set) var readOnlyReason: CofferError?
     /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
     /// write and flush fails too, until the store is reopened (and reread from the disk).
     private var syncFailure: CofferError?
@@ -178,12 +182,22 @@ public final class Journal: @unchecked Sendable {
     ///   (damage, with its byte offset), ``CofferError/Code/unsupportedVersion``,
     ///   ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
-        path: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
+        path givenPath: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
         initialHeaderArea: [UInt8]? = nil, recovery: JournalRecovery = .strict
     ) throws -> (journal: Journal, records: [JournalRecord]) {
-        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask) else {
+        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask),
+            !options.lockTimeout.isNaN, options.lockTimeout >= 0
+        else {
             throw CofferError(.invalidArgument, "journal options out of range")
         }
+        // Locked by the file's identity, not by how it was reached: every path to one file (a
+        // symlink to it, a symlinked directory) resolves to one name, so to one lock file, and
+        // a compaction renames over the file itself rather than over a symlink to it.
+        let path = try fs.resolve(givenPath)
+        // Nothing is created beside a path that is not a store file (`/dev/null`, a FIFO, a
+        // directory): say so before the lock file would be made.
+        if let existing = try fs.stat(path) { try checkStoreFile(existing, path: path) }
+        warnIfDirectoryIsShared(of: path, fs: fs)
         let lock = try FileLock(path: path + ".lock", fileSystem: fs)
         guard options.exclusive else {
             return try lock.withLock(timeout: options.lockTimeout) {
@@ -202,19 +216,55 @@ public final class Journal: @unchecked Sendable {
         }
     }
 
+    /// Refuses a path that names something other than a regular file.
+    static func checkStoreFile(_ status: FileStatus, path: String) throws {
+        guard status.isRegularFile else {
+            let kind = status.isDirectory ? "a directory" : "a device, FIFO or socket"
+            throw CofferError(.invalidArgument, "the path names \(kind), not a Coffer store file", path: path)
+        }
+    }
+
+    /// Tells once (``CofferWarnings``) when users other than the owner may write the store's
+    /// directory: they could plant files at the lock's or a temporary file's name. Coffer
+    /// refuses to follow or write such files, but cannot stop a rename there.
+    static func warnIfDirectoryIsShared(of path: String, fs: any FileSystem) {
+        let directory = DurableIO.parentDirectory(of: path)
+        guard let status = try? fs.stat(directory), status.isDirectory, status.mode & 0o022 != 0 else { return }
+        CofferWarnings.warn(
+            CofferWarning(
+                .sharedDirectory,
+                "the directory holding a Coffer store is writable by other users (mode "
+                    + "\(String(status.mode, radix: 8))); keep stores in a directory only you can write (chmod go-w)",
+                path: directory))
+    }
+
     private static func openLocked(
         path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, create: CreateMode,
         initialHeaderArea: [UInt8]?, recovery: JournalRecovery
     ) throws -> (journal: Journal, records: [JournalRecord]) {
         do {
-            let control = try lock.mapShared(length: JournalControl.length).map(JournalControl.init(mapping:))
-            try removeStaleTemporaryFiles(of: path, fs: fs)
+            // Without a writable lock file there is no control page either: such a journal only
+            // reads, the slow way (a stat per refresh), and every write is refused.
+            var readOnly = lock.readOnlyReason
+            var control: JournalControl?
+            if readOnly == nil {
+                do {
+                    control = try lock.mapShared(length: JournalControl.length).map(JournalControl.init(mapping:))
+                } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+                    readOnly = error  // a full disk: the page cannot be written
+                }
+            }
+            if readOnly == nil { try removeStaleTemporaryFiles(of: path, fs: fs) }
             let existing = try fs.stat(path)
             switch (existing, create) {
             case (nil, .openExisting):
                 throw CofferError(.notFound, "no store file exists here", path: path, errno: ENOENT_)
             case (.some, .createNew):
-                throw CofferError(.alreadyExists, "a file already exists here; refusing to overwrite it", path: path)
+                let what = existing?.isDirectory == true ? "a directory" : "a file"
+                throw CofferError(.alreadyExists, "\(what) already exists here; refusing to overwrite it", path: path)
+            case (nil, _) where readOnly != nil:
+                throw CofferError(
+                    .io, "cannot create the store: \(readOnly!.message)", path: path, errno: readOnly!.errno)
             case (nil, _):
                 var area = initialHeaderArea ?? []
                 guard area.count <= options.headerAreaSize else {
@@ -228,7 +278,25 @@ public final class Journal: @unchecked Sendable {
             default:
                 break
             }
-            let fd = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+            if let existing { try checkStoreFile(existing, path: path) }
+            let fd: Int32
+            if readOnly == nil {
+                do {
+                    fd = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+                } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+                    // A `0400` store, or one on a read-only mount whose lock file could be made.
+                    readOnly = error
+                    fd = try fs.openReadOnly(path)
+                }
+            } else {
+                fd = try fs.openReadOnly(path)
+            }
+            if readOnly != nil {
+                CofferWarnings.warn(
+                    CofferWarning(
+                        .readOnlyWithoutLock,
+                        "opened read-only: \(readOnly!.message); reads work, writes are refused", path: path))
+            }
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             do {
                 let status = try fs.fstat(fd)
@@ -246,9 +314,10 @@ public final class Journal: @unchecked Sendable {
                     path: path, options: effective, fs: fs, lock: lock, control: control, fd: fd, identity: status,
                     headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(image.count),
                     coalescedWriters: header.coalescedWriters)
+                journal.readOnlyReason = readOnly
                 owner = journal
                 if let damaged = scan.damage.first {
-                    if recovery == .strict {
+                    if recovery == .strict || readOnly != nil {
                         throw CofferError(
                             .corrupted,
                             "record at byte \(damaged) is damaged (it fails its checksum and is not a torn write); "
@@ -262,6 +331,10 @@ public final class Journal: @unchecked Sendable {
                     let reread = try journal.readAllLocked()
                     journal.settleControl()
                     return (journal, reread)
+                }
+                if readOnly != nil {
+                    // A torn tail is left as it is (the scan stopped before it); so is the flag.
+                    return (journal, scan.records)
                 }
                 if scan.garbageEnd > scan.end {
                     // A torn tail from a crash mid-append: wipe it so later scans stop at the end.
@@ -316,6 +389,7 @@ public final class Journal: @unchecked Sendable {
     /// ``writeHeaderArea(_:)``.
     public func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
         try checkOpen()
+        try checkWritable()
         if options.exclusive {
             // The lock is held since open and nobody else writes: nothing to catch up with.
             try wipePending()
@@ -359,6 +433,7 @@ public final class Journal: @unchecked Sendable {
     private func appendPayloads<Payload: Collection & ContiguousBytes>(_ payloads: [Payload]) throws -> [Int64]
     where Payload.Element == UInt8 {
         try checkOpen()
+        try checkWritable()
         if let syncFailure { throw syncFailure }
         guard !payloads.isEmpty else { return [] }
         var offsets: [Int64] = []
@@ -422,6 +497,7 @@ public final class Journal: @unchecked Sendable {
     /// - Parameter headerArea: a new header area, or `nil` to keep the current one.
     public func rewrite(payloads: [Data], headerArea: [UInt8]? = nil) throws {
         try checkOpen()
+        try checkWritable()
         if let syncFailure { throw syncFailure }
         try rewriteLocked(payloads: payloads, headerArea: headerArea)
     }
@@ -432,6 +508,7 @@ public final class Journal: @unchecked Sendable {
     /// checksums and sequence numbers and write one at a time (the vault does).
     public func writeHeaderArea(_ bytes: [UInt8], at offset: Int = 0) throws {
         try checkOpen()
+        try checkWritable()
         if let syncFailure { throw syncFailure }
         guard offset >= 0, offset + bytes.count <= options.headerAreaSize else {
             throw CofferError(.invalidArgument, "header area write out of range")
@@ -479,6 +556,13 @@ public final class Journal: @unchecked Sendable {
 
     private func checkOpen() throws {
         if closed { throw CofferError(.closed, "the store was closed", path: path) }
+    }
+
+    private func checkWritable() throws {
+        guard let reason = readOnlyReason else { return }
+        throw CofferError(
+            .io, "the store is open read-only (\(reason.message)); nothing was written: reopen it once it can "
+                + "be written", path: path, errno: reason.errno ?? EROFS_)
     }
 
     private func syncData(metadata: Bool) throws {
@@ -549,7 +633,9 @@ public final class Journal: @unchecked Sendable {
             identityCheckedAt = .now
             return nil
         }
-        let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+        let newFD =
+            readOnlyReason == nil
+            ? try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode) : try fs.openReadOnly(path)
         // Switch to the new file only once it has been read whole: a failure leaves this
         // journal on the old file with its old view, to be retried by the next call.
         let saved = (fd, identity, headerArea, coalescedWriters, dataEnd, allocatedSize)

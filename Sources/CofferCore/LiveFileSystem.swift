@@ -20,19 +20,99 @@ public struct LiveFileSystem: FileSystem {
 
     public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
         let path = try checked(path)
-        var flags = O_RDWR | O_CLOEXEC
+        // O_NOFOLLOW: a symlink planted at a lock or store file's name (in a directory others
+        // can write) must not make Coffer write wherever it points. O_NONBLOCK: a FIFO planted
+        // there must not hang the open; it is refused below like any non-regular file.
+        var flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         if create { flags |= O_CREAT }
         if exclusive { flags |= O_EXCL }
         let fd = retrying { Glibc_open(path, flags, mode_t(mode)) }
-        if fd < 0 { throw CofferError.io("open", path: path, errno: errno) }
-        return fd
+        if fd < 0 { throw Self.openError(path, errno: errno) }
+        do {
+            let status = try fstat(fd)
+            try Self.checkRegular(status, path: path)
+            if let owner = status.owner, owner != UInt32(geteuid()) {
+                throw CofferError(
+                    .io,
+                    "the file is owned by user \(owner), not by this process's user (\(geteuid())); Coffer writes "
+                        + "only its own user's files (another user could have put it there): move it aside or "
+                        + "run as its owner",
+                    path: path, errno: EPERM)
+            }
+            if status.linkCount > 1 {
+                throw CofferError(
+                    .io,
+                    "the file has \(status.linkCount) names (hard links); Coffer locks a store by its name, so "
+                        + "two names would let two writers in at once: remove the other links",
+                    path: path, errno: EMLINK)
+            }
+            try clearNonBlocking(fd, path: path)
+            return fd
+        } catch {
+            _ = systemClose(fd)
+            throw error
+        }
     }
 
     public func openReadOnly(_ path: String) throws -> Int32 {
         let path = try checked(path)
-        let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC, 0) }
-        if fd < 0 { throw CofferError.io("open", path: path, errno: errno) }
-        return fd
+        let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) }
+        if fd < 0 { throw Self.openError(path, errno: errno) }
+        do {
+            try Self.checkRegular(try fstat(fd), path: path)
+            try clearNonBlocking(fd, path: path)
+            return fd
+        } catch {
+            _ = systemClose(fd)
+            throw error
+        }
+    }
+
+    /// An `open` failure; a symlink refused by `O_NOFOLLOW` is said as such.
+    private static func openError(_ path: String, errno value: Int32) -> CofferError {
+        if value == ELOOP {
+            return CofferError(
+                .io,
+                "the path is a symbolic link where Coffer expects its own file; it never follows one here "
+                    + "(it could point anywhere): remove the link",
+                path: path, errno: value)
+        }
+        return CofferError.io("open", path: path, errno: value)
+    }
+
+    /// Refuses a FIFO, device, socket or directory where a store file belongs.
+    static func checkRegular(_ status: FileStatus, path: String) throws {
+        guard status.isRegularFile else {
+            let kind = status.isDirectory ? "a directory" : "not a regular file (a device, FIFO or socket)"
+            throw CofferError(.invalidArgument, "the path names \(kind), not a Coffer file", path: path)
+        }
+    }
+
+    private func clearNonBlocking(_ fd: Int32, path: String) throws {
+        let flags = fcntl(fd, F_GETFL)
+        if flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 {
+            throw CofferError.io("fcntl", path: path, errno: errno)
+        }
+    }
+
+    public func resolve(_ path: String) throws -> String {
+        let path = try checked(path)
+        if let resolved = Self.realPath(path) { return resolved }
+        guard errno == ENOENT else { throw CofferError.io("realpath", path: path, errno: errno) }
+        // Not there yet: resolve its directory and keep the name. A dangling symlink at the
+        // name itself is left for the open to refuse (O_NOFOLLOW).
+        let directory = DurableIO.parentDirectory(of: path)
+        guard let resolved = Self.realPath(directory) else {
+            if errno == ENOENT { return path }  // the directory is created later, as given
+            throw CofferError.io("realpath", path: directory, errno: errno)
+        }
+        return (resolved == "/" ? "" : resolved) + "/" + DurableIO.lastComponent(of: path)
+    }
+
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     public func close(_ fd: Int32) {
@@ -186,11 +266,23 @@ public struct LiveFileSystem: FileSystem {
     ]
 
     private static func status(_ st: Glibc.stat) -> FileStatus {
-        FileStatus(
+        let type = UInt32(st.st_mode) & UInt32(S_IFMT)
+        return FileStatus(
             size: Int64(st.st_size), device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
-            mode: UInt32(st.st_mode) & 0o7777, isDirectory: (UInt32(st.st_mode) & UInt32(S_IFMT)) == UInt32(S_IFDIR))
+            mode: UInt32(st.st_mode) & 0o7777, isDirectory: type == UInt32(S_IFDIR),
+            isRegularFile: type == UInt32(S_IFREG), owner: UInt32(st.st_uid), linkCount: UInt64(st.st_nlink))
     }
 }
+
+// errno values for modules that keep Glibc out of their public surface.
+let EACCES_: Int32 = EACCES
+let EROFS_: Int32 = EROFS
+let ENOSPC_: Int32 = ENOSPC
+let EDQUOT_: Int32 = EDQUOT
+let EPERM_: Int32 = EPERM
+
+/// The effective user ID of this process.
+func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
 
 /// A `MAP_SHARED` mapping, unmapped when released.
 private final class LiveMapping: SharedMapping, @unchecked Sendable {

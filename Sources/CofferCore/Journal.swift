@@ -185,10 +185,14 @@ public final class Journal: @unchecked Sendable {
         path givenPath: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
         initialHeaderArea: [UInt8]? = nil, recovery: JournalRecovery = .strict
     ) throws -> (journal: Journal, records: [JournalRecord]) {
-        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask),
-            !options.lockTimeout.isNaN, options.lockTimeout >= 0
-        else {
+        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask) else {
             throw CofferError(.invalidArgument, "journal options out of range")
+        }
+        guard !options.lockTimeout.isNaN, options.lockTimeout >= 0 else {
+            throw CofferError(
+                .invalidArgument,
+                "the lock timeout must be a number of seconds, 0 or more (got \(options.lockTimeout)); "
+                    + "waits longer than \(Int(FileLock.maximumTimeout)) s count as forever")
         }
         // Locked by the file's identity, not by how it was reached: every path to one file (a
         // symlink to it, a symlinked directory) resolves to one name, so to one lock file, and

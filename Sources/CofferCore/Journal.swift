@@ -268,7 +268,8 @@ public final class Journal: @unchecked Sendable {
                 throw CofferError(.alreadyExists, "\(what) already exists here; refusing to overwrite it", path: path)
             case (nil, _) where readOnly != nil:
                 throw CofferError(
-                    .io, "cannot create the store: \(readOnly!.message)", path: path, errno: readOnly!.errno)
+                    .io, "cannot create the store: \(readOnlyText(readOnly!, path: path))", path: path,
+                    errno: readOnly!.errno)
             case (nil, _):
                 var area = initialHeaderArea ?? []
                 guard area.count <= options.headerAreaSize else {
@@ -299,7 +300,8 @@ public final class Journal: @unchecked Sendable {
                 CofferWarnings.warn(
                     CofferWarning(
                         .readOnlyWithoutLock,
-                        "opened read-only: \(readOnly!.message); reads work, writes are refused", path: path))
+                        "opened read-only: \(readOnlyText(readOnly!, path: path)); reads work, writes are refused",
+                        path: path))
             }
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             do {
@@ -565,8 +567,16 @@ public final class Journal: @unchecked Sendable {
     private func checkWritable() throws {
         guard let reason = readOnlyReason else { return }
         throw CofferError(
-            .io, "the store is open read-only (\(reason.message)); nothing was written: reopen it once it can "
-                + "be written", path: path, errno: reason.errno ?? EROFS_)
+            .io,
+            "the store is open read-only (\(Journal.readOnlyText(reason, path: path))); nothing was written: "
+                + "reopen it once it can be written", path: path, errno: reason.errno ?? EROFS_)
+    }
+
+    /// "its lock file cannot be opened for writing (errno 30 (Read-only file system))".
+    static func readOnlyText(_ reason: CofferError, path: String) -> String {
+        let file = reason.path == path ? "the store file" : "its lock file"
+        let why = reason.errno.map { CofferError.errnoText($0) } ?? reason.message
+        return "\(file) cannot be opened for writing: \(why)"
     }
 
     private func syncData(metadata: Bool) throws {

@@ -36,8 +36,12 @@ struct InitCommand: ParsableCommand {
     func run() throws {
         let global = root.global
         let url = global.vaultURL
-        if FileManager.default.fileExists(atPath: url.path) {
-            throw CLIError(.failure, "a vault already exists at \(url.path); refusing to overwrite it")
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
+            if isDirectory.boolValue {
+                throw CLIError.usage("\(url.path) is a directory: name the vault file to create in it")
+            }
+            throw CLIError(.failure, "a file already exists at \(url.path); refusing to overwrite it")
         }
         var createdKeyFile = false
         if let keyFile = global.keyFile, !FileManager.default.fileExists(atPath: keyFile) {

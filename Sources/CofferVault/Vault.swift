@@ -31,7 +31,7 @@ import Darwin
 ///    each process sees the others' writes on its next call. ``update(service:account:_:)``
 ///    is an atomic read-modify-write across processes.
 /// 4. After ``lock()`` no key stays in memory; calls throw ``CofferError/Code/locked`` until
-///    ``unlock(_:)``.
+///    ``unlock(_:kdfLimit:)``.
 public final class Vault: Sendable {
     /// The vault file.
     public let url: URL
@@ -482,7 +482,12 @@ public final class Vault: Sendable {
     /// Replaces the passphrase that unlocked this vault (or its first passphrase slot) with a
     /// new one. Rewrites only the header, crash-safely: at every moment the old or the new
     /// passphrase works. The master key is unchanged (see SECURITY.md).
+    ///
+    /// The header is reread from the file under the write lock, so a change made meanwhile by
+    /// another process (or `Vault` instance) is kept, and no process's later compaction undoes
+    /// this one.
     /// - Parameter kdf: Argon2id parameters for the new slot; `nil` keeps the old slot's.
+    ///   Above ``defaultKDFLimit``, every later open must pass a `kdfLimit` at least as high.
     public func changePassphrase(to new: VaultUnlock, kdf: Argon2idParameters? = nil) throws {
         try updateHeader { header, session in
             let material = try new.material(fileSystem: fs)
@@ -512,6 +517,8 @@ public final class Vault: Sendable {
     }
 
     /// Adds a key slot, so `source` opens the vault too. Header-only, crash-safe.
+    /// - Parameter kdf: Argon2id parameters for a passphrase slot. Above ``defaultKDFLimit``,
+    ///   opening with that passphrase needs a `kdfLimit` at least as high.
     public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
         try updateHeader { header, session in
             guard header.slots.count < VaultHeader.maximumSlots else {

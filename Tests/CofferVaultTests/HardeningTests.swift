@@ -96,6 +96,57 @@ struct HeaderChangeRaceTests {
         expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
     }
 
+    /// The same across real processes: a child (CofferTestHelper vault-compact) holds the vault
+    /// open with the old passphrase, this process changes it, then the child compacts — or
+    /// removes items until its automatic compaction runs, as `coffer rm` did in the attack.
+    @Test(arguments: ["compact", "remove"])
+    func aPassphraseChangeSurvivesAnotherProcesssCompaction(mode: String) throws {
+        let dir = try Scratch("passwd-child-\(mode)")
+        let url = dir.file("v")
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+            let big = [UInt8](repeating: 0x42, count: 4096)
+            try vault.apply((0..<40).map { .set(service: "bulk", account: "\($0)", secret: big, label: nil, comment: nil) })
+            try vault.set("kept", service: "s", account: "a")
+        }
+        let input = Pipe()
+        let output = Pipe()
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
+        child.arguments = ["vault-compact", url.path, "old", mode, "bulk"]
+        child.standardInput = input
+        child.standardOutput = output
+        try child.run()
+        defer {
+            if child.isRunning { child.terminate() }
+            child.waitUntilExit()
+        }
+        guard try Self.line(from: output) == "ready" else {
+            Issue.record("the vault-compact child did not open the vault")
+            return
+        }
+        try Vault.open(at: url, unlock: .passphrase("old")).changePassphrase(to: "new")
+        try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
+        #expect(try Self.line(from: output) == "done")
+        child.waitUntilExit()
+        #expect(child.terminationStatus == 0)
+        let sequences = try headerSequences(url)
+        #expect(sequences[0] == sequences[1] && (sequences[0] ?? 0) >= 3, "compacted after the change: \(sequences)")
+        let reopened = try Vault.open(at: url, unlock: .passphrase("new"))
+        #expect(try reopened.string(service: "s", account: "a") == "kept")
+        #expect(try reopened.items(service: "bulk").isEmpty == (mode == "remove"))
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
+    }
+
+    /// One line from a child's standard output, without its newline ("" at end of file).
+    static func line(from pipe: Pipe) throws -> String {
+        var bytes: [UInt8] = []
+        while let chunk = try pipe.fileHandleForReading.read(upToCount: 1), let byte = chunk.first, byte != 0x0A {
+            bytes.append(byte)
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The other order: a compaction by one instance, then a key-slot change by the other,
     /// which must write its header into the new file with the compaction's sequence + 1.
     @Test func aKeySlotChangeAfterAnotherInstancesCompactionKeepsBoth() throws {

@@ -62,8 +62,9 @@ public final class Vault: Sendable {
     /// Names are listed, sorted and printed whole; a bound keeps one item from making every
     /// listing slow. Longer names are refused with ``CofferError/Code/invalidArgument`` before
     /// anything is written — the code every ``PersistenceStrategy`` uses for a key it cannot
-    /// store, so ``VaultStrategy`` passes it on unchanged. Reading is not limited: a vault written before the limit existed
-    /// stays readable, and an item with a longer name can still be read and removed.
+    /// store, so ``VaultStrategy`` passes it on unchanged. Reading is not limited: a vault
+    /// written before the limit existed stays readable, and an item with a longer name can
+    /// still be read and removed.
     public static let maximumNameLength = 1024
 
     /// The longest label or comment the writes accept: 4,096 bytes of UTF-8 (as
@@ -133,7 +134,8 @@ public final class Vault: Sendable {
     ///
     /// ```swift
     /// // A vault created with `kdf: Argon2idParameters(opsLimit: 8, memLimitBytes: 2 << 30)`:
-    /// let vault = try Vault.open(at: url, unlock: .passphrase(pass), kdfLimit: .init(opsLimit: 8, memLimitBytes: 2 << 30))
+    /// let trusted = Argon2idParameters(opsLimit: 8, memLimitBytes: 2 << 30)
+    /// let vault = try Vault.open(at: url, unlock: .passphrase(pass), kdfLimit: trusted)
     /// ```
     /// - Throws: ``CofferError`` — ``CofferError/Code/notFound`` (no file),
     ///   ``CofferError/Code/wrongKey`` (the source opens no key slot; the file is intact),
@@ -249,8 +251,9 @@ public final class Vault: Sendable {
                 ? "" : " (the passphrase opens none of the \(tried.count) within the limit)"
             throw CofferError(
                 .limitExceeded,
-                "key slot \(over) of this vault asks for Argon2id with \(describeCost(slot.opsLimit, slot.memLimitBytes)), "
-                    + "above the limit of \(describeCost(kdfLimit.opsLimit, kdfLimit.memLimitBytes))\(others); "
+                "key slot \(over) of this vault asks for Argon2id with "
+                    + "\(describeCost(slot.opsLimit, slot.memLimitBytes)), above the limit of "
+                    + "\(describeCost(kdfLimit.opsLimit, kdfLimit.memLimitBytes))\(others); "
                     + "open it with a higher kdfLimit if you trust this file",
                 path: path)
         }

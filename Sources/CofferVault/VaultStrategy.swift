@@ -92,8 +92,9 @@ extension Backing {
                         fileSystem: context.fileSystem)
                 }
                 return try Vault.open(
-                    at: url, unlock: configuration.unlock, kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf),
-                    lockTimeout: context.lockTimeout, fileSystem: context.fileSystem)
+                    at: url, unlock: configuration.unlock,
+                    kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf), lockTimeout: context.lockTimeout,
+                    fileSystem: context.fileSystem)
             }
             return (VaultStrategy(vault: vault, service: service), account)
         }

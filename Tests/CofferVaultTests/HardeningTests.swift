@@ -81,7 +81,8 @@ struct HeaderChangeRaceTests {
             b = try Vault.open(at: url, unlock: .passphrase("old"))
         }
         let big = Data(repeating: 0x42, count: 4096)
-        try b.apply((0..<40).map { .set(service: "bulk", account: "\($0)", secret: [UInt8](big), label: nil, comment: nil) })
+        try b.apply(
+            (0..<40).map { .set(service: "bulk", account: "\($0)", secret: [UInt8](big), label: nil, comment: nil) })
         try b.set("kept", service: "s", account: "a")
         let recordsBefore = try b.info().recordCount
         try a.changePassphrase(to: "new")
@@ -106,7 +107,8 @@ struct HeaderChangeRaceTests {
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
             let big = [UInt8](repeating: 0x42, count: 4096)
-            try vault.apply((0..<40).map { .set(service: "bulk", account: "\($0)", secret: big, label: nil, comment: nil) })
+            try vault.apply(
+                (0..<40).map { .set(service: "bulk", account: "\($0)", secret: big, label: nil, comment: nil) })
             try vault.set("kept", service: "s", account: "a")
         }
         let input = Pipe()
@@ -208,7 +210,8 @@ struct KDFLimitTests {
         let started = ContinuousClock.now
         let error = expectError(.limitExceeded) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
         #expect(ContinuousClock.now - started < .seconds(5))
-        #expect(error?.message.contains("asks for Argon2id with 4 GiB and 64 passes") == true, "\(error?.message ?? "")")
+        let message = error?.message ?? ""
+        #expect(message.contains("asks for Argon2id with 4 GiB and 64 passes"), "\(message)")
         #expect(error?.message.contains("above the limit of 1 GiB and 4 passes") == true)
         #expect(error?.message.contains("kdfLimit") == true)
         #expect(error?.path == url.path)
@@ -278,7 +281,9 @@ struct KDFLimitTests {
         let limit = Argon2idParameters.minimum
         #expect(try Vault.open(at: url, unlock: .passphrase("cheap"), kdfLimit: limit).items().count == 1)
         #expect(try Vault.open(at: url, unlock: .key(key), kdfLimit: limit).items().count == 1)
-        let error = expectError(.limitExceeded) { _ = try Vault.open(at: url, unlock: .passphrase("dear"), kdfLimit: limit) }
+        let error = expectError(.limitExceeded) {
+            _ = try Vault.open(at: url, unlock: .passphrase("dear"), kdfLimit: limit)
+        }
         #expect(error?.message.contains("key slot 1 ") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("opens none of the 1 within the limit") == true)
         #expect(try Vault.open(at: url, unlock: .passphrase("dear")).items().count == 1)
@@ -317,7 +322,9 @@ struct HeaderBytesTests {
     @Test func aChangedUnusedSlotByteIsRejected() throws {
         let dir = try Scratch("unused-slot")
         let url = try Self.makeVault(dir)
-        try editHeaderCopies(url) { bytes, base in bytes[base + VaultHeader.slotsOffset + 7 * KeySlot.size + 5] ^= 0x01 }
+        try editHeaderCopies(url) { bytes, base in
+            bytes[base + VaultHeader.slotsOffset + 7 * KeySlot.size + 5] ^= 0x01
+        }
         let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
         #expect(error?.message.contains("unused key slot") == true, "\(error?.message ?? "")")
     }
@@ -326,7 +333,9 @@ struct HeaderBytesTests {
     @Test func aChangedReservedByteIsRejected() throws {
         let dir = try Scratch("reserved")
         let url = try Self.makeVault(dir)
-        try editHeaderCopies(url) { bytes, base in bytes[base + VaultHeader.macOffset + VaultHeader.macLength + 100] = 7 }
+        try editHeaderCopies(url) { bytes, base in
+            bytes[base + VaultHeader.macOffset + VaultHeader.macLength + 100] = 7
+        }
         let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
         #expect(error?.message.contains("reserved") == true, "\(error?.message ?? "")")
     }
@@ -391,7 +400,8 @@ struct VaultNameTests {
         }
         let fs = LiveFileSystem()
         let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
-        let (journal, records) = try Journal.open(path: url.path, options: options, fileSystem: fs, create: .openExisting)
+        let (journal, records) = try Journal.open(
+            path: url.path, options: options, fileSystem: fs, create: .openExisting)
         let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
         let master = try Vault.unwrapMaster(
             header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
@@ -432,8 +442,15 @@ struct VaultNameTests {
             ("account name", { try vault.set("s", service: "s", account: over) }),
             ("label", { try vault.set("s", service: "s", account: "a", label: overText) }),
             ("comment", { try vault.set(Data([1]), service: "s", account: "a", comment: overText) }),
-            ("account name", { try vault.apply([.set(service: "s", account: "ok", secret: [1], label: nil, comment: nil),
-                                                .set(service: "s", account: over, secret: [1], label: nil, comment: nil)]) }),
+            (
+                "account name",
+                {
+                    try vault.apply([
+                        .set(service: "s", account: "ok", secret: [1], label: nil, comment: nil),
+                        .set(service: "s", account: over, secret: [1], label: nil, comment: nil),
+                    ])
+                }
+            ),
             ("service name", { try vault.update(service: over, account: "a") { (_: Data?) in Data([1]) } }),
         ] as [(String, () throws -> Void)] {
             let error = expectError(.invalidArgument) { try attempt() }

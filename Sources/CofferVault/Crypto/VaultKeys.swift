@@ -27,7 +27,9 @@ struct VaultKeys: Sendable {
     /// The MAC a stored header copy carries: keyed BLAKE2b-256 over the copy's bytes
     /// `[0, 1072)` exactly as stored (docs/FORMAT.md, "Header MAC"), never a re-encoding.
     func headerMAC(stored copy: ArraySlice<UInt8>) throws -> [UInt8] {
-        try crypto { try BLAKE2b.hash(VaultHeader.storedAuthenticatedBytes(of: copy), key: self.header, outputLength: 32) }
+        try crypto {
+            try BLAKE2b.hash(VaultHeader.storedAuthenticatedBytes(of: copy), key: self.header, outputLength: 32)
+        }
     }
 
     /// The first chain value of a file: it binds the records to this vault and this file's epoch.

@@ -964,6 +964,13 @@ struct Session: Sendable {
             case .body(let body):
                 index(body, payload: payload, chainBefore: chains[i], chainAfter: chains[i + 1])
             case .invalid(let why):
+                // Sealed by someone holding the key, but not a body Coffer accepts (a name that
+                // is not UTF-8, say): salvage drops it like a record that fails to authenticate.
+                if skippingFailures {
+                    chain = chains[i + 1]
+                    skipped += 1
+                    continue
+                }
                 throw CofferError(
                     .corrupted, "a vault record authenticated but \(why)", path: journal.path,
                     offset: records[i].offset)

@@ -422,6 +422,11 @@ struct VaultNameTests {
         #expect(error?.offset == offsets.first)
         #expect(error?.message.contains("its \(field) is not valid UTF-8") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("secret") == false)
+        // Salvage drops that record and keeps the others.
+        let salvaged = try Vault.open(at: url, unlock: .key(key), recovery: .salvage)
+        #expect(try salvaged.items().map(\.account) == ["acct"])
+        #expect(try salvaged.string(service: "svc", account: "acct") == "fine")
+        #expect(try salvaged.verify() == VaultVerification(records: 1, items: 1))
     }
 
     /// Service and account at most 1,024 bytes of UTF-8, label and comment 4,096, counted in

@@ -25,6 +25,12 @@ class VaultError(Exception):
 class WrongKey(VaultError):
     """No key slot of the requested kind opened: the file is intact, the secret is wrong."""
 
+class LimitExceeded(VaultError):
+    """A passphrase slot asks for more Argon2id work than the reader's ceiling; not run."""
+
+# §2 "Key slot": the reader's own ceiling on Argon2id cost (libsodium's "sensitive" preset).
+DEFAULT_KDF_LIMIT = (4, 1 << 30)                     # (passes, bytes), each compared on its own
+
 
 # ---------------------------------------------------------------- primitives (Conventions)
 
@@ -137,6 +143,8 @@ def parse_header(copy: bytes):
         return "version"
     if not 1 <= n <= 8:
         return None
+    if any(copy[1104:2044]):                         # reserved bytes after the MAC are zero
+        return None
     slots = []
     for i in range(8):
         s = copy[48 + 128 * i:48 + 128 * (i + 1)]
@@ -176,21 +184,33 @@ def slot_kek(slot, secret: bytes) -> bytes:
         raise VaultError("a raw key is 32 bytes")
     return blake2b_256(b"coffer-raw-key-v1" + slot["salt"], key=secret)
 
-def unwrap_master(header, kind: str, secret: bytes) -> bytes:
-    """Try every slot of the source's kind; the first that authenticates gives the master key."""
+def unwrap_master(header, kind: str, secret: bytes, kdf_limit=DEFAULT_KDF_LIMIT) -> bytes:
+    """Try every slot of the source's kind within the KDF ceiling; the first that
+    authenticates gives the master key. A slot above the ceiling is not run."""
+    skipped = []
     for slot in header["slots"]:
         if slot["kind"] == SLOT_KIND[kind]:
+            if slot["kind"] == 1 and not (1 <= slot["ops"] <= 64 and 8192 <= slot["mem"] <= 4 << 30):
+                raise VaultError("refusing Argon2id parameters out of range")
+            if slot["kind"] == 1 and (slot["ops"] > kdf_limit[0] or slot["mem"] > kdf_limit[1]):
+                skipped.append(slot)
+                continue
             ad = b"coffer vault key slot v1" + header["vault_id"] + slot["prefix"]
             master = aead_open(slot["wrapped"], ad, slot["nonce"], slot_kek(slot, secret))
             if master is not None:
                 return master
+    if skipped:
+        s = skipped[0]
+        raise LimitExceeded(f"a key slot asks for Argon2id with {s['ops']} passes and {s['mem']} bytes, "
+                            f"above the limit of {kdf_limit[0]} passes and {kdf_limit[1]} bytes")
     raise WrongKey("wrong passphrase or key: no slot opened")
 
 
 # ---------------------------------------------------------------- §2 records and bodies
 
-def parse_body(body: bytes):
-    """('put', item dict) or ('delete', item dict with service and account only)."""
+def parse_body(body: bytes, offset: int = 0):
+    """('put', item dict) or ('delete', item dict with service and account only). Text fields
+    must be valid UTF-8: never repaired (two names would become one)."""
     pos = 1
     def take(n):
         nonlocal pos
@@ -200,26 +220,31 @@ def parse_body(body: bytes):
         return body[pos - n:pos]
     def field():                                     # u32 length ‖ bytes
         return take(struct.unpack("<I", take(4))[0])
+    def text(name):
+        try:
+            return field().decode("utf-8")           # strict: no U+FFFD repair
+        except UnicodeDecodeError:
+            raise VaultError(f"record at offset {offset}: its {name} is not valid UTF-8") from None
     if not body or body[0] not in (1, 2):
         raise VaultError("unknown record kind")
-    item = dict(service=field().decode("utf-8"), account=field().decode("utf-8"))
+    item = dict(service=text("service"), account=text("account"))
     if not item["service"] or not item["account"]:
         raise VaultError("empty service or account")
     if body[0] == 1:
-        item.update(label=field().decode("utf-8"), comment=field().decode("utf-8"))
+        item.update(label=text("label"), comment=text("comment"))
         item["created"], item["modified"] = struct.unpack("<qq", take(16))  # signed ms
         item["secret"] = field()
     if pos != len(body):
         raise VaultError("trailing bytes in record body")
     return ("put" if body[0] == 1 else "delete"), item
 
-def open_vault(path: str, kind: str, secret: bytes):
+def open_vault(path: str, kind: str, secret: bytes, kdf_limit=DEFAULT_KDF_LIMIT):
     """Open a vault: (items sorted by service then account, record count, master key)."""
     with open(path, "rb") as f:
         data = f.read()
     area, frames = read_journal(data, application=2, area_size=4096)
-    header = choose_header(area)
-    master = unwrap_master(header, kind, secret)
+    header = choose_header(area)                     # its MAC (below) is the one checked
+    master = unwrap_master(header, kind, secret, kdf_limit)
     record_key, chain_key, header_key = (kdf_derive(master, 1, b"CFVrecrd"),
         kdf_derive(master, 2, b"CFVchain"), kdf_derive(master, 3, b"CFVheadr"))
     if not hmac.compare_digest(blake2b_256(header["mac_input"], key=header_key), header["mac"]):
@@ -233,7 +258,7 @@ def open_vault(path: str, kind: str, secret: bytes):
         if body is None:
             raise VaultError(f"record at offset {offset} fails to authenticate")
         chain = blake2b_256(chain + payload[-16:], key=chain_key)
-        op, item = parse_body(body)
+        op, item = parse_body(body, offset)
         key = (item["service"].encode(), item["account"].encode())   # exact bytes
         if op == "put":
             items[key] = item
@@ -308,7 +333,16 @@ def main(argv) -> int:
     g.add_argument("--key-file", metavar="F")
     g.add_argument("--key-hex", metavar="H")
     p.add_argument("--show-secrets", action="store_true", help="also print secrets (hex)")
+    p.add_argument("--kdf-limit", metavar="PASSES,BYTES",
+                   help="most Argon2id work a passphrase slot may ask for (default 4,1073741824)")
     a = p.parse_args(argv)
+    kdf_limit = DEFAULT_KDF_LIMIT
+    if a.kdf_limit:
+        try:
+            kdf_limit = tuple(int(x) for x in a.kdf_limit.split(","))
+            assert len(kdf_limit) == 2
+        except (ValueError, AssertionError):
+            p.error("--kdf-limit takes PASSES,BYTES")
     if a.check_vectors:
         return check_vectors(a.check_vectors)
     if not a.vault:
@@ -325,7 +359,7 @@ def main(argv) -> int:
             kind, secret = "key", bytes.fromhex(a.key_hex)
         else:
             p.error("give one of --passphrase-env, --key-file, --key-hex")
-        items, records, _ = open_vault(a.vault, kind, secret)
+        items, records, _ = open_vault(a.vault, kind, secret, kdf_limit)
     except (VaultError, OSError, ValueError) as e:
         print(f"vault-reader: {e}", file=sys.stderr)
         return 1

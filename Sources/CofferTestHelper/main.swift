@@ -7,6 +7,9 @@
 //   CofferTestHelper vault-update PATH TIMES
 //       increments the vault counter (counter, update) TIMES times with Vault.update, after printing
 //       "ready" and reading one line of standard input (VaultUpdate.swift).
+//   CofferTestHelper vault-compact PATH PASSPHRASE compact|remove SERVICE
+//       opens the vault, prints "ready", waits for a line, then compacts it or removes every item
+//       of SERVICE (automatic compaction), and prints "done" (VaultHeaderRace.swift).
 //   CofferTestHelper crash-kv|crash-vault|vault-increment|vault-read-loop|secure-*|memscan …
 //       the reliability children (Crash.swift, MemoryScan.swift; see RELIABILITY.md).
 //   CofferTestHelper mlock-limit [default] | mlock-ok
@@ -54,6 +57,9 @@ do {
     case "vault-update":
         guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: vault-update PATH TIMES") }
         try vaultUpdateIncrement(path: arguments[2], times: times)
+    case "vault-compact":
+        guard arguments.count >= 6 else { fail("usage: vault-compact PATH PASSPHRASE compact|remove SERVICE") }
+        try vaultCompactAfterGo(path: arguments[2], passphrase: arguments[3], mode: arguments[4], service: arguments[5])
     case "crash-kv", "crash-vault", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
         "secure-write", "memscan":
         try reliabilityCommand(arguments)

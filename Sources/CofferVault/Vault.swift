@@ -31,20 +31,54 @@ import Darwin
 ///    each process sees the others' writes on its next call. ``update(service:account:_:)``
 ///    is an atomic read-modify-write across processes.
 /// 4. After ``lock()`` no key stays in memory; calls throw ``CofferError/Code/locked`` until
-///    ``unlock(_:)``.
+///    ``unlock(_:kdfLimit:)``.
 public final class Vault: Sendable {
     /// The vault file.
     public let url: URL
     private let fs: any FileSystem
     private let options: JournalOptions
+    /// The most ``unlock(_:kdfLimit:)`` lets a passphrase slot ask for, unless told otherwise.
+    private let kdfLimit: Argon2idParameters
     private let state: Locked<Session?>
 
     static let application: UInt16 = 2
 
-    private init(url: URL, fileSystem: any FileSystem, options: JournalOptions, session: sending Session) {
+    /// The most Argon2id work a vault file may ask of an unlock unless the caller allows more:
+    /// libsodium's strongest preset, ``Argon2idParameters/sensitive`` (4 passes over 1 GiB).
+    ///
+    /// A vault's key slots store their own Argon2id parameters, and whoever can write the file
+    /// chooses them: without a ceiling a crafted header could make every unlock attempt run for
+    /// minutes over gigabytes before failing. A passphrase slot asking for more passes *or* more
+    /// memory than the limit is not run; when no slot within the limit opens, the error is
+    /// ``CofferError/Code/limitExceeded`` (never ``CofferError/Code/wrongKey``). Pass a higher
+    /// `kdfLimit` to ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)`` for
+    /// a vault you trust that was created with more; the format's own bounds,
+    /// ``Argon2idParameters/maximumAccepted``, still apply.
+    public static let defaultKDFLimit = Argon2idParameters.sensitive
+
+    /// The longest service or account name ``set(_:service:account:label:comment:)-(Data,_,_,_,_)``
+    /// and the other writes accept: 1,024 bytes of UTF-8.
+    ///
+    /// Names are listed, sorted and printed whole; a bound keeps one item from making every
+    /// listing slow. Longer names are refused with ``CofferError/Code/invalidArgument`` before
+    /// anything is written — the code every ``PersistenceStrategy`` uses for a key it cannot
+    /// store, so ``VaultStrategy`` passes it on unchanged. Reading is not limited: a vault
+    /// written before the limit existed stays readable, and an item with a longer name can
+    /// still be read and removed.
+    public static let maximumNameLength = 1024
+
+    /// The longest label or comment the writes accept: 4,096 bytes of UTF-8 (as
+    /// ``maximumNameLength``).
+    public static let maximumTextLength = 4096
+
+    private init(
+        url: URL, fileSystem: any FileSystem, options: JournalOptions, kdfLimit: Argon2idParameters,
+        session: sending Session
+    ) {
         self.url = url
         self.fs = fileSystem
         self.options = options
+        self.kdfLimit = kdfLimit
         self.state = Locked(session)
     }
 
@@ -58,7 +92,9 @@ public final class Vault: Sendable {
     ///
     /// - Parameters:
     ///   - unlock: the first key slot's source.
-    ///   - kdf: Argon2id parameters for a passphrase slot (stored in the header).
+    ///   - kdf: Argon2id parameters for a passphrase slot (stored in the header). Parameters
+    ///     above ``defaultKDFLimit`` work, but every later open must then pass a `kdfLimit` at
+    ///     least as high (this `Vault`'s own ``unlock(_:kdfLimit:)`` allows them).
     ///   - durability: `.immediate` (default) or `.coalesced` (see ``Durability``).
     /// - Throws: ``CofferError`` — ``CofferError/Code/alreadyExists``, ``CofferError/Code/io``, …
     public static func create(
@@ -79,30 +115,46 @@ public final class Vault: Sendable {
             path: url.path, options: options, fileSystem: fileSystem, create: .createNew,
             initialHeaderArea: header.areaBytes())
         let session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0)
-        return Vault(url: url, fileSystem: fileSystem, options: options, session: session)
+        return Vault(
+            url: url, fileSystem: fileSystem, options: options, kdfLimit: defaultKDFLimit.raised(to: kdf),
+            session: session)
     }
 
     /// Opens and unlocks an existing vault, authenticating every record.
     ///
-    /// - Parameter recovery: `.strict` (the default) refuses a damaged file and names the byte
-    ///   offset of the damage. `.salvage` keeps every record that still authenticates in order
-    ///   — every commit before the damage, and after it when the damage was to a frame's bytes
-    ///   only — sets the damaged file aside as `<file>.damaged-<time>`, and rewrites the vault.
-    ///   The passphrase or key is checked before anything is changed.
+    /// - Parameters:
+    ///   - kdfLimit: the most Argon2id work a passphrase slot of this file may ask for, in
+    ///     passes and in memory (each compared on its own); ``defaultKDFLimit`` unless given.
+    ///     Slots above it are not tried. Raise it only for a file you trust.
+    ///   - recovery: `.strict` (the default) refuses a damaged file and names the byte
+    ///     offset of the damage. `.salvage` keeps every record that still authenticates in order
+    ///     — every commit before the damage, and after it when the damage was to a frame's bytes
+    ///     only — sets the damaged file aside as `<file>.damaged-<time>`, and rewrites the vault.
+    ///     The passphrase or key is checked before anything is changed.
+    ///
+    /// ```swift
+    /// // A vault created with `kdf: Argon2idParameters(opsLimit: 8, memLimitBytes: 2 << 30)`:
+    /// let trusted = Argon2idParameters(opsLimit: 8, memLimitBytes: 2 << 30)
+    /// let vault = try Vault.open(at: url, unlock: .passphrase(pass), kdfLimit: trusted)
+    /// ```
     /// - Throws: ``CofferError`` — ``CofferError/Code/notFound`` (no file),
     ///   ``CofferError/Code/wrongKey`` (the source opens no key slot; the file is intact),
+    ///   ``CofferError/Code/limitExceeded`` (no slot within `kdfLimit` opens, and a passphrase
+    ///   slot asks for more: whether the passphrase is right is unknown),
     ///   ``CofferError/Code/corrupted`` (damage or tampering, with the byte offset when known),
     ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
-        at url: URL, unlock: VaultUnlock, durability: Durability = .immediate, lockTimeout: Double = 10,
-        recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
+        at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
+        durability: Durability = .immediate, lockTimeout: Double = 10, recovery: JournalRecovery = .strict,
+        fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
         if recovery == .salvage {
-            try salvage(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
+            try salvage(url: url, unlock: unlock, kdfLimit: kdfLimit, options: options, fileSystem: fileSystem)
         }
-        let session = try openSession(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
-        return Vault(url: url, fileSystem: fileSystem, options: options, session: session)
+        let session = try openSession(
+            url: url, unlock: unlock, kdfLimit: kdfLimit, options: options, fileSystem: fileSystem)
+        return Vault(url: url, fileSystem: fileSystem, options: options, kdfLimit: kdfLimit, session: session)
     }
 
     /// Whether a vault file exists at `url`.
@@ -119,10 +171,12 @@ public final class Vault: Sendable {
     /// Salvage: check the key against the header first (nothing is changed for a wrong one),
     /// then let the journal keep its intact frames, then keep the records that authenticate.
     private static func salvage(
-        url: URL, unlock: VaultUnlock, options: JournalOptions, fileSystem: any FileSystem
+        url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters, options: JournalOptions,
+        fileSystem: any FileSystem
     ) throws {
         do {
-            let session = try openSession(url: url, unlock: unlock, options: options, fileSystem: fileSystem)
+            let session = try openSession(
+                url: url, unlock: unlock, kdfLimit: kdfLimit, options: options, fileSystem: fileSystem)
             try session.journal.close()
             return  // nothing to salvage
         } catch let error as CofferError where error.code == .corrupted {
@@ -137,35 +191,71 @@ public final class Vault: Sendable {
             throw CofferError(.corrupted, "the file is too short to hold a vault header", path: url.path)
         }
         let area = Array(image[Journal.fileHeaderSize..<(Journal.fileHeaderSize + VaultHeader.areaSize)])
-        let (header, _) = try selectHeader(area, path: url.path)
-        let keys = try VaultKeys(master: try unwrapMaster(header, unlock: unlock, fileSystem: fileSystem, path: url.path).key)
-        try verifyMAC(header, keys: keys, path: url.path)
+        let (header, copy) = try selectHeader(area, path: url.path)
+        let keys = try VaultKeys(
+            master: try unwrapMaster(header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
+                .key)
+        try verifyMAC(area, copy: copy, keys: keys, path: url.path)
         wipe(&image)
         // Frames: the journal keeps every intact commit (and sets the damaged file aside).
         let (journal, records) = try Journal.open(
             path: url.path, options: options, fileSystem: fileSystem, create: .openExisting, recovery: .salvage)
         defer { try? journal.close() }
+        // The header of the file the journal opened (another process may have changed or
+        // replaced it since the image above was read); the master key is the same.
+        let (opened, openedCopy) = try selectHeader(journal.headerArea, path: url.path)
+        try verifyMAC(journal.headerArea, copy: openedCopy, keys: keys, path: url.path)
         // Records: keep those that authenticate in chain order; a record that fails is skipped,
         // and the chain still advances over its tag, so an intact record after it verifies.
-        var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0)
+        var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0)
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
             try DurableIO.atomicReplace(
                 url.path + ".damaged-\(Int(Date().timeIntervalSince1970))-records", with: original, fileSystem: fileSystem)
         }
-        try journal.withWriteLock { _ in try session.compact() }
+        // Under the lock: what other processes committed since the open first, then the
+        // rewrite (which rereads the header, so a concurrent passphrase change is kept).
+        try journal.withWriteLock { changes in
+            try session.apply(changes)
+            try session.compact()
+        }
     }
 
     /// The master key, when `unlock` opens a key slot of `header`.
-    private static func unwrapMaster(
-        _ header: VaultHeader, unlock: VaultUnlock, fileSystem: any FileSystem, path: String
+    ///
+    /// A passphrase slot whose Argon2id parameters exceed `kdfLimit` is not run (its cost is
+    /// the file's choice, and the file may be hostile); the slots within the limit are tried.
+    /// When none of them opens and some slot was passed over, the error is `.limitExceeded`:
+    /// the passphrase may well be right, so it is never reported as wrong.
+    static func unwrapMaster(
+        _ header: VaultHeader, unlock: VaultUnlock, kdfLimit: Argon2idParameters, fileSystem: any FileSystem,
+        path: String
     ) throws -> (key: SecureBytes, slot: Int) {
         let material = try unlock.material(fileSystem: fileSystem)
         let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
-        for index in candidates {
+        // Parameters outside the format's own bounds are a malformed file, not a choice to
+        // weigh against the limit: refused as before, whatever the other slots hold.
+        for index in candidates where header.slots[index].kind == .passphrase {
+            try KeySlotCrypto.checkFormatBounds(header.slots[index])
+        }
+        let tried = candidates.filter { header.slots[$0].isWithin(kdfLimit) }
+        for index in tried {
             if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
                 return (key, index)
             }
+        }
+        if let over = candidates.first(where: { !header.slots[$0].isWithin(kdfLimit) }) {
+            let slot = header.slots[over]
+            let others =
+                tried.isEmpty
+                ? "" : " (the passphrase opens none of the \(tried.count) within the limit)"
+            throw CofferError(
+                .limitExceeded,
+                "key slot \(over) of this vault asks for Argon2id with "
+                    + "\(describeCost(slot.opsLimit, slot.memLimitBytes)), above the limit of "
+                    + "\(describeCost(kdfLimit.opsLimit, kdfLimit.memLimitBytes))\(others); "
+                    + "open it with a higher kdfLimit if you trust this file",
+                path: path)
         }
         let what: String
         switch material {
@@ -178,15 +268,17 @@ public final class Vault: Sendable {
     }
 
     private static func openSession(
-        url: URL, unlock: VaultUnlock, options: JournalOptions, fileSystem: any FileSystem
+        url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters, options: JournalOptions,
+        fileSystem: any FileSystem
     ) throws -> Session {
         let (journal, records) = try Journal.open(
             path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
         do {
-            let (header, _) = try selectHeader(journal.headerArea, path: url.path)
-            let (master, unlockedSlot) = try unwrapMaster(header, unlock: unlock, fileSystem: fileSystem, path: url.path)
+            let (header, copy) = try selectHeader(journal.headerArea, path: url.path)
+            let (master, unlockedSlot) = try unwrapMaster(
+                header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
             let keys = try VaultKeys(master: master)
-            try verifyMAC(header, keys: keys, path: url.path)
+            try verifyMAC(journal.headerArea, copy: copy, keys: keys, path: url.path)
             var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
             try session.apply(records)
             return session
@@ -217,10 +309,14 @@ public final class Vault: Sendable {
     }
 
     /// Unlocks a locked vault (rereading and authenticating the file). Does nothing when unlocked.
-    /// - Throws: as ``open(at:unlock:durability:lockTimeout:fileSystem:)``.
-    public func unlock(_ source: VaultUnlock) throws {
+    /// - Parameter kdfLimit: as for ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``;
+    ///   `nil` keeps the limit this vault was opened with (for a vault this `Vault` created, at
+    ///   least the parameters it was created with).
+    /// - Throws: as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``.
+    public func unlock(_ source: VaultUnlock, kdfLimit: Argon2idParameters? = nil) throws {
         if !isLocked { return }
-        let session = try Self.openSession(url: url, unlock: source, options: options, fileSystem: fs)
+        let session = try Self.openSession(
+            url: url, unlock: source, kdfLimit: kdfLimit ?? self.kdfLimit, options: options, fileSystem: fs)
         state.withLock { $0 = session }
     }
 
@@ -229,9 +325,14 @@ public final class Vault: Sendable {
     /// Stores a secret under `service` and `account`, replacing any earlier one.
     ///
     /// - Parameters:
-    ///   - label: a readable name; `nil` keeps the current one (empty for a new item).
-    ///   - comment: a note; `nil` keeps the current one.
-    /// - Throws: ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/io``, …
+    ///   - service: non-empty, at most ``maximumNameLength`` bytes of UTF-8.
+    ///   - account: non-empty, at most ``maximumNameLength`` bytes of UTF-8.
+    ///   - label: a readable name (at most ``maximumTextLength`` bytes); `nil` keeps the current
+    ///     one (empty for a new item).
+    ///   - comment: a note (at most ``maximumTextLength`` bytes); `nil` keeps the current one.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/invalidArgument``
+    ///   (an empty service or account, or a name, label or comment above its limit; nothing is
+    ///   written), ``CofferError/Code/io``, …
     public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
@@ -384,7 +485,12 @@ public final class Vault: Sendable {
     /// Replaces the passphrase that unlocked this vault (or its first passphrase slot) with a
     /// new one. Rewrites only the header, crash-safely: at every moment the old or the new
     /// passphrase works. The master key is unchanged (see SECURITY.md).
+    ///
+    /// The header is reread from the file under the write lock, so a change made meanwhile by
+    /// another process (or `Vault` instance) is kept, and no process's later compaction undoes
+    /// this one.
     /// - Parameter kdf: Argon2id parameters for the new slot; `nil` keeps the old slot's.
+    ///   Above ``defaultKDFLimit``, every later open must pass a `kdfLimit` at least as high.
     public func changePassphrase(to new: VaultUnlock, kdf: Argon2idParameters? = nil) throws {
         try updateHeader { header, session in
             let material = try new.material(fileSystem: fs)
@@ -414,6 +520,8 @@ public final class Vault: Sendable {
     }
 
     /// Adds a key slot, so `source` opens the vault too. Header-only, crash-safe.
+    /// - Parameter kdf: Argon2id parameters for a passphrase slot. Above ``defaultKDFLimit``,
+    ///   opening with that passphrase needs a `kdfLimit` at least as high.
     public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
         try updateHeader { header, session in
             guard header.slots.count < VaultHeader.maximumSlots else {
@@ -442,8 +550,16 @@ public final class Vault: Sendable {
     // MARK: - Maintenance
 
     /// Format, key slots and sizes. Nothing secret.
+    ///
+    /// The key slots are read from the file, so a passphrase change or a slot added or removed
+    /// by another process shows at once (those rewrite the header in place, not the records).
     public func info() throws -> VaultInfo {
-        try read { session in
+        try withSession { live in
+            let changes = try live.journal.refresh()
+            if !changes.isEmpty { try live.apply(changes) }
+            _ = try live.reloadHeader()
+        }
+        return try read { session in
             VaultInfo(
                 formatVersion: Int(VaultHeader.formatVersion),
                 keySlots: session.header.slots.map { slot in
@@ -468,8 +584,8 @@ public final class Vault: Sendable {
             let (journal, records) = try Journal.open(
                 path: url.path, options: options, fileSystem: fs, create: .openExisting)
             defer { try? journal.close() }
-            let (header, _) = try Self.selectHeader(journal.headerArea, path: url.path)
-            try Self.verifyMAC(header, keys: live.keys, path: url.path)
+            let (header, copy) = try Self.selectHeader(journal.headerArea, path: url.path)
+            try Self.verifyMAC(journal.headerArea, copy: copy, keys: live.keys, path: url.path)
             var fresh = try Session(journal: journal, keys: live.keys, header: header, unlockedSlot: 0)
             try fresh.apply(records)
             return VaultVerification(records: fresh.recordCount, items: fresh.entries.count)
@@ -540,6 +656,25 @@ public final class Vault: Sendable {
         }
     }
 
+    /// Refuses names, labels and comments above their limits (``maximumNameLength``,
+    /// ``maximumTextLength``) before anything is written. The message gives lengths only: a
+    /// name may be a secret typed in the wrong place.
+    ///
+    /// A Swift `String` is always valid Unicode, and a record stores its `utf8` view, so what
+    /// this writes is always valid UTF-8 (a reader refuses a record whose names are not).
+    static func checkLengths(service: String, account: String, label: String?, comment: String?) throws {
+        for (what, text, limit) in [
+            ("service name", service, maximumNameLength), ("account name", account, maximumNameLength),
+            ("label", label ?? "", maximumTextLength), ("comment", comment ?? "", maximumTextLength),
+        ] {
+            let length = text.utf8.count
+            guard length <= limit else {
+                throw CofferError(
+                    .invalidArgument, "a \(what) may be at most \(limit) bytes of UTF-8; this one has \(length)")
+            }
+        }
+    }
+
     /// The read-modify-write behind both `update`s: under one hold of the journal's write lock,
     /// catch up with the other writers, decrypt the current secret, transform it and commit
     /// the result (a `.set` keeping the item's attributes, or a `.remove`), as `write` does.
@@ -547,6 +682,7 @@ public final class Vault: Sendable {
         service: String, account: String, bytes transform: ([UInt8]?) throws -> [UInt8]?
     ) throws {
         try Self.checkIdentity(service: service, account: account)
+        try Self.checkLengths(service: service, account: account, label: nil, comment: nil)
         try withSession { live in
             try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
@@ -580,6 +716,11 @@ public final class Vault: Sendable {
         for change in changes {
             let (service, account) = change.identity
             try Self.checkIdentity(service: service, account: account)
+            // Sets only: a removal writes nothing new, and must reach an item with a longer name
+            // written before the limits existed.
+            if let (label, comment) = change.attributes {
+                try Self.checkLengths(service: service, account: account, label: label, comment: comment)
+            }
         }
         return try withSession { live in
             let written = try live.journal.withWriteLock { journalChanges in
@@ -595,8 +736,10 @@ public final class Vault: Sendable {
         try withSession { live in
             try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
-                let (current, currentCopy) = try Self.selectHeader(try live.journal.reloadHeaderArea(), path: url.path)
-                try Self.verifyMAC(current, keys: live.keys, path: url.path)
+                // The header as the file holds it now, under the lock: another process may have
+                // changed it in place since this one last looked.
+                let currentCopy = try live.reloadHeader()
+                let current = live.header
                 var next = current
                 try change(&next, &live)
                 next.sequence = current.sequence + 1
@@ -642,12 +785,17 @@ public final class Vault: Sendable {
             path: path, offset: Int64(Journal.fileHeaderSize))
     }
 
-    static func verifyMAC(_ header: VaultHeader, keys: VaultKeys, path: String) throws {
-        let expected = try keys.headerMAC(header)
-        guard constantTimeEqual(expected, header.mac) else {
+    /// Checks the MAC of copy `copy` (0 or 1, as ``selectHeader(_:path:)`` chose it) of the
+    /// header `area`, over that copy's bytes as stored. The other copy's MAC is not checked: it
+    /// is not used. An error names the file offset of the copy checked (32 or 2,080).
+    static func verifyMAC(_ area: [UInt8], copy: Int, keys: VaultKeys, path: String) throws {
+        let start = copy * VaultHeader.copySize
+        let stored = area[start..<(start + VaultHeader.copySize)]
+        let expected = try keys.headerMAC(stored: stored)
+        guard constantTimeEqual(expected, Array(VaultHeader.storedMAC(of: stored))) else {
             throw CofferError(
-                .corrupted, "the vault header fails authentication: it was altered", path: path,
-                offset: Int64(Journal.fileHeaderSize))
+                .corrupted, "the vault header (copy \(copy + 1)) fails authentication: it was altered", path: path,
+                offset: Int64(Journal.fileHeaderSize + start))
         }
     }
 }
@@ -750,9 +898,9 @@ struct Session: Sendable {
     mutating func apply(_ changes: JournalChanges) throws {
         if changes.reset {
             // Another process compacted the file: a new epoch, so a new chain from its start.
-            let (header, _) = try Vault.selectHeader(journal.headerArea, path: journal.path)
-            try Vault.verifyMAC(header, keys: keys, path: journal.path)
-            self.header = header
+            let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
+            try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
+            adopt(header)
             chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
             entries.removeAll()
             recordCount = 0
@@ -815,9 +963,16 @@ struct Session: Sendable {
             switch outcome {
             case .body(let body):
                 index(body, payload: payload, chainBefore: chains[i], chainAfter: chains[i + 1])
-            case .invalidLayout:
+            case .invalid(let why):
+                // Sealed by someone holding the key, but not a body Coffer accepts (a name that
+                // is not UTF-8, say): salvage drops it like a record that fails to authenticate.
+                if skippingFailures {
+                    chain = chains[i + 1]
+                    skipped += 1
+                    continue
+                }
                 throw CofferError(
-                    .corrupted, "a vault record authenticated but its layout is invalid", path: journal.path,
+                    .corrupted, "a vault record authenticated but \(why)", path: journal.path,
                     offset: records[i].offset)
             case .failed(let failure):
                 guard var error = failure as? CofferError else { throw failure }
@@ -837,7 +992,8 @@ struct Session: Sendable {
     /// What opening one record gave.
     private enum Opened {
         case body(IndexedBody)
-        case invalidLayout
+        /// Authenticated, but refused by the body parser: why (``VaultRecordBody/invalidity(_:)``).
+        case invalid(String)
         case failed(any Error)
     }
 
@@ -903,7 +1059,8 @@ struct Session: Sendable {
                 let outcome: Opened
                 do {
                     outcome = try opener.open(sealed, chain: shared.chains[i]) { plaintext in
-                        VaultRecordBody.indexed(plaintext).map { .body($0) } ?? .invalidLayout
+                        VaultRecordBody.indexed(plaintext).map { .body($0) }
+                            ?? .invalid(VaultRecordBody.invalidity(plaintext))
                     }
                 } catch {
                     outcome = .failed(error)
@@ -1072,8 +1229,49 @@ struct Session: Sendable {
         }
     }
 
-    /// Re-seals every live item under a new epoch and rewrites the file. Call under the write lock.
+    /// Rereads the header area from the file and adopts the header it holds; returns the
+    /// current copy (0 or 1). Call under the write lock before writing a header, after applying
+    /// the journal's changes.
+    ///
+    /// Why: a passphrase or key-slot change rewrites the header in place and appends no record,
+    /// so the journal's catch-up (which follows records and file replacements) does not see it.
+    /// A process that wrote the header it read at open — compaction raises the sequence and
+    /// writes it — would silently bring back a passphrase another process rotated away.
+    @discardableResult
+    mutating func reloadHeader() throws -> Int {
+        let area = try journal.reloadHeaderArea()
+        let (current, copy) = try Vault.selectHeader(area, path: journal.path)
+        try Vault.verifyMAC(area, copy: copy, keys: keys, path: journal.path)
+        // The epoch changes only with a new file, which the catch-up has applied by now (its
+        // records are chained from this epoch). Adopting another epoch here would seal the next
+        // records against the wrong chain.
+        guard current.vaultID == header.vaultID, current.epoch == header.epoch else {
+            throw CofferError(
+                .corrupted,
+                "the vault header's id or epoch changed without the file being replaced: it was not written by Coffer",
+                path: journal.path, offset: Int64(Journal.fileHeaderSize + copy * VaultHeader.copySize))
+        }
+        adopt(current)
+        return copy
+    }
+
+    /// Takes `current` as the header, keeping `unlockedSlot` on the slot this session was
+    /// unlocked with when that slot is still there (slots may have been removed before it).
+    mutating func adopt(_ current: VaultHeader) {
+        if current != header, header.slots.indices.contains(unlockedSlot),
+            let same = current.slots.firstIndex(of: header.slots[unlockedSlot])
+        {
+            unlockedSlot = same
+        }
+        if !current.slots.indices.contains(unlockedSlot) { unlockedSlot = 0 }
+        header = current
+    }
+
+    /// Re-seals every live item under a new epoch and rewrites the file, with the header the
+    /// file holds now (reread: see ``reloadHeader()``) and its sequence + 1. Call under the
+    /// write lock, after applying the journal's changes.
     mutating func compact() throws {
+        try reloadHeader()
         var header = self.header
         header.sequence += 1
         header.epoch = SecureRandom.bytes(count: 16)
@@ -1084,7 +1282,8 @@ struct Session: Sendable {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
             defer { wipe(&plaintext) }
             guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {
-                throw CofferError(.corrupted, "a vault record's layout is invalid", path: journal.path)
+                let why = plaintext.withUnsafeBytes { VaultRecordBody.invalidity($0) }
+                throw CofferError(.corrupted, "a vault record authenticated but \(why)", path: journal.path)
             }
             let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
             try next.index(body, payload: payload)
@@ -1139,4 +1338,35 @@ func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
     var difference: UInt8 = 0
     for i in 0..<a.count { difference |= a[i] ^ b[i] }
     return difference == 0
+}
+
+extension KeySlot {
+    /// Whether running this slot's key derivation stays within `limit`: always for a key file
+    /// or raw key (a hash), and for a passphrase when neither its passes nor its memory exceeds
+    /// the limit's.
+    func isWithin(_ limit: Argon2idParameters) -> Bool {
+        kind != .passphrase || (opsLimit <= limit.opsLimit && memLimitBytes <= limit.memLimitBytes)
+    }
+}
+
+extension Argon2idParameters {
+    /// Each limit raised to at least `other`'s.
+    func raised(to other: Argon2idParameters) -> Argon2idParameters {
+        Argon2idParameters(
+            opsLimit: max(opsLimit, other.opsLimit), memLimitBytes: max(memLimitBytes, other.memLimitBytes))
+    }
+}
+
+/// Argon2id's cost in words: "1 GiB and 4 passes", "64 MiB and 1 pass", "8 KiB and 2 passes".
+func describeCost(_ passes: UInt64, _ memory: UInt64) -> String {
+    let units: [(UInt64, String)] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+    var size = "\(memory) bytes"
+    for (unit, name) in units where memory >= unit {
+        var whole = memory / unit
+        var tenth = (memory % unit * 10 + unit / 2) / unit  // no overflow: memory % unit < 2^30
+        if tenth == 10 { (whole, tenth) = (whole + 1, 0) }
+        size = tenth == 0 ? "\(whole) \(name)" : "\(whole).\(tenth) \(name)"
+        break
+    }
+    return "\(size) and \(passes) pass\(passes == 1 ? "" : "es")"
 }

@@ -55,12 +55,19 @@ public struct VaultConfiguration: Sendable {
     public var createIfMissing: Bool
     /// Argon2id parameters used when creating it with a passphrase.
     public var kdf: Argon2idParameters
+    /// The most Argon2id work the vault file may ask of an unlock (see ``Vault/defaultKDFLimit``).
+    /// Opening allows at least ``kdf`` too, so a vault this configuration creates always reopens.
+    public var kdfLimit: Argon2idParameters
 
-    public init(url: URL? = nil, unlock: VaultUnlock, createIfMissing: Bool = true, kdf: Argon2idParameters = .moderate) {
+    public init(
+        url: URL? = nil, unlock: VaultUnlock, createIfMissing: Bool = true, kdf: Argon2idParameters = .moderate,
+        kdfLimit: Argon2idParameters = Vault.defaultKDFLimit
+    ) {
         self.url = url
         self.unlock = unlock
         self.createIfMissing = createIfMissing
         self.kdf = kdf
+        self.kdfLimit = kdfLimit
     }
 }
 
@@ -85,7 +92,9 @@ extension Backing {
                         fileSystem: context.fileSystem)
                 }
                 return try Vault.open(
-                    at: url, unlock: configuration.unlock, lockTimeout: context.lockTimeout, fileSystem: context.fileSystem)
+                    at: url, unlock: configuration.unlock,
+                    kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf), lockTimeout: context.lockTimeout,
+                    fileSystem: context.fileSystem)
             }
             return (VaultStrategy(vault: vault, service: service), account)
         }

@@ -24,6 +24,14 @@ struct VaultKeys: Sendable {
         try crypto { try BLAKE2b.hash(header.authenticatedBytes(), key: self.header, outputLength: 32) }
     }
 
+    /// The MAC a stored header copy carries: keyed BLAKE2b-256 over the copy's bytes
+    /// `[0, 1072)` exactly as stored (docs/FORMAT.md, "Header MAC"), never a re-encoding.
+    func headerMAC(stored copy: ArraySlice<UInt8>) throws -> [UInt8] {
+        try crypto {
+            try BLAKE2b.hash(VaultHeader.storedAuthenticatedBytes(of: copy), key: self.header, outputLength: 32)
+        }
+    }
+
     /// The first chain value of a file: it binds the records to this vault and this file's epoch.
     func genesis(vaultID: [UInt8], epoch: [UInt8]) throws -> ChainValue {
         let input = Array("coffer-chain-genesis-v1".utf8) + vaultID + epoch
@@ -273,15 +281,8 @@ enum KeySlotCrypto {
     static func keyEncryptionKey(for slot: KeySlot, source: UnlockMaterial) throws -> SecureBytes {
         switch (slot.kind, source) {
         case (.passphrase, .passphrase(let passphrase)):
+            try checkFormatBounds(slot)
             let parameters = Argon2idParameters(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
-            do {
-                _ = try parameters.validated()
-            } catch {
-                throw CofferError(
-                    .corrupted,
-                    "the vault header asks for Argon2id parameters outside the accepted range (\(parameters)); "
-                        + "refusing to run them")
-            }
             return try crypto {
                 try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: slot.salt, parameters: parameters)
             }
@@ -296,6 +297,21 @@ enum KeySlotCrypto {
             }
         default:
             throw CofferError(.wrongKey, "this key slot is for another kind of unlock")
+        }
+    }
+
+    /// Refuses a passphrase slot whose Argon2id parameters lie outside the format's bounds
+    /// (``Argon2idParameters/maximumAccepted``), as a malformed header. The caller's lower
+    /// ceiling (`kdfLimit`) is applied by `Vault.unwrapMaster`.
+    static func checkFormatBounds(_ slot: KeySlot) throws {
+        let parameters = Argon2idParameters(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
+        do {
+            _ = try parameters.validated()
+        } catch {
+            throw CofferError(
+                .corrupted,
+                "the vault header asks for Argon2id parameters outside the accepted range (\(parameters)); "
+                    + "refusing to run them")
         }
     }
 

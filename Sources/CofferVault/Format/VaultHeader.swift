@@ -22,7 +22,9 @@ package struct VaultHeader: Equatable {
     var slots: [KeySlot]
     var mac: [UInt8]  // BLAKE2b-256 keyed with the header subkey over bytes [0, macOffset)
 
-    /// The bytes the MAC covers.
+    /// The bytes the MAC covers, as this header encodes them (for a new MAC). A header read
+    /// from a file is verified over its bytes as stored (``storedAuthenticatedBytes(of:)``);
+    /// for every copy ``parse(copy:)`` accepts, the two are identical.
     func authenticatedBytes() -> [UInt8] {
         var bytes = Self.magic
         appendLE(Self.formatVersion, to: &bytes)
@@ -42,6 +44,16 @@ package struct VaultHeader: Equatable {
         bytes += [UInt8](repeating: 0, count: Self.crcOffset - bytes.count)
         appendLE(CRC32C.checksum(bytes), to: &bytes)
         return bytes
+    }
+
+    /// The bytes of one stored copy that the MAC covers, `[0, macOffset)`, exactly as stored.
+    static func storedAuthenticatedBytes(of copy: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        copy[copy.startIndex..<(copy.startIndex + macOffset)]
+    }
+
+    /// The MAC field of one stored copy.
+    static func storedMAC(of copy: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        copy[(copy.startIndex + macOffset)..<(copy.startIndex + macOffset + macLength)]
     }
 
     /// The whole header area: both copies identical (used when a file is created or rewritten).
@@ -73,6 +85,17 @@ package struct VaultHeader: Equatable {
                 return .damaged("key slot \(i) is malformed")
             }
             slots.append(slot)
+        }
+        // Every byte Coffer writes as zero must be zero: the unused slots and the padding after
+        // the MAC. They are authenticated anyway (the MAC covers the copy as stored, unused
+        // slots included), but a copy that differs from its own re-encoding is not one Coffer
+        // wrote, and refusing it here keeps "the bytes as stored" and "the header as parsed" one
+        // and the same thing for every reader.
+        guard b[(slotsOffset + count * KeySlot.size)..<macOffset].allSatisfy({ $0 == 0 }) else {
+            return .damaged("an unused key slot is not zero")
+        }
+        guard b[(macOffset + macLength)..<crcOffset].allSatisfy({ $0 == 0 }) else {
+            return .damaged("the reserved bytes after the MAC are not zero")
         }
         return .header(
             VaultHeader(

@@ -137,8 +137,25 @@ package enum VaultRecordBody: Equatable {
         }
     }
 
+    /// Why ``indexed(_:)`` (and ``decode(_:)``) refuse `bytes`, naming the field at fault but
+    /// never its content: "its layout is invalid", or "its service is not valid UTF-8", … A
+    /// reader must never repair a name (String(decoding:) would turn every invalid byte into
+    /// U+FFFD): two different stored names would become one item.
+    static func invalidity(_ bytes: UnsafeRawBufferPointer) -> String {
+        guard let layout = Layout(bytes) else {
+            return "its layout is invalid (its kind, a field's length, or where it ends)"
+        }
+        var fields = [("service", layout.service), ("account", layout.account)]
+        if layout.kind == .put { fields += [("label", layout.label), ("comment", layout.comment)] }
+        for (name, range) in fields where text(bytes, range) == nil {
+            return "its \(name) is not valid UTF-8"
+        }
+        return "its layout is invalid"
+    }
+
     /// What the index keeps of a body, parsed straight from the plaintext: never the secret.
-    /// `nil` when the layout is invalid (exactly when ``decode(_:)`` returns `nil`).
+    /// `nil` when the layout is invalid or a text field is not valid UTF-8 (exactly when
+    /// ``decode(_:)`` returns `nil`; ``invalidity(_:)`` says which).
     static func indexed(_ bytes: UnsafeRawBufferPointer) -> IndexedBody? {
         guard let layout = Layout(bytes) else { return nil }
         switch layout.kind {

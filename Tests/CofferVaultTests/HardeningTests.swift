@@ -1,0 +1,471 @@
+import CofferCore
+import CofferCrypto
+@testable import CofferVault
+import Foundation
+import Testing
+
+// Issue 13, the vault library's part: a header rewritten in place by another process is never
+// undone (item 2), a key slot's Argon2id cost is capped (item 7), names are bounded (item 8)
+// and never repaired (item 4), and the header MAC covers the bytes as stored (the format).
+
+/// Rewrites header copies of a vault file in place with `edit` (given the bytes and the copy's
+/// file offset), recomputing each copy's CRC, as a hostile or buggy writer would.
+func editHeaderCopies(_ url: URL, copies: [Int] = [0, 1], _ edit: (inout [UInt8], Int) -> Void) throws {
+    var bytes = try readBytes(url)
+    for copy in copies {
+        let base = Journal.fileHeaderSize + copy * VaultHeader.copySize
+        edit(&bytes, base)
+        let crc = CRC32C.checksum(Array(bytes[base..<(base + VaultHeader.crcOffset)]))
+        withUnsafeBytes(of: crc.littleEndian) { for i in 0..<4 { bytes[base + VaultHeader.crcOffset + i] = $0[i] } }
+    }
+    try writeBytes(bytes, to: url)
+}
+
+/// Stores `value` little-endian at `offset`.
+func storeLE64(_ value: UInt64, at offset: Int, in bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.littleEndian) { for i in 0..<8 { bytes[offset + i] = $0[i] } }
+}
+
+/// The header sequence number of each copy in the file (nil for a copy that does not parse).
+func headerSequences(_ url: URL) throws -> [UInt64?] {
+    let bytes = try readBytes(url)
+    return (0..<2).map { copy in
+        let base = Journal.fileHeaderSize + copy * VaultHeader.copySize
+        if case .header(let header) = VaultHeader.parse(copy: bytes[base..<(base + VaultHeader.copySize)]) {
+            return header.sequence
+        }
+        return nil
+    }
+}
+
+@Suite("Vault: a header change by another process is never undone (issue 13, item 2)")
+struct HeaderChangeRaceTests {
+    /// Two `Vault`s on one file behave as two processes: each has its own journal, descriptor
+    /// and `flock` on `<file>.lock`.
+    @Test func aPassphraseChangeSurvivesAnotherInstancesCompaction() throws {
+        let dir = try Scratch("passwd-compact")
+        let url = dir.file("v")
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+            try vault.set("one", service: "s", account: "a")
+            try vault.set("two", service: "s", account: "b")
+        }
+        let a = try Vault.open(at: url, unlock: .passphrase("old"))
+        let b = try Vault.open(at: url, unlock: .passphrase("old"))
+        let newKDF = Argon2idParameters(opsLimit: 2, memLimitBytes: 8192)
+        try a.changePassphrase(to: .passphrase("new"), kdf: newKDF)
+        #expect(try headerSequences(url) == [2, 2])
+        // b notices the header rewritten in place (no record was appended)...
+        #expect(try b.info().keySlots == [KeySlotInfo(kind: "passphrase", opsLimit: 2, memLimitBytes: 8192)])
+        // ...and its compaction carries it, with the next sequence number.
+        try b.compact()
+        #expect(try headerSequences(url) == [3, 3])
+        #expect(try Vault.open(at: url, unlock: .passphrase("new")).string(service: "s", account: "b") == "two")
+        let error = expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
+        #expect(error?.message.contains("passphrase") == true)
+        // Both instances go on working with the same master key.
+        try a.set("three", service: "s", account: "c")
+        #expect(try b.string(service: "s", account: "c") == "three")
+    }
+
+    /// The same through the automatic compaction that removals trigger (garbage above 64 KiB
+    /// and above the live bytes), the case the attack reproduced 13 times out of 14.
+    @Test func aPassphraseChangeSurvivesAnotherInstancesAutomaticCompaction() throws {
+        let dir = try Scratch("passwd-autocompact")
+        let url = dir.file("v")
+        let a: Vault
+        let b: Vault
+        do {
+            _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+            a = try Vault.open(at: url, unlock: .passphrase("old"))
+            b = try Vault.open(at: url, unlock: .passphrase("old"))
+        }
+        let big = Data(repeating: 0x42, count: 4096)
+        try b.apply(
+            (0..<40).map { .set(service: "bulk", account: "\($0)", secret: [UInt8](big), label: nil, comment: nil) })
+        try b.set("kept", service: "s", account: "a")
+        let recordsBefore = try b.info().recordCount
+        try a.changePassphrase(to: "new")
+        for i in 0..<40 { try b.remove(service: "bulk", account: "\(i)") }
+        // The removals compacted the file (each compaction raises the sequence past the
+        // passphrase change's 2, and drops superseded records).
+        let sequences = try headerSequences(url)
+        let recordsAfter = try b.info().recordCount
+        #expect(recordsAfter < 10, "records before the removals: \(recordsBefore), after: \(recordsAfter)")
+        #expect(sequences[0] == sequences[1] && (sequences[0] ?? 0) >= 3, "\(sequences)")
+        #expect(try Vault.open(at: url, unlock: .passphrase("new")).string(service: "s", account: "a") == "kept")
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
+    }
+
+    /// The same across real processes: a child (CofferTestHelper vault-compact) holds the vault
+    /// open with the old passphrase, this process changes it, then the child compacts — or
+    /// removes items until its automatic compaction runs, as `coffer rm` did in the attack.
+    @Test(arguments: ["compact", "remove"])
+    func aPassphraseChangeSurvivesAnotherProcesssCompaction(mode: String) throws {
+        let dir = try Scratch("passwd-child-\(mode)")
+        let url = dir.file("v")
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+            let big = [UInt8](repeating: 0x42, count: 4096)
+            try vault.apply(
+                (0..<40).map { .set(service: "bulk", account: "\($0)", secret: big, label: nil, comment: nil) })
+            try vault.set("kept", service: "s", account: "a")
+        }
+        let input = Pipe()
+        let output = Pipe()
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
+        child.arguments = ["vault-compact", url.path, "old", mode, "bulk"]
+        child.standardInput = input
+        child.standardOutput = output
+        try child.run()
+        defer {
+            if child.isRunning { child.terminate() }
+            child.waitUntilExit()
+        }
+        guard try Self.line(from: output) == "ready" else {
+            Issue.record("the vault-compact child did not open the vault")
+            return
+        }
+        try Vault.open(at: url, unlock: .passphrase("old")).changePassphrase(to: "new")
+        try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
+        #expect(try Self.line(from: output) == "done")
+        child.waitUntilExit()
+        #expect(child.terminationStatus == 0)
+        let sequences = try headerSequences(url)
+        #expect(sequences[0] == sequences[1] && (sequences[0] ?? 0) >= 3, "compacted after the change: \(sequences)")
+        let reopened = try Vault.open(at: url, unlock: .passphrase("new"))
+        #expect(try reopened.string(service: "s", account: "a") == "kept")
+        #expect(try reopened.items(service: "bulk").isEmpty == (mode == "remove"))
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
+    }
+
+    /// One line from a child's standard output, without its newline ("" at end of file).
+    static func line(from pipe: Pipe) throws -> String {
+        var bytes: [UInt8] = []
+        while let chunk = try pipe.fileHandleForReading.read(upToCount: 1), let byte = chunk.first, byte != 0x0A {
+            bytes.append(byte)
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The other order: a compaction by one instance, then a key-slot change by the other,
+    /// which must write its header into the new file with the compaction's sequence + 1.
+    @Test func aKeySlotChangeAfterAnotherInstancesCompactionKeepsBoth() throws {
+        let dir = try Scratch("compact-passwd")
+        let url = dir.file("v")
+        let a: Vault
+        let b: Vault
+        do {
+            _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+            a = try Vault.open(at: url, unlock: .passphrase("old"))
+            b = try Vault.open(at: url, unlock: .passphrase("old"))
+        }
+        try a.set("x", service: "s", account: "a")
+        try a.compact()
+        let key = try SecureBytes.random(count: 32)
+        try b.addKeySlot(.key(key))
+        #expect(try headerSequences(url) == [3, 3])
+        #expect(try a.info().keySlots.map(\.kind) == ["passphrase", "key"])
+        try a.compact()  // a carries b's new slot
+        #expect(try Vault.open(at: url, unlock: .key(key)).string(service: "s", account: "a") == "x")
+        #expect(try Vault.open(at: url, unlock: .passphrase("old")).string(service: "s", account: "a") == "x")
+    }
+
+    /// A removed key slot stays removed when another instance, which opened with a later slot,
+    /// compacts; and its own passphrase change then targets the slot it unlocked with.
+    @Test func aRemovedSlotStaysRemovedAndTheUnlockedSlotIsFollowed() throws {
+        let dir = try Scratch("rmslot-compact")
+        let url = dir.file("v")
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("first"), kdf: fastKDF)
+            try vault.addKeySlot(.passphrase("second"), kdf: fastKDF)
+            try vault.set("x", service: "s", account: "a")
+        }
+        let a = try Vault.open(at: url, unlock: .passphrase("first"))
+        let b = try Vault.open(at: url, unlock: .passphrase("second"))  // slot 1
+        try a.removeKeySlot(at: 0)
+        try b.compact()
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("first")) }
+        try b.changePassphrase(to: "third")  // slot 1 became slot 0
+        #expect(try Vault.open(at: url, unlock: .passphrase("third")).items().count == 1)
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("second")) }
+    }
+}
+
+@Suite("Vault: a key slot's Argon2id cost is capped (issue 13, item 7)")
+struct KDFLimitTests {
+    /// The attack's header: 64 passes over 4 GiB, within the format's bounds. Refused before
+    /// anything is allocated (the test would take minutes and 4 GiB otherwise), and not as a
+    /// wrong passphrase.
+    @Test func aCraftedExpensiveSlotIsRefusedBeforeRunning() throws {
+        let dir = try Scratch("kdf-huge")
+        let url = dir.file("v")
+        _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
+        try editHeaderCopies(url) { bytes, base in
+            let slot = base + VaultHeader.slotsOffset
+            storeLE64(64, at: slot + 8, in: &bytes)
+            storeLE64(4 << 30, at: slot + 16, in: &bytes)
+        }
+        let started = ContinuousClock.now
+        let error = expectError(.limitExceeded) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        let message = error?.message ?? ""
+        #expect(message.contains("asks for Argon2id with 4 GiB and 64 passes"), "\(message)")
+        #expect(error?.message.contains("above the limit of 1 GiB and 4 passes") == true)
+        #expect(error?.message.contains("kdfLimit") == true)
+        #expect(error?.path == url.path)
+    }
+
+    /// Many passes over little memory: cheap enough to run on the code before the limit,
+    /// where it was reported as a wrong passphrase.
+    @Test func tooManyPassesIsALimitNotAWrongPassphrase() throws {
+        let dir = try Scratch("kdf-passes")
+        let url = dir.file("v")
+        _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
+        try editHeaderCopies(url) { bytes, base in storeLE64(64, at: base + VaultHeader.slotsOffset + 8, in: &bytes) }
+        for passphrase in ["p", "not it"] {
+            let error = expectError(.limitExceeded) { _ = try Vault.open(at: url, unlock: .passphrase(passphrase)) }
+            #expect(error?.message.contains("8 KiB and 64 passes") == true, "\(error?.message ?? "")")
+        }
+    }
+
+    /// A vault created above a caller's limit: refused under it, whatever the passphrase;
+    /// opened once the caller allows its cost; `unlock` keeps the limit the vault was opened with.
+    @Test func theLimitIsTheCallersAndCanBeRaised() throws {
+        let dir = try Scratch("kdf-limit")
+        let url = dir.file("v")
+        let cost = Argon2idParameters(opsLimit: 2, memLimitBytes: 16 << 10)
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("p"), kdf: cost)
+            try vault.set("x", service: "s", account: "a")
+            vault.lock()
+            try vault.unlock(.passphrase("p"))  // create allows its own parameters
+        }
+        let low = Argon2idParameters.minimum  // 1 pass, 8 KiB
+        for passphrase in ["p", "wrong"] {
+            let error = expectError(.limitExceeded) {
+                _ = try Vault.open(at: url, unlock: .passphrase(passphrase), kdfLimit: low)
+            }
+            #expect(error?.message.contains("16 KiB and 2 passes") == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("8 KiB and 1 pass;") == true, "\(error?.message ?? "")")
+        }
+        // Passes and memory are each compared with the limit.
+        expectError(.limitExceeded) {
+            _ = try Vault.open(at: url, unlock: .passphrase("p"), kdfLimit: .init(opsLimit: 2, memLimitBytes: 8 << 10))
+        }
+        expectError(.limitExceeded) {
+            _ = try Vault.open(at: url, unlock: .passphrase("p"), kdfLimit: .init(opsLimit: 1, memLimitBytes: 16 << 10))
+        }
+        let vault = try Vault.open(at: url, unlock: .passphrase("p"), kdfLimit: cost)
+        #expect(try vault.string(service: "s", account: "a") == "x")
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("wrong"), kdfLimit: cost) }
+        vault.lock()
+        expectError(.limitExceeded) { try vault.unlock(.passphrase("p"), kdfLimit: low) }
+        try vault.unlock(.passphrase("p"))
+        #expect(try vault.string(service: "s", account: "a") == "x")
+    }
+
+    /// Slots within the limit are tried; one above it is passed over, and named only when
+    /// nothing within the limit opens. Key files and raw keys are never limited.
+    @Test func slotsWithinTheLimitAreTriedAndTheOthersPassedOver() throws {
+        let dir = try Scratch("kdf-mixed")
+        let url = dir.file("v")
+        let key = try SecureBytes.random(count: 32)
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("cheap"), kdf: fastKDF)
+            try vault.addKeySlot(.passphrase("dear"), kdf: .init(opsLimit: 3, memLimitBytes: 8 << 10))
+            try vault.addKeySlot(.key(key))
+            try vault.set("x", service: "s", account: "a")
+        }
+        let limit = Argon2idParameters.minimum
+        #expect(try Vault.open(at: url, unlock: .passphrase("cheap"), kdfLimit: limit).items().count == 1)
+        #expect(try Vault.open(at: url, unlock: .key(key), kdfLimit: limit).items().count == 1)
+        let error = expectError(.limitExceeded) {
+            _ = try Vault.open(at: url, unlock: .passphrase("dear"), kdfLimit: limit)
+        }
+        #expect(error?.message.contains("key slot 1 ") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("opens none of the 1 within the limit") == true)
+        #expect(try Vault.open(at: url, unlock: .passphrase("dear")).items().count == 1)
+    }
+
+    /// Parameters outside the format's bounds stay a malformed header (checked first).
+    @Test func parametersOutsideTheFormatStayCorrupted() throws {
+        let dir = try Scratch("kdf-format")
+        let url = dir.file("v")
+        _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
+        try editHeaderCopies(url) { bytes, base in storeLE64(65, at: base + VaultHeader.slotsOffset + 8, in: &bytes) }
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p"), kdfLimit: .maximumAccepted) }
+    }
+
+    @Test func costsAreDescribedInUnits() {
+        #expect(describeCost(4, 1 << 30) == "1 GiB and 4 passes")
+        #expect(describeCost(1, 3 << 29) == "1.5 GiB and 1 pass")
+        #expect(describeCost(2, 64 << 20) == "64 MiB and 2 passes")
+        #expect(describeCost(1, 8192) == "8 KiB and 1 pass")
+        #expect(describeCost(1, 1000) == "1000 bytes and 1 pass")
+        #expect(describeCost(.max, .max) == "17179869184 GiB and 18446744073709551615 passes")
+    }
+}
+
+@Suite("Vault header: authenticated exactly as stored (issue 13, the format)")
+struct HeaderBytesTests {
+    static func makeVault(_ dir: Scratch) throws -> URL {
+        let url = dir.file("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
+        try vault.set("x", service: "s", account: "a")
+        return url
+    }
+
+    /// A byte of an unused key slot (slot 7), changed in both copies with their CRCs fixed:
+    /// FORMAT.md says the MAC covers it, so the vault must not open.
+    @Test func aChangedUnusedSlotByteIsRejected() throws {
+        let dir = try Scratch("unused-slot")
+        let url = try Self.makeVault(dir)
+        try editHeaderCopies(url) { bytes, base in
+            bytes[base + VaultHeader.slotsOffset + 7 * KeySlot.size + 5] ^= 0x01
+        }
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
+        #expect(error?.message.contains("unused key slot") == true, "\(error?.message ?? "")")
+    }
+
+    /// The reserved bytes after the MAC, likewise.
+    @Test func aChangedReservedByteIsRejected() throws {
+        let dir = try Scratch("reserved")
+        let url = try Self.makeVault(dir)
+        try editHeaderCopies(url) { bytes, base in
+            bytes[base + VaultHeader.macOffset + VaultHeader.macLength + 100] = 7
+        }
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
+        #expect(error?.message.contains("reserved") == true, "\(error?.message ?? "")")
+    }
+
+    /// Such a copy is unusable, like a torn one: with the other copy intact the vault opens
+    /// from it, unchanged.
+    @Test func aCopyWithNonZeroReservedBytesIsUnusableAndTheOtherIsUsed() throws {
+        let dir = try Scratch("reserved-one")
+        let url = try Self.makeVault(dir)
+        try editHeaderCopies(url, copies: [0]) { bytes, base in bytes[base + VaultHeader.crcOffset - 1] = 1 }
+        let vault = try Vault.open(at: url, unlock: .passphrase("p"))
+        #expect(try vault.string(service: "s", account: "a") == "x")
+        #expect(try vault.verify() == VaultVerification(records: 1, items: 1))
+    }
+
+    /// The MAC checked is the chosen copy's, and the error names that copy's offset: copy 2
+    /// given a higher sequence (CRC fixed, MAC not) is chosen, fails, and is named at 2,080.
+    @Test func aMACFailureNamesTheCopyChecked() throws {
+        let dir = try Scratch("mac-copy")
+        let url = try Self.makeVault(dir)
+        try editHeaderCopies(url, copies: [1]) { bytes, base in storeLE64(9, at: base + 8, in: &bytes) }
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p")) }
+        #expect(error?.offset == Int64(Journal.fileHeaderSize + VaultHeader.copySize))
+        #expect(error?.message.contains("copy 2") == true, "\(error?.message ?? "")")
+    }
+
+    /// Every header Coffer writes is its own re-encoding, byte for byte: what the MAC covers
+    /// as stored is what the writer MACed. (Files written before the change stay readable.)
+    @Test func writtenHeadersAreTheirOwnEncoding() throws {
+        let dir = try Scratch("encoding")
+        let url = try Self.makeVault(dir)
+        let vault = try Vault.open(at: url, unlock: .passphrase("p"))
+        try vault.addKeySlot(.key(try SecureBytes.random(count: 32)))
+        try vault.changePassphrase(to: "q")
+        try vault.compact()
+        let bytes = try readBytes(url)
+        for copy in 0..<2 {
+            let base = Journal.fileHeaderSize + copy * VaultHeader.copySize
+            let stored = bytes[base..<(base + VaultHeader.copySize)]
+            guard case .header(let header) = VaultHeader.parse(copy: stored) else {
+                Issue.record("copy \(copy + 1) does not parse")
+                continue
+            }
+            #expect(header.copyBytes() == Array(stored))
+        }
+    }
+}
+
+@Suite("Vault names: valid UTF-8 and bounded (issue 13, items 4 and 8)")
+struct VaultNameTests {
+    /// A record that authenticates but whose service (or another text field) is not UTF-8, as
+    /// a buggy or hostile writer holding the key could seal it: refused with its offset, never
+    /// repaired (`svc\u{FF}` and `svc\u{FE}` would both read as "svc\u{FFFD}", one item).
+    @Test(arguments: ["service", "account", "label", "comment"])
+    func aRecordWithANameThatIsNotUTF8IsRefused(field: String) throws {
+        let dir = try Scratch("utf8")
+        let url = dir.file("v")
+        let key = try SecureBytes.random(count: 32)
+        do {
+            let vault = try Vault.create(at: url, unlock: .key(key))
+            try vault.set("fine", service: "svc", account: "acct")
+        }
+        let fs = LiveFileSystem()
+        let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
+        let (journal, records) = try Journal.open(
+            path: url.path, options: options, fileSystem: fs, create: .openExisting)
+        let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
+        let master = try Vault.unwrapMaster(
+            header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
+        let keys = try VaultKeys(master: master.key)
+        var chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+        for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
+        func text(_ bytes: [UInt8]) -> [UInt8] {
+            withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) } + bytes
+        }
+        let bad: [UInt8] = Array("svc".utf8) + [0xFF]
+        let fields = ["service", "account", "label", "comment"].map { $0 == field ? bad : Array("ok".utf8) }
+        var body: [UInt8] = [1] + fields.map(text).joined()
+        body += [UInt8](repeating: 0, count: 16) + text(Array("secret".utf8))
+        let payload = try RecordCipher.seal(body, keys: keys, vaultID: header.vaultID, chain: chain)
+        let offsets = try journal.withWriteLock { _ in try journal.append([payload]) }
+        try journal.close()
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .key(key)) }
+        #expect(error?.offset == offsets.first)
+        #expect(error?.message.contains("its \(field) is not valid UTF-8") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("secret") == false)
+        // Salvage drops that record and keeps the others.
+        let salvaged = try Vault.open(at: url, unlock: .key(key), recovery: .salvage)
+        #expect(try salvaged.items().map(\.account) == ["acct"])
+        #expect(try salvaged.string(service: "svc", account: "acct") == "fine")
+        #expect(try salvaged.verify() == VaultVerification(records: 1, items: 1))
+    }
+
+    /// Service and account at most 1,024 bytes of UTF-8, label and comment 4,096, counted in
+    /// bytes: refused before anything is written, with lengths but not the text in the message.
+    @Test func longNamesAreRefusedBeforeAnythingIsWritten() throws {
+        let dir = try Scratch("lengths")
+        let url = dir.file("v")
+        let vault = try Vault.create(at: url, unlock: .key(try SecureBytes.random(count: 32)))
+        #expect(Vault.maximumNameLength == 1024 && Vault.maximumTextLength == 4096)
+        let name = String(repeating: "n", count: Vault.maximumNameLength)
+        let text = String(repeating: "t", count: Vault.maximumTextLength)
+        try vault.set("at the limit", service: name, account: name, label: text, comment: text)
+        let sizeBefore = try readBytes(url)
+        let over = String(repeating: "é", count: 513)  // 513 characters, 1,026 bytes
+        let overText = String(repeating: "x", count: Vault.maximumTextLength + 1)
+        for (what, attempt) in [
+            ("service name", { try vault.set("s", service: over, account: "a") }),
+            ("account name", { try vault.set("s", service: "s", account: over) }),
+            ("label", { try vault.set("s", service: "s", account: "a", label: overText) }),
+            ("comment", { try vault.set(Data([1]), service: "s", account: "a", comment: overText) }),
+            (
+                "account name",
+                {
+                    try vault.apply([
+                        .set(service: "s", account: "ok", secret: [1], label: nil, comment: nil),
+                        .set(service: "s", account: over, secret: [1], label: nil, comment: nil),
+                    ])
+                }
+            ),
+            ("service name", { try vault.update(service: over, account: "a") { (_: Data?) in Data([1]) } }),
+        ] as [(String, () throws -> Void)] {
+            let error = expectError(.invalidArgument) { try attempt() }
+            #expect(error?.message.contains("a \(what) may be at most") == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("é") == false && error?.message.contains("xxxx") == false)
+        }
+        #expect(try readBytes(url) == sizeBefore)
+        #expect(try vault.items().count == 1)
+        // Removing is not limited (an item written before the limits existed stays removable).
+        #expect(try vault.remove(service: over, account: "a") == false)
+        #expect(try vault.remove(service: name, account: name))
+    }
+}

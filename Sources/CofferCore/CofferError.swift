@@ -65,9 +65,10 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
         public static let closed = Code(.closed)
         /// A cryptographic primitive failed for a reason other than authentication.
         public static let crypto = Code(.crypto)
-        /// A file or a request asks for more than one of Coffer's documented ceilings: a vault
-        /// header's key-derivation cost, a key file's size, a name's length. Nothing was changed,
-        /// and it says nothing about whether a passphrase or key is right.
+        /// A file asks for more than one of Coffer's documented ceilings: a vault key slot's
+        /// key-derivation cost (above `Vault.defaultKDFLimit` unless raised), a key file's size.
+        /// Nothing was changed, and it says nothing about whether a passphrase or key is right.
+        /// (A name that is too long is ``invalidArgument``, like any key a store refuses.)
         public static let limitExceeded = Code(.limitExceeded)
 
         public var description: String { wrapped.rawValue }

@@ -182,7 +182,9 @@ public final class Vault: Sendable {
         } catch let error as CofferError where error.code == .corrupted {
             // Damage: below.
         }
-        guard let original = try DurableIO.readFile(url.path, fileSystem: fileSystem) else {
+        // The file itself, not a symlink to it: reads never follow a link (FileSystem.openReadOnly).
+        let realPath = try fileSystem.resolve(url.path)
+        guard let original = try DurableIO.readFile(realPath, fileSystem: fileSystem) else {
             throw CofferError(.notFound, "no vault file exists here", path: url.path)
         }
         // The key must open a slot of the header before anything is rewritten.
@@ -211,7 +213,7 @@ public final class Vault: Sendable {
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
             try DurableIO.atomicReplace(
-                url.path + ".damaged-\(Int(Date().timeIntervalSince1970))-records", with: original, fileSystem: fileSystem)
+                realPath + ".damaged-\(Int(Date().timeIntervalSince1970))-records", with: original, fileSystem: fileSystem)
         }
         // Under the lock: what other processes committed since the open first, then the
         // rewrite (which rereads the header, so a concurrent passphrase change is kept).

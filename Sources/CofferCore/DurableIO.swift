@@ -53,7 +53,11 @@ public enum DurableIO {
     }
 
     /// Reads a whole file, or returns `nil` when it does not exist.
-    public static func readFile(_ path: String, fileSystem fs: any FileSystem) throws -> Data? {
+    /// - Throws: ``CofferError/Code/limitExceeded`` for a file larger than `maximumSize`
+    ///   (checked before anything is allocated: a sparse file may claim any size).
+    public static func readFile(
+        _ path: String, maximumSize: Int64 = maximumReadSize, fileSystem fs: any FileSystem
+    ) throws -> Data? {
         let fd: Int32
         do {
             fd = try fs.openReadOnly(path)
@@ -61,11 +65,25 @@ public enum DurableIO {
             return nil
         }
         defer { fs.close(fd) }
-        let size = Int(try fs.fstat(fd).size)
+        let size = Int(try checkSize(try fs.fstat(fd).size, maximum: maximumSize, path: path))
         var data = Data(count: size)
         let n = try data.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
         if n < size { data.removeSubrange(n...) }
         return data
+    }
+
+    /// The largest file Coffer reads whole into memory: 4 GiB (a store file at open, a salvage
+    /// image, a disk strategy's value). Above it, ``CofferError/Code/limitExceeded``.
+    public static let maximumReadSize: Int64 = 4 << 30
+
+    /// `size`, or ``CofferError/Code/limitExceeded`` when it is above `maximum`.
+    public static func checkSize(_ size: Int64, maximum: Int64 = maximumReadSize, path: String) throws -> Int64 {
+        guard size > maximum else { return size }
+        throw CofferError(
+            .limitExceeded,
+            "the file holds \(size) bytes, more than the \(maximum) bytes Coffer reads into memory; it is not a "
+                + "store Coffer wrote (or it was padded, perhaps sparsely): nothing was read",
+            path: path)
     }
 
     /// Removes a file durably (unlink, then fsync the directory). A missing file is not an error.
@@ -165,7 +183,8 @@ public final class FileLock: Sendable {
     /// Whether a failure to open a file for writing still allows reading it.
     static func allowsReadOnly(_ error: CofferError) -> Bool {
         guard error.code == .io, let value = error.errno else { return false }
-        return [EACCES_, EROFS_, ENOSPC_, EDQUOT_].contains(value)
+        // EMLINK: a hard-linked file is refused for writing, but reading it harms nothing.
+        return [EACCES_, EROFS_, ENOSPC_, EDQUOT_, EMLINK_].contains(value)
     }
 
     deinit { if fd >= 0 { fileSystem.close(fd) } }

@@ -17,7 +17,8 @@ public protocol FileSystem: Sendable {
     /// (``resolve(_:)``).
     func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32
     /// Opens a file read-only. The live file system never follows a symbolic link at `path`,
-    /// never blocks on a FIFO, and refuses anything but a regular file.
+    /// never blocks on a FIFO, and refuses anything but a regular file owned by this user (a
+    /// store's files are read as the user's own data).
     func openReadOnly(_ path: String) throws -> Int32
     /// Closes a descriptor. Errors from `close` are ignored (Linux's close always releases it).
     func close(_ fd: Int32)

@@ -220,11 +220,20 @@ public final class Journal: @unchecked Sendable {
         }
     }
 
-    /// Refuses a path that names something other than a regular file.
+    /// Refuses a path that names something other than a regular file of this user, before a
+    /// lock file is made beside it (root reading a user's store must not leave a root-owned lock
+    /// that locks the user out).
     static func checkStoreFile(_ status: FileStatus, path: String) throws {
         guard status.isRegularFile else {
             let kind = status.isDirectory ? "a directory" : "a device, FIFO or socket"
             throw CofferError(.invalidArgument, "the path names \(kind), not a Coffer store file", path: path)
+        }
+        if let owner = status.owner, owner != effectiveUserID() {
+            throw CofferError(
+                .io,
+                "the store file is owned by user \(owner), not by this process's user (\(effectiveUserID())); "
+                    + "Coffer uses only its own user's stores: run as its owner (nothing was created or changed)",
+                path: path, errno: EPERM_)
         }
     }
 
@@ -233,13 +242,36 @@ public final class Journal: @unchecked Sendable {
     /// refuses to follow or write such files, but cannot stop a rename there.
     static func warnIfDirectoryIsShared(of path: String, fs: any FileSystem) {
         let directory = DurableIO.parentDirectory(of: path)
-        guard let status = try? fs.stat(directory), status.isDirectory, status.mode & 0o022 != 0 else { return }
-        CofferWarnings.warn(
-            CofferWarning(
-                .sharedDirectory,
-                "the directory holding a Coffer store is writable by other users (mode "
-                    + "\(String(status.mode, radix: 8))); keep stores in a directory only you can write (chmod go-w)",
-                path: directory))
+        if let status = try? fs.stat(directory), status.isDirectory, status.mode & 0o022 != 0 {
+            CofferWarnings.warn(
+                CofferWarning(
+                    .sharedDirectory,
+                    "the directory holding a Coffer store is writable by other users (mode "
+                        + "\(String(status.mode, radix: 8))); keep stores in a directory only you can write "
+                        + "(chmod go-w)",
+                    path: directory))
+            return
+        }
+        // Above it, a directory others can write without the sticky bit lets them rename the
+        // store's directory away and put a symlink in its place.
+        var ancestor = DurableIO.parentDirectory(of: directory)
+        while true {
+            if let status = try? fs.stat(ancestor), status.isDirectory, status.mode & 0o022 != 0,
+                status.mode & 0o1000 == 0
+            {
+                CofferWarnings.warn(
+                    CofferWarning(
+                        .sharedDirectory,
+                        "a directory above a Coffer store is writable by other users without the sticky bit "
+                            + "(mode \(String(status.mode, radix: 8))): they could swap the store's directory; "
+                            + "chmod go-w or +t it",
+                        path: ancestor))
+                return
+            }
+            let next = DurableIO.parentDirectory(of: ancestor)
+            if next == ancestor || ancestor == "." { return }
+            ancestor = next
+        }
     }
 
     private static func openLocked(
@@ -306,7 +338,7 @@ public final class Journal: @unchecked Sendable {
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             do {
                 let status = try fs.fstat(fd)
-                let image = try readImage(fd, size: status.size, fs: fs)
+                let image = try readImage(fd, size: status.size, fs: fs, path: path)
                 let header = try parseFileHeader(
                     Array(image.prefix(fileHeaderSize + options.headerAreaSize)), options: options, path: path)
                 let scan = image.withUnsafeBytes {
@@ -575,7 +607,8 @@ public final class Journal: @unchecked Sendable {
     /// "its lock file cannot be opened for writing (errno 30 (Read-only file system))".
     static func readOnlyText(_ reason: CofferError, path: String) -> String {
         let file = reason.path == path ? "the store file" : "its lock file"
-        let why = reason.errno.map { CofferError.errnoText($0) } ?? reason.message
+        // A hard link is said in Coffer's words ("the file has 2 names …"), not as "Too many links".
+        let why = reason.errno.flatMap { $0 == EMLINK_ ? nil : CofferError.errnoText($0) } ?? reason.message
         return "\(file) cannot be opened for writing: \(why)"
     }
 
@@ -670,7 +703,7 @@ public final class Journal: @unchecked Sendable {
     private func readAllLocked() throws -> [JournalRecord] {
         let status = try fs.fstat(fd)
         identity = status
-        let image = try Journal.readImage(fd, size: status.size, fs: fs)
+        let image = try Journal.readImage(fd, size: status.size, fs: fs, path: path)
         let header = try Journal.parseFileHeader(
             Array(image.prefix(Journal.fileHeaderSize + options.headerAreaSize)), options: options, path: path)
         headerArea = header.headerArea
@@ -814,8 +847,8 @@ public final class Journal: @unchecked Sendable {
     }
 
     /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).
-    private static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem) throws -> Data {
-        var image = Data(count: Int(size))
+    private static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem, path: String) throws -> Data {
+        var image = Data(count: Int(try DurableIO.checkSize(size, path: path)))
         let n = try image.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
         if n < image.count { image.count = n }
         return image

@@ -31,14 +31,7 @@ public struct LiveFileSystem: FileSystem {
         do {
             let status = try fstat(fd)
             try Self.checkRegular(status, path: path)
-            if let owner = status.owner, owner != UInt32(geteuid()) {
-                throw CofferError(
-                    .io,
-                    "the file is owned by user \(owner), not by this process's user (\(geteuid())); Coffer writes "
-                        + "only its own user's files (another user could have put it there): move it aside or "
-                        + "run as its owner",
-                    path: path, errno: EPERM)
-            }
+            try Self.checkOwner(status, path: path)
             if status.linkCount > 1 {
                 throw CofferError(
                     .io,
@@ -59,7 +52,11 @@ public struct LiveFileSystem: FileSystem {
         let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) }
         if fd < 0 { throw Self.openError(path, errno: errno) }
         do {
-            try Self.checkRegular(try fstat(fd), path: path)
+            let status = try fstat(fd)
+            try Self.checkRegular(status, path: path)
+            // Read as this user's own data: a file another user planted (one they made
+            // unwritable, to force a read-only open) must not be taken for it.
+            try Self.checkOwner(status, path: path)
             try clearNonBlocking(fd, path: path)
             return fd
         } catch {
@@ -83,9 +80,19 @@ public struct LiveFileSystem: FileSystem {
     /// Refuses a FIFO, device, socket or directory where a store file belongs.
     static func checkRegular(_ status: FileStatus, path: String) throws {
         guard status.isRegularFile else {
-            let kind = status.isDirectory ? "a directory" : "not a regular file (a device, FIFO or socket)"
+            let kind = status.isDirectory ? "a directory" : "a device, FIFO or socket"
             throw CofferError(.invalidArgument, "the path names \(kind), not a Coffer file", path: path)
         }
+    }
+
+    /// Refuses a file owned by another user (see ``FileSystem/open(_:create:exclusive:mode:)``).
+    static func checkOwner(_ status: FileStatus, path: String) throws {
+        guard let owner = status.owner, owner != UInt32(geteuid()) else { return }
+        throw CofferError(
+            .io,
+            "the file is owned by user \(owner), not by this process's user (\(geteuid())); Coffer uses only its "
+                + "own user's files (another user could have put it there): move it aside, or run as its owner",
+            path: path, errno: EPERM)
     }
 
     private func clearNonBlocking(_ fd: Int32, path: String) throws {
@@ -280,6 +287,7 @@ let EROFS_: Int32 = EROFS
 let ENOSPC_: Int32 = ENOSPC
 let EDQUOT_: Int32 = EDQUOT
 let EPERM_: Int32 = EPERM
+let EMLINK_: Int32 = EMLINK
 
 /// The effective user ID of this process.
 func effectiveUserID() -> UInt32 { UInt32(geteuid()) }

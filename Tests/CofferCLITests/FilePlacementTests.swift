@@ -130,6 +130,34 @@ struct FilePlacementTests {
         #expect(!FileManager.default.fileExists(atPath: box.vault + ".lock"))
     }
 
+    @Test func aLockFileAnotherUserPlantedDoesNotForceAReadOfTheirFiles() throws {
+        // In a shared (1777) directory, an attacker's 0644 lock file makes the owner's write open
+        // fail with EACCES; that must not turn into reading whatever the attacker put there.
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Array("victim-secret".utf8))
+        unlink(box.vault + ".lock")
+        let victim: uid_t = 65534
+        let attacker: uid_t = 1000
+        for file in [box.path, box.vault, box.passphraseFile] { chown(file, victim, gid_t(victim)) }
+        chmod(box.path, 0o1777)
+        defer { chmod(box.path, 0o700) }
+        try box.write(Array(repeating: 0, count: 4096), to: box.vault + ".lock")
+        chown(box.vault + ".lock", attacker, gid_t(attacker))
+        chmod(box.vault + ".lock", 0o644)
+        let out = try PlacementOutput()
+        chown(out.path, victim, gid_t(victim))
+        let script = """
+            "$COFFER" --vault "$BOX/vault.coffer" --passphrase-file "$BOX/passphrase" get svc acct > "$OUT/get" 2> "$OUT/err"; echo "get $?"
+            """
+        let result = try shell(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script], box: box, out: out.path)
+        #expect(result.contains("get 1"), "\(result)")
+        let error = String(decoding: FileManager.default.contents(atPath: out.path + "/err") ?? Data(), as: UTF8.self)
+        #expect(error.contains("owned by user 1000"), "\(error)")
+        #expect(FileManager.default.contents(atPath: out.path + "/get")?.isEmpty == true)
+    }
+
     /// Runs `arguments` with `$BOX`, `$OUT` and `$COFFER` set; returns its standard output.
     private func shell(_ arguments: [String], box: Sandbox, out: String) throws -> String {
         let process = Process()

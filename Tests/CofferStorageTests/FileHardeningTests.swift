@@ -46,7 +46,7 @@ struct FileHardeningTests {
         let victim = scratch.file("victim")
         try Self.victimBytes.write(to: URL(fileURLWithPath: victim))
         try FileManager.default.linkItem(atPath: victim, toPath: scratch.file("s.cofferkv.lock"))
-        let linked = #expect(throws: CofferError.self) { try suite(scratch.path) }
+        let linked = #expect(throws: CofferError.self) { try suite(scratch.path) }  // it cannot be created
         #expect(linked?.message.contains("hard links") == true)
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Self.victimBytes)
 
@@ -118,13 +118,55 @@ struct FileHardeningTests {
         #expect(try viaDirectoryLink.load("b19") == Data("b19".utf8))
     }
 
-    @Test func aHardLinkedStoreFileIsRefused() throws {
+    @Test func aHardLinkedStoreFileIsReadButNeverWritten() throws {
         let scratch = try Scratch("store-hardlink")
         try suite(scratch.path).save(Data("v".utf8), for: "k")
         try FileManager.default.createDirectory(atPath: scratch.file("other"), withIntermediateDirectories: false)
         try FileManager.default.linkItem(atPath: scratch.file("s.cofferkv"), toPath: scratch.file("other/s.cofferkv"))
-        let error = #expect(throws: CofferError.self) { try suite(scratch.file("other")) }
+        let linked = try suite(scratch.file("other"))
+        #expect(try linked.load("k") == Data("v".utf8))
+        let error = #expect(throws: CofferError.self) { try linked.save(Data("w".utf8), for: "k") }
         #expect(error?.message.contains("2 names") == true)
+        #expect(try suite(scratch.path).load("k") == Data("v".utf8))
+    }
+
+    @Test func anotherUsersStoreIsRefusedBeforeALockFileIsMade() throws {
+        // Root touching a user's store used to leave a root-owned lock file that locked the user out.
+        let scratch = try Scratch("foreign-store")
+        try suite(scratch.path).save(Data("v".utf8), for: "k")
+        try FileManager.default.removeItem(atPath: scratch.file("s.cofferkv.lock"))
+        let other: uid_t = geteuid() == 65534 ? 65533 : 65534
+        #expect(chown(scratch.file("s.cofferkv"), other, gid_t(other)) == 0)
+        let error = #expect(throws: CofferError.self) { try suite(scratch.path) }
+        #expect(error?.message.contains("owned by user \(other)") == true)
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("s.cofferkv.lock")))
+    }
+
+    @Test func aHugeSparseStoreFileIsRefusedWithoutAllocating() throws {
+        let scratch = try Scratch("sparse")
+        try suite(scratch.path).save(Data("v".utf8), for: "k")
+        #expect(truncate(scratch.file("s.cofferkv"), 64 << 30) == 0)  // 64 GiB, sparse
+        let error = #expect(throws: CofferError.self) { try suite(scratch.path) }  // used to trap
+        #expect(error?.code == .limitExceeded)
+        let disk = try DiskStrategy(directory: scratch.url.appendingPathComponent("files"))
+        try disk.save(Data("x".utf8), for: "big")
+        let file = try #require(
+            try FileManager.default.contentsOfDirectory(atPath: scratch.file("files")).first { !$0.hasPrefix(".") })
+        #expect(truncate(scratch.file("files/\(file)"), 64 << 30) == 0)
+        let diskError = #expect(throws: CofferError.self) { try disk.load("big") }
+        #expect(diskError?.code == .limitExceeded)
+    }
+
+    @Test func aWritableDirectoryAboveTheStoreIsWarnedAbout() throws {
+        let scratch = try Scratch("shared-ancestor")
+        try FileManager.default.createDirectory(atPath: scratch.file("team/app"), withIntermediateDirectories: true)
+        #expect(chmod(scratch.file("team"), 0o777) == 0)
+        #expect(chmod(scratch.file("team/app"), 0o700) == 0)
+        WarningLog.install()
+        _ = try suite(scratch.file("team/app"))
+        let told = WarningLog.shared.withLock { $0.filter { $0.path == scratch.file("team") } }
+        #expect(told.count == 1)
+        #expect(told.first?.message.contains("sticky") == true)
     }
 
     @Test func aStoreWhoseLockFileCannotBeCreatedIsReadOnly() throws {

@@ -295,7 +295,9 @@ extension Backing {
 
     /// A key in a named suite (`<context directory>/<suite>.cofferkv`) of the current context.
     public static func keyValue(suite: String, key: String) -> Backing {
-        Backing(description: "keyValue(suite: \(suite), key: \(key))") { context in
+        Backing(
+            description: "keyValue(suite: \(suite), key: \(key))", identity: .inContext(["keyValue", suite, key])
+        ) { context in
             let store = try context.sharedStore(id: "keyValue:\(suite)") {
                 try KeyValueFileStrategy(
                     directory: context.directory, suite: suite, durability: context.durability,
@@ -307,6 +309,8 @@ extension Backing {
 
     /// A key in an explicit key-value store.
     public static func keyValue(_ store: KeyValueFileStrategy, key: String) -> Backing {
-        Backing(description: "keyValue(\(store.path), key: \(key))") { _ in (store, key) }
+        Backing(description: "keyValue(\(store.path), key: \(key))", identity: .instance(store, key: key)) { _ in
+            (store, key)
+        }
     }
 }

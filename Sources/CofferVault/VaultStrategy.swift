@@ -71,7 +71,10 @@ extension Backing {
     /// @Stored(backed: .vault(service: "api.github.com", account: "octocat")) var token: String? = nil
     /// ```
     public static func vault(service: String, account: String) -> Backing {
-        Backing(description: "vault(service: \(service), account: \(account))") { context in
+        Backing(
+            description: "vault(service: \(service), account: \(account))",
+            identity: .inContext(["vault", service, account])
+        ) { context in
             guard let configuration = context.setting(VaultConfiguration.self) else {
                 throw CofferError(
                     .locked,
@@ -93,7 +96,10 @@ extension Backing {
 
     /// An item of an explicit vault.
     public static func vault(_ vault: Vault, service: String, account: String) -> Backing {
-        Backing(description: "vault(\(vault.url.path), service: \(service), account: \(account))") { _ in
+        Backing(
+            description: "vault(\(vault.url.path), service: \(service), account: \(account))",
+            identity: .object(vault, [service, account])
+        ) { _ in
             (VaultStrategy(vault: vault, service: service), account)
         }
     }

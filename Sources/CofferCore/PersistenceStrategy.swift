@@ -58,6 +58,17 @@ public protocol CompactablePersistenceStrategy: PersistenceStrategy {
     func compact() throws
 }
 
+/// A strategy that can replace one key's value only if it still holds what the caller read,
+/// atomically with respect to every writer — other processes included. `$x.update { … }` is
+/// built on it: read, transform (with no lock held, so the transform may read other
+/// properties), then swap, and read again if someone wrote meanwhile. A counter incremented
+/// that way from several processes is exact.
+public protocol CompareAndSwapPersistenceStrategy: PersistenceStrategy {
+    /// Stores `new` under `key` (`nil` removes it) if the key holds exactly `expected` (`nil`:
+    /// absent), as of the newest write of any process. Returns whether it stored.
+    func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool
+}
+
 /// A strategy that writes lazily and can be asked to make its writes durable now.
 public protocol FlushablePersistenceStrategy: PersistenceStrategy {
     /// Makes every write made so far durable (fsync). Returns when it is.

@@ -143,6 +143,26 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     /// - Throws: ``CofferError`` when the value cannot be encoded or stored; the value stays in
     ///   memory and ``error`` holds the failure.
     public func save(_ value: Value) throws { try cell.save(value) }
+
+    /// Reads the value from the store, lets `body` change it, and writes it back as one step:
+    /// no write of another property, thread or process is lost in between.
+    ///
+    /// ```swift
+    /// @Stored(backed: .keyValue(key: "launches")) var launches = 0
+    /// try $launches.update { $0 += 1 }      // exact when four processes do it at once
+    /// ```
+    ///
+    /// On a ``CompareAndSwapPersistenceStrategy`` (the key-value file, the vault) it is atomic
+    /// across processes: the newest stored value is read, `body` runs with no lock held, and the
+    /// result is stored only if nobody wrote meanwhile — otherwise `body` runs again on the new
+    /// value, so it must have no other effects. On any other strategy it is atomic within this
+    /// process; on memory, with respect to other updates. Observers are told once, when the
+    /// value changed. Writes at once, even inside a ``batch(_:)``.
+    /// - Returns: The value stored.
+    /// - Throws: What `body` throws (nothing is written then), or ``CofferError`` when the
+    ///   store cannot be read or written (also in ``error``).
+    @discardableResult
+    public func update(_ body: (inout Value) throws -> Void) throws -> Value { try cell.update(body) }
 }
 
 extension Stored: Observable {}

@@ -172,6 +172,80 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
         if let error = persist(force: true) { throw error }
     }
 
+    /// Reads, transforms and writes the value as one step (see ``Stored/update(_:)``).
+    @discardableResult
+    func update(_ body: (inout Value) throws -> Void) throws -> Value {
+        let (value, changed) = try persistLock.withLock { _ throws -> (Value, Bool) in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error):
+                setError(error)
+                throw error
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else {
+                // Memory: atomic with respect to other updates (the persist lock).
+                var value = read().0
+                try body(&value)
+                return (value, adopt(value, persisted: true))
+            }
+            do {
+                guard let swappable = strategy as? any CompareAndSwapPersistenceStrategy else {
+                    // No compare-and-swap: atomic within this process only (the persist lock).
+                    var value = try strategy.load(key).map {
+                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                    } ?? initialValue
+                    try body(&value)
+                    try store(value, in: strategy, key: key)
+                    return (value, adopt(value, persisted: true))
+                }
+                while true {
+                    let current = try strategy.load(key)
+                    var value = try current.map {
+                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                    } ?? initialValue
+                    try body(&value)
+                    let next: Data? = isNil?(value) == true ? nil : try ValueCodec.encode(value, as: strategy.valueEncoding)
+                    if try swappable.compareAndSwap(key, expected: current, new: next) {
+                        return (value, adopt(value, persisted: true))
+                    }
+                    // Another writer got in between: read again and run `body` on its value.
+                }
+            } catch let error as CofferError {
+                setError(error)
+                throw error
+            }
+        }
+        setError(nil)
+        if changed { valueDidChange() }
+        notifySiblings()
+        return value
+    }
+
+    /// Stores `value` (an `Optional` that is `nil` removes the key).
+    private func store(_ value: Value, in strategy: any PersistenceStrategy, key: String) throws {
+        if let isNil, isNil(value) {
+            try strategy.remove(key)
+        } else {
+            try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
+        }
+    }
+
+    /// Makes `value` the value in memory; returns whether it changed. With `persisted`, the store
+    /// is known to hold it already.
+    private func adopt(_ value: Value, persisted: Bool) -> Bool {
+        mutate { s in
+            s.loaded = true
+            let changed = !isEqualValues(s.value, value)
+            if changed {
+                s.value = value
+                s.version += 1
+            }
+            if persisted { s.persistedVersion = s.version }
+            return changed
+        }
+    }
+
     // MARK: Internals
 
     /// True when `Value` fits in a machine word and has no references (Int, Double, Bool, a raw

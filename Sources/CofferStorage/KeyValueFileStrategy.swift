@@ -22,6 +22,7 @@ import Synchronization
 /// try prefs.set("dark", for: "theme")
 /// ```
 public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
+    CompareAndSwapPersistenceStrategy,
     CompactablePersistenceStrategy
 {
     /// The suite's file.
@@ -130,6 +131,18 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
             let next = try transform(current)
             return [(key, try next.map { try ValueCodec.encode($0, as: valueEncoding) })]
         }
+    }
+
+    /// Stores `new` only if `key` holds exactly `expected`, under the store's lock and after
+    /// catching up with every other process.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
+        var swapped = false
+        try commit { index in
+            guard index[ExactKey(key)]?.value == expected else { return [] }
+            swapped = true
+            return expected == new ? [] : [(key, new)]
+        }
+        return swapped
     }
 
     /// Appends the changes `makeChanges` returns as one commit, under the write lock and after

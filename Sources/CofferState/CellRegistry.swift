@@ -5,6 +5,8 @@ protocol RegisteredCell: AnyObject, Sendable {
     /// A property bound to the same key with another value type stored a new value: reload it
     /// from the store (decoding it as this cell's type, or reporting why not in `error`).
     func reloadAfterSiblingChange()
+    /// Its last property went away: stop following outside changes.
+    func detach()
 }
 
 /// The cells of the process, one per (backing identity, context, value type), each kept while
@@ -68,8 +70,8 @@ package enum CellRegistry {
             if groups[key.group]!.isEmpty { groups[key.group] = nil }
             return entry.cell
         }
-        // The cell's deinit (which ends its streams) runs here, with no lock held.
-        withExtendedLifetime(dropped) {}
+        // Unsubscribed, then released (its deinit ends its streams) here, with no lock held.
+        dropped?.detach()
     }
 
     /// The cells bound to the same key as `key` with another value type.

@@ -102,7 +102,7 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     }
 
     deinit {
-        if let key = cell.registryKey { CellRegistry.release(key) }
+        if let key = cell.registryKey { CellRegistry.release(key) } else { cell.detach() }
     }
 
     /// The value: from memory after the first read.

@@ -27,6 +27,10 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
         var error: CofferError?
         /// The version the strategy holds.
         var persistedVersion: UInt64 = 0
+        /// The subscription to outside changes of the resolved strategy, if it can tell them.
+        var subscription: ChangeRouter.Unsubscribe?
+        /// Set when the last property went away: nothing subscribes any more.
+        var detached = false
     }
 
     /// Where the value persists (the backing of the property that created the cell).
@@ -331,6 +335,9 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
             do {
                 if let (strategy, key) = try backing.resolve(context) {
                     s.resolution = .resolved(strategy: strategy, key: key)
+                    if !s.detached, s.subscription == nil {
+                        s.subscription = ChangeRouter.subscribe(self, to: strategy, key: key)
+                    }
                     return .success((strategy, key))
                 }
                 s.resolution = .memory
@@ -487,8 +494,25 @@ extension StoredCell: BatchParticipant {
     }
 }
 
-extension StoredCell: RegisteredCell {
+extension StoredCell: RegisteredCell, OutsideChangeReceiver {
     func reloadAfterSiblingChange() {
         _ = try? load()  // a failure is recorded in `error`
+    }
+
+    /// Another process (or instance) changed the key: reload it. The value in memory is kept
+    /// when that fails (a locked vault, a removed file), and `error` says why.
+    func reloadAfterOutsideChange() {
+        guard state.withLock({ $0.loaded && !$0.detached }) else { return }  // nobody read it yet
+        _ = try? load()
+    }
+
+    /// The last property using this cell went away: stop following outside changes.
+    func detach() {
+        let subscription = state.withLock { s -> ChangeRouter.Unsubscribe? in
+            s.detached = true
+            defer { s.subscription = nil }
+            return s.subscription
+        }
+        if let subscription { ChangeRouter.unsubscribe(subscription) }
     }
 }

@@ -36,3 +36,28 @@ func storedIncrement(directory: String, times: Int, vault: Bool) throws {
         for _ in 0..<times { try increment() }
     }
 }
+
+/// `watch-release DIR`: a property observed, then dropped, twice. Prints what the process held
+/// during the second round and after it, so a parent can check that the watcher thread and its
+/// descriptors go away with the last property:
+/// `running-during=1 running-after=0 fds-during=N fds-after=M fds-baseline=B threads-during=… threads-after=… threads-baseline=…`
+func watchRelease(directory: String) throws {
+    func count(_ path: String) -> Int { (try? FileManager.default.contentsOfDirectory(atPath: path).count) ?? -1 }
+    let context = CofferContext(directory: URL(fileURLWithPath: directory))
+    try CofferContext.$current.withValue(context) {
+        func round() throws -> (running: Bool, fds: Int, threads: Int) {
+            let model = CounterModel()
+            _ = try model.$counter.load()
+            return (FileWatcher.shared.isRunning, count("/proc/self/fd"), count("/proc/self/task"))
+        }
+        _ = try round()
+        Thread.sleep(forTimeInterval: 0.05)
+        let baseline = (fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
+        let during = try round()
+        let after = (running: FileWatcher.shared.isRunning, fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
+        say(
+            "running-during=\(during.running ? 1 : 0) running-after=\(after.running ? 1 : 0) "
+                + "fds-during=\(during.fds) fds-after=\(after.fds) fds-baseline=\(baseline.fds) "
+                + "threads-during=\(during.threads) threads-after=\(after.threads) threads-baseline=\(baseline.threads)")
+    }
+}

@@ -50,7 +50,7 @@ let package = Package(
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
-            dependencies: ["CofferStorage", "CofferVault"],
+            dependencies: ["CofferStorage", "CofferVault", "CofferState"],
             swiftSettings: strictSettings
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
@@ -77,7 +77,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CofferStateTests",
-            dependencies: ["CofferState", "CofferStorage", "CofferVault", "CofferTesting"],
+            dependencies: ["CofferState", "CofferStorage", "CofferVault", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCLITests", dependencies: ["coffer"], swiftSettings: strictSettings),

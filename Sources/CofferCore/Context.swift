@@ -137,21 +137,74 @@ public struct Backing: Sendable, CustomStringConvertible {
     public let description: String
     /// Resolves the strategy and key in a context; `nil` means memory only.
     public let resolve: @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
+    /// What the stored value is, known without opening anything: every `@Stored` property with
+    /// an equal identity (and the same value type) shares one value in the process. `nil` (memory,
+    /// and backings that cannot tell) gives each property a value of its own.
+    public let identity: Identity?
 
-    /// A backing resolved by `resolve` when the property is created.
+    /// A backing resolved by `resolve` when the property is first used. Without an `identity`,
+    /// properties on it do not share their value (prefer ``strategy(_:key:)`` or pass one).
     public init(
-        description: String,
+        description: String, identity: Identity? = nil,
         resolve: @escaping @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
     ) {
         self.description = description
+        self.identity = identity
         self.resolve = resolve
     }
 
     /// Memory only: the value lives as long as the property and is never written anywhere.
     public static let memory = Backing(description: "memory") { _ in nil }
 
-    /// Any strategy instance and a key in it.
+    /// Any strategy instance and a key in it. Properties on the same instance and key share
+    /// one value when the strategy is a class (a value-type strategy has no identity to share).
     public static func strategy(_ strategy: any PersistenceStrategy, key: String) -> Backing {
-        Backing(description: "\(type(of: strategy))(key: \(key))") { _ in (strategy, key) }
+        Backing(description: "\(type(of: strategy))(key: \(key))", identity: .instance(strategy, key: key)) { _ in
+            (strategy, key)
+        }
+    }
+
+    /// What a backing stores its value in, as a value that can be compared without opening the
+    /// store: a key of a store instance, or a named place in the property's context.
+    public struct Identity: Hashable, Sendable, CustomStringConvertible {
+        /// The store instance, for ``instance(_:key:)``; `nil` for ``inContext(_:)``.
+        let instance: ObjectIdentifier?
+        /// Keeps the instance alive, so its identifier is not reused while this identity is.
+        private let anchor: Anchor?
+        let parts: [String]
+
+        private struct Anchor: Sendable {
+            let object: any Sendable
+        }
+
+        /// A key of one store instance. `nil` when the strategy is a value type.
+        public static func instance(_ strategy: any PersistenceStrategy, key: String) -> Identity? {
+            guard type(of: strategy) is AnyObject.Type else { return nil }
+            return Identity(instance: ObjectIdentifier(strategy as AnyObject), anchor: Anchor(object: strategy), parts: [key])
+        }
+
+        /// A place in one object (a vault, say), named by `parts`.
+        public static func object(_ object: some AnyObject & Sendable, _ parts: [String]) -> Identity {
+            Identity(instance: ObjectIdentifier(object), anchor: Anchor(object: object), parts: parts)
+        }
+
+        /// A place named relative to the ``CofferContext`` the property is created in, such as
+        /// `["keyValue", suite, key]`: equal in one context, distinct across contexts.
+        public static func inContext(_ parts: [String]) -> Identity {
+            Identity(instance: nil, anchor: nil, parts: parts)
+        }
+
+        /// Whether it names a place relative to the property's context.
+        public var isContextual: Bool { instance == nil }
+
+        public static func == (a: Identity, b: Identity) -> Bool { a.instance == b.instance && a.parts == b.parts }
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(instance)
+            hasher.combine(parts)
+        }
+
+        public var description: String {
+            (instance.map { "\($0)" } ?? "context") + ":" + parts.joined(separator: "/")
+        }
     }
 }

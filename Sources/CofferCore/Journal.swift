@@ -397,9 +397,16 @@ public final class Journal: @unchecked Sendable {
     /// the next writer to judge; it is simply not applied yet.
     /// - Throws: ``CofferError`` on I/O failure or when the file was removed.
     public func refresh() throws -> JournalChanges {
+        try refresh(checkingPath: false)
+    }
+
+    /// ``refresh()``; with `checkingPath`, the path is checked to still name the file open here
+    /// even when the control page vouches for it (a file watcher saw the file removed, replaced
+    /// or renamed by something other than Coffer, which the page cannot see).
+    public func refresh(checkingPath: Bool) throws -> JournalChanges {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
-        if let control = currentControl {
+        if !checkingPath, let control = currentControl {
             // The same file as when this process last looked: at most appends to read.
             if control.dataEnd == dataEnd { return JournalChanges(reset: false, records: []) }
             return JournalChanges(reset: false, records: try readForward(repair: false))

@@ -58,6 +58,64 @@ public protocol CompactablePersistenceStrategy: PersistenceStrategy {
     func compact() throws
 }
 
+/// A strategy that can replace one key's value only if it still holds what the caller read,
+/// atomically with respect to every writer — other processes included. `$x.update { … }` is
+/// built on it: read, transform (with no lock held, so the transform may read other
+/// properties), then swap, and read again if someone wrote meanwhile. A counter incremented
+/// that way from several processes is exact.
+public protocol CompareAndSwapPersistenceStrategy: PersistenceStrategy {
+    /// Stores `new` under `key` (`nil` removes it) if the key holds exactly `expected` (`nil`:
+    /// absent), as of the newest write of any process. Returns whether it stored.
+    func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool
+}
+
+/// What changed in a store outside the instance that reports it.
+public struct StoreChange: Sendable, Hashable {
+    /// The keys whose values may have changed, or `nil` when any may have (the file was replaced
+    /// or removed, the watch overflowed, a poll found changes it cannot attribute).
+    public var keys: Set<String>?
+
+    public init(keys: Set<String>?) {
+        self.keys = keys
+    }
+}
+
+/// A strategy that can tell when its stored values change outside this instance: written by
+/// another process, by the `coffer` command, or by another instance on the same file. `@Stored`
+/// properties on such a strategy follow those changes by themselves (docs/STATE.md, "Changes
+/// from elsewhere"); a network-backed store adopts it to carry changes between machines.
+///
+/// Own writes are not reported. A burst may be reported as one change; the last change is
+/// never dropped (a report means "catch up", and catching up reads everything).
+public protocol ChangeObservingPersistenceStrategy: PersistenceStrategy {
+    /// Starts calling `handler` after values change outside this instance, until the returned
+    /// observation is cancelled or released. The handler runs on a Coffer thread with none of
+    /// Coffer's locks held; it may read the store.
+    func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation
+}
+
+/// An active ``ChangeObservingPersistenceStrategy/observeChanges(_:)``; stops when cancelled or
+/// released. Cancelling the last observation of a process stops its watcher thread.
+public final class StoreObservation: Sendable {
+    private let onCancel: Locked<(@Sendable () -> Void)?>
+
+    /// An observation that runs `onCancel` once, when cancelled or released.
+    public init(onCancel: @escaping @Sendable () -> Void) {
+        self.onCancel = Locked(onCancel)
+    }
+
+    /// Stops the observation. Do not call it while holding a lock the handler takes.
+    public func cancel() {
+        let body = onCancel.withLock { body in
+            defer { body = nil }
+            return body
+        }
+        body?()
+    }
+
+    deinit { cancel() }
+}
+
 /// A strategy that writes lazily and can be asked to make its writes durable now.
 public protocol FlushablePersistenceStrategy: PersistenceStrategy {
     /// Makes every write made so far durable (fsync). Returns when it is.

@@ -25,6 +25,9 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// The store's lock file could not be created (read-only file system or directory, a
         /// full disk): the store was opened for reading without it, and cannot be written.
         public static let readOnlyWithoutLock = Kind("read-only without a lock file")
+        /// Changes made by other processes cannot be watched for (the inotify watch limit, a
+        /// network file system, a platform without a watcher): they are found by polling.
+        public static let watchFallback = Kind("watching falls back to polling")
 
         public var description: String { name }
     }

@@ -39,6 +39,12 @@ extension Stored {
     ///   strategy. The old copy is deleted only after every earlier step succeeded.
     @discardableResult
     public func migrate(from old: Backing) throws -> MigrationOutcome {
+        try cell.migrate(from: old)
+    }
+}
+
+extension StoredCell {
+    func migrate(from old: Backing) throws -> MigrationOutcome {
         let (outcome, changed) = try persistLock.withLock { _ throws(CofferError) -> (MigrationOutcome, Bool) in
             let target: (strategy: any PersistenceStrategy, key: String)?
             switch state.withLock({ resolve(&$0) }) {

@@ -148,7 +148,7 @@ extension Backing {
     /// @Stored(backed: .disk(key: "session")) var session: Session? = nil
     /// ```
     public static func disk(key: String) -> Backing {
-        Backing(description: "disk(key: \(key))") { context in
+        Backing(description: "disk(key: \(key))", identity: .inContext(["disk", key])) { context in
             let store = try context.sharedStore(id: "disk") {
                 try DiskStrategy(directory: context.directory.appendingPathComponent("files"), fileSystem: context.fileSystem)
             }
@@ -158,6 +158,8 @@ extension Backing {
 
     /// A key in an explicit disk store.
     public static func disk(_ store: DiskStrategy, key: String) -> Backing {
-        Backing(description: "disk(\(store.directory), key: \(key))") { _ in (store, key) }
+        Backing(description: "disk(\(store.directory), key: \(key))", identity: .instance(store, key: key)) { _ in
+            (store, key)
+        }
     }
 }

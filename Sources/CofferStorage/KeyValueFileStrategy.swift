@@ -22,7 +22,7 @@ import Synchronization
 /// try prefs.set("dark", for: "theme")
 /// ```
 public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompactablePersistenceStrategy
+    CompareAndSwapPersistenceStrategy, CompactablePersistenceStrategy, ChangeObservingPersistenceStrategy
 {
     /// The suite's file.
     public let path: String
@@ -41,9 +41,23 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         var index: [ExactKey: Entry] = [:]
         var liveBytes = 0
         var flushScheduled = false
+        /// Whether changes made outside this instance are collected for observers.
+        var tracking = false
+        /// The keys other writers changed since observers were last told (`outsideAll`: any).
+        var outside: Set<String> = []
+        var outsideAll = false
     }
 
     private let state: Locked<State>
+
+    private struct Observers {
+        var handlers: [UInt64: @Sendable (StoreChange) -> Void] = [:]
+        var next: UInt64 = 0
+        var watch: FileWatch?
+    }
+
+    /// Who is told about outside changes, and the directory watch that tells this instance.
+    private let observers = Locked(Observers())
 
     /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
     ///
@@ -132,6 +146,18 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         }
     }
 
+    /// Stores `new` only if `key` holds exactly `expected`, under the store's lock and after
+    /// catching up with every other process.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
+        var swapped = false
+        try commit { index in
+            guard index[ExactKey(key)]?.value == expected else { return [] }
+            swapped = true
+            return expected == new ? [] : [(key, new)]
+        }
+        return swapped
+    }
+
     /// Appends the changes `makeChanges` returns as one commit, under the write lock and after
     /// catching up, then applies them to the index (from the changes themselves: the records
     /// just written are not decoded again).
@@ -197,17 +223,99 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         }
     }
 
-    private static func catchUp(_ state: inout State) throws {
-        let changes = try state.journal.refresh()
+    private static func catchUp(_ state: inout State, checkingPath: Bool = false) throws {
+        let changes = try state.journal.refresh(checkingPath: checkingPath)
         if !changes.isEmpty { try apply(changes, to: &state) }
     }
 
+    /// Applies what other writers did; with observers, remembers which keys they changed.
     private static func apply(_ changes: JournalChanges, to state: inout State) throws {
         if changes.reset {
             state.index.removeAll()
             state.liveBytes = 0
+            if state.tracking { state.outsideAll = true }
         }
         try apply(changes.records, to: &state)
+        if state.tracking && !state.outsideAll {
+            for record in changes.records {
+                if let (_, key, _) = decode(record.payload) { state.outside.insert(key) }
+            }
+        }
+    }
+
+    // MARK: - Changes from elsewhere
+
+    /// Starts telling `handler` which keys other processes (or other instances on this file)
+    /// change. The suite's directory is watched (inotify on Linux, else polling; see
+    /// `FileWatcher`) while at least one observation is alive.
+    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+        let (id, first) = observers.withLock { o -> (UInt64, Bool) in
+            o.next += 1
+            o.handlers[o.next] = handler
+            return (o.next, o.handlers.count == 1)
+        }
+        if first {
+            let journalPath = state.withLock { s -> String in
+                s.tracking = true
+                s.outside = []
+                s.outsideAll = false
+                return s.journal.path
+            }
+            let name = DurableIO.lastComponent(of: journalPath)
+            let watch = FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: journalPath)) {
+                [weak self] names in
+                // Other files of the directory (other suites, temporary files) are not ours.
+                if let names, !names.isEmpty, !names.contains(name) { return }
+                self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
+            }
+            // Installed unless the last observer left meanwhile (then it is dropped here).
+            let unused = observers.withLock { o -> FileWatch? in
+                guard !o.handlers.isEmpty, o.watch == nil else { return watch }
+                o.watch = watch
+                return nil
+            }
+            // The last observer left meanwhile. Cancelled elsewhere: this may run under a caller's
+            // lock, and a cancel may wait for the watcher thread.
+            if let unused { DispatchQueue.global().async { unused.cancel() } }
+        }
+        return StoreObservation { [weak self] in self?.removeObserver(id) }
+    }
+
+    private func removeObserver(_ id: UInt64) {
+        let watch = observers.withLock { o -> FileWatch? in
+            o.handlers[id] = nil
+            guard o.handlers.isEmpty else { return nil }
+            defer { o.watch = nil }
+            return o.watch
+        }
+        guard let watch else { return }
+        state.withLock { s in
+            s.tracking = false
+            s.outside = []
+            s.outsideAll = false
+        }
+        watch.cancel()  // no lock held: the watcher thread may be inside a handler taking them
+    }
+
+    /// Catches up with the file and tells the observers what other writers changed.
+    private func deliverOutsideChanges(checkingPath: Bool) {
+        let change: StoreChange?
+        do {
+            change = try state.withLock { s -> StoreChange? in
+                try Self.catchUp(&s, checkingPath: checkingPath)
+                guard s.outsideAll || !s.outside.isEmpty else { return nil }
+                defer {
+                    s.outside = []
+                    s.outsideAll = false
+                }
+                return StoreChange(keys: s.outsideAll ? nil : s.outside)
+            }
+        } catch {
+            // The file was removed or damaged: every observer rereads, and reports the error.
+            change = StoreChange(keys: nil)
+        }
+        guard let change else { return }
+        for handler in observers.withLock({ Array($0.handlers.values) }) { handler(change) }
     }
 
     private static func apply(_ records: [JournalRecord], to state: inout State) throws {
@@ -295,7 +403,9 @@ extension Backing {
 
     /// A key in a named suite (`<context directory>/<suite>.cofferkv`) of the current context.
     public static func keyValue(suite: String, key: String) -> Backing {
-        Backing(description: "keyValue(suite: \(suite), key: \(key))") { context in
+        Backing(
+            description: "keyValue(suite: \(suite), key: \(key))", identity: .inContext(["keyValue", suite, key])
+        ) { context in
             let store = try context.sharedStore(id: "keyValue:\(suite)") {
                 try KeyValueFileStrategy(
                     directory: context.directory, suite: suite, durability: context.durability,
@@ -307,6 +417,8 @@ extension Backing {
 
     /// A key in an explicit key-value store.
     public static func keyValue(_ store: KeyValueFileStrategy, key: String) -> Backing {
-        Backing(description: "keyValue(\(store.path), key: \(key))") { _ in (store, key) }
+        Backing(description: "keyValue(\(store.path), key: \(key))", identity: .instance(store, key: key)) { _ in
+            (store, key)
+        }
     }
 }

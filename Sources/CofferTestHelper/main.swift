@@ -4,6 +4,12 @@
 //       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
 //   CofferTestHelper kv-increment DIR SUITE KEY TIMES
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+//   CofferTestHelper stored-increment DIR TIMES [vault]
+//       increments `@Stored(backed: .keyValue(key: "counter"))` (or a `.vault` item unlocked by a
+//       32-byte key of 0x5a) with `$counter.update { $0 += 1 }` TIMES times, after printing
+//       "ready" and reading one line of standard input (StoredIncrement.swift).
+//   CofferTestHelper watch-release DIR
+//       observes a property twice and reports the watcher thread and descriptors (StoredIncrement.swift).
 //   CofferTestHelper vault-update PATH TIMES
 //       increments the vault counter (counter, update) TIMES times with Vault.update, after printing
 //       "ready" and reading one line of standard input (VaultUpdate.swift).
@@ -54,6 +60,12 @@ do {
             try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
         }
         try store.flush()
+    case "stored-increment":
+        guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: stored-increment DIR TIMES [vault]") }
+        try storedIncrement(directory: arguments[2], times: times, vault: arguments.count > 4 && arguments[4] == "vault")
+    case "watch-release":
+        guard arguments.count >= 3 else { fail("usage: watch-release DIR") }
+        try watchRelease(directory: arguments[2])
     case "vault-update":
         guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: vault-update PATH TIMES") }
         try vaultUpdateIncrement(path: arguments[2], times: times)

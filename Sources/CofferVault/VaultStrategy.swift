@@ -9,7 +9,7 @@ public import Foundation
 /// try tokens.set("s3cr3t", for: "alice")
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompactablePersistenceStrategy, PlainValuePersistenceStrategy
+    CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy
 {
     /// The vault holding the items.
     public let vault: Vault
@@ -29,6 +29,24 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
     public func flush() throws { try vault.flush() }
     public func compact() throws { try vault.compact() }
 
+    /// Stores `new` only if the item holds exactly `expected` (compared in constant time), under
+    /// the vault's lock and after catching up with every other process.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
+        var swapped = false
+        try vault.update(service: service, account: key) { (current: Data?) -> Data? in
+            let same: Bool
+            switch (current, expected) {
+            case (nil, nil): same = true
+            case (let current?, let expected?): same = constantTimeEqual(current, expected)
+            default: same = false
+            }
+            guard same else { return current }
+            swapped = true
+            return new
+        }
+        return swapped
+    }
+
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         try vault.apply(
             changes.map { change in
@@ -39,6 +57,14 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
                 }
             })
     }
+}
+
+/// Whether two byte strings are equal, in time that depends on their lengths only.
+private func constantTimeEqual(_ a: Data, _ b: Data) -> Bool {
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for (x, y) in zip(a, b) { difference |= x ^ y }
+    return difference == 0
 }
 
 /// How the default vault of a ``CofferContext`` is found and unlocked, for `.vault(service:account:)`.
@@ -78,7 +104,10 @@ extension Backing {
     /// @Stored(backed: .vault(service: "api.github.com", account: "octocat")) var token: String? = nil
     /// ```
     public static func vault(service: String, account: String) -> Backing {
-        Backing(description: "vault(service: \(service), account: \(account))") { context in
+        Backing(
+            description: "vault(service: \(service), account: \(account))",
+            identity: .inContext(["vault", service, account])
+        ) { context in
             guard let configuration = context.setting(VaultConfiguration.self) else {
                 throw CofferError(
                     .locked,
@@ -102,7 +131,10 @@ extension Backing {
 
     /// An item of an explicit vault.
     public static func vault(_ vault: Vault, service: String, account: String) -> Backing {
-        Backing(description: "vault(\(vault.url.path), service: \(service), account: \(account))") { _ in
+        Backing(
+            description: "vault(\(vault.url.path), service: \(service), account: \(account))",
+            identity: .object(vault, [service, account])
+        ) { _ in
             (VaultStrategy(vault: vault, service: service), account)
         }
     }

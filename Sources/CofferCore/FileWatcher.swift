@@ -1,0 +1,342 @@
+import CSharedWord
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Tells stores that files in a directory changed, so they can catch up with writes made by
+/// other processes (or other instances in this one) and tell their observers.
+///
+/// One thread per process, started with the first watch and ended (joined) when the last one is
+/// cancelled: no thread, descriptor or timer is left behind. On Linux it waits on one inotify
+/// descriptor that watches each directory once (the directory, not the file: a compaction that
+/// renames a new file into place is then seen without re-arming anything). Where inotify cannot
+/// watch (the per-user watch limit reached, a network or FUSE file system whose changes made on
+/// another host it would never see, a platform without inotify), the watch falls back to polling
+/// every `pollInterval`, and says so once through ``CofferWarnings``; a journal's poll reads its
+/// control page, which costs no system call.
+///
+/// Handlers run on the watcher thread, with no lock of the watcher held, one at a time. A burst
+/// of events is delivered as one call (the names seen since the last call); a handler must catch
+/// up with everything that happened, so coalescing never drops the last change.
+package final class FileWatcher: Sendable {
+    package static let shared = FileWatcher()
+
+    /// The names that changed in the directory, or `nil` when anything may have (an overflow of
+    /// the kernel's queue, a poll, the directory itself moved or removed).
+    package typealias Handler = @Sendable (_ names: Set<String>?) -> Void
+
+    private struct Watch {
+        let directory: String
+        let handler: Handler
+        /// The inotify watch descriptor, or `nil` when this watch polls.
+        var descriptor: Int32?
+        let pollInterval: Duration
+        var nextPoll: ContinuousClock.Instant
+        /// Names seen and not yet delivered; `nil` inside means "anything".
+        var pending: Set<String>? = []
+        var hasPending = false
+    }
+
+    private struct State {
+        var watches: [UInt64: Watch] = [:]
+        var byDescriptor: [Int32: Set<UInt64>] = [:]
+        var nextID: UInt64 = 0
+        var inotify: Int32 = -1
+        var wakeRead: Int32 = -1
+        var wakeWrite: Int32 = -1
+        var running = false
+        /// Signalled by the thread when it has exited.
+        var exited: DispatchSemaphore?
+        var threadID: pthread_t?
+        /// Bumped by every start: a thread whose generation is not current ends.
+        var generation: UInt64 = 0
+    }
+
+    private let state = Locked(State())
+
+    private init() {}
+
+    /// How many watches are active (for tests: none are left behind).
+    package var activeWatchCount: Int { state.withLock { $0.watches.count } }
+    /// Whether the watcher thread is running.
+    package var isRunning: Bool { state.withLock { $0.running } }
+
+    /// Starts watching `directory`; `handler` is called after files in it change. Cancel the
+    /// returned token (or release it) to stop.
+    package func watch(directory: String, pollInterval: Duration = .milliseconds(250), _ handler: @escaping Handler)
+        -> FileWatch
+    {
+        let id = state.withLock { s -> UInt64 in
+            s.nextID += 1
+            let id = s.nextID
+            startIfNeeded(&s)
+            var watch = Watch(
+                directory: directory, handler: handler, descriptor: nil, pollInterval: pollInterval,
+                nextPoll: .now + pollInterval)
+            watch.descriptor = addDescriptor(for: directory, in: &s)
+            if let wd = watch.descriptor { s.byDescriptor[wd, default: []].insert(id) }
+            s.watches[id] = watch
+            return id
+        }
+        wake()
+        return FileWatch(id: id, watcher: self)
+    }
+
+    /// Asks for `watch`'s handler to be called soon (with no names) on the watcher thread: a
+    /// store that caught up during another call delivers what it found from there, never from
+    /// inside that call (an observer may call back into the store).
+    package func schedule(_ watch: FileWatch) {
+        let found = state.withLock { s -> Bool in
+            guard s.watches[watch.id] != nil else { return false }
+            s.watches[watch.id]!.hasPending = true
+            return true
+        }
+        if found { wake() }
+    }
+
+    fileprivate func cancel(_ id: UInt64) {
+        let exited: DispatchSemaphore? = state.withLock { s in
+            guard let watch = s.watches.removeValue(forKey: id) else { return nil }
+            if let wd = watch.descriptor {
+                s.byDescriptor[wd]?.remove(id)
+                if s.byDescriptor[wd]?.isEmpty == true {
+                    s.byDescriptor[wd] = nil
+                    #if os(Linux)
+                    _ = inotify_rm_watch(s.inotify, wd)
+                    #endif
+                }
+            }
+            guard s.watches.isEmpty, s.running else { return nil }
+            s.running = false
+            // Cancelled from a handler: the thread ends by itself after the handler returns.
+            if let thread = s.threadID, pthread_equal(thread, pthread_self()) != 0 { return nil }
+            return s.exited
+        }
+        wake()
+        exited?.wait()
+    }
+
+    // MARK: - The thread
+
+    private func startIfNeeded(_ s: inout State) {
+        guard !s.running else { return }
+        // A thread from an earlier start may still be on its way out (cancelled from a handler):
+        // it owns the old descriptors and closes them; this start makes new ones.
+        s.running = true
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            for fd in fds {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            }
+        }
+        s.wakeRead = fds[0]
+        s.wakeWrite = fds[1]
+        #if os(Linux)
+        s.inotify = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        #else
+        s.inotify = -1
+        #endif
+        let exited = DispatchSemaphore(value: 0)
+        s.exited = exited
+        s.generation += 1
+        let generation = s.generation
+        let descriptors = (inotify: s.inotify, wakeRead: s.wakeRead, wakeWrite: s.wakeWrite)
+        let thread = Thread { [self] in
+            state.withLock { if $0.generation == generation { $0.threadID = pthread_self() } }
+            run(descriptors: descriptors, generation: generation)
+            state.withLock { s in
+                // Nobody may write to or watch with these descriptors once they are closed.
+                guard s.generation == generation else { return }
+                s.wakeRead = -1
+                s.wakeWrite = -1
+                s.inotify = -1
+                s.threadID = nil
+            }
+            close(descriptors.wakeRead)
+            close(descriptors.wakeWrite)
+            if descriptors.inotify >= 0 { close(descriptors.inotify) }
+            exited.signal()
+        }
+        thread.name = "Coffer file watcher"
+        thread.start()
+    }
+
+    private func wake() {
+        // Under the lock: the thread closes the pipe only after clearing it here.
+        state.withLock { s in
+            guard s.wakeWrite >= 0 else { return }
+            var byte: UInt8 = 1
+            _ = write(s.wakeWrite, &byte, 1)  // a full pipe is already a pending wake-up
+        }
+    }
+
+    /// The inotify descriptor watching `directory`, or `nil` when it must be polled (told once).
+    private func addDescriptor(for directory: String, in s: inout State) -> Int32? {
+        #if os(Linux)
+        guard s.inotify >= 0 else {
+            warnPolling(directory, "inotify is not available (\(CofferError.errnoText(errno)))")
+            return nil
+        }
+        if let reason = Self.remoteFileSystem(directory) {
+            warnPolling(directory, reason)
+            return nil
+        }
+        let mask =
+            IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB
+            | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+        let wd = inotify_add_watch(s.inotify, directory, UInt32(mask))
+        if wd < 0 {
+            let why =
+                errno == ENOSPC
+                ? "the inotify watch limit is reached (raise fs.inotify.max_user_watches)"
+                : "inotify cannot watch it (\(CofferError.errnoText(errno)))"
+            warnPolling(directory, why)
+            return nil
+        }
+        return wd
+        #else
+        warnPolling(directory, "file watching is not implemented on this platform yet")
+        return nil
+        #endif
+    }
+
+    private func warnPolling(_ directory: String, _ why: String) {
+        CofferWarnings.warn(
+            CofferWarning(
+                .watchFallback,
+                "changes made by other processes are found by polling (every few hundred milliseconds) because "
+                    + why,
+                path: directory))
+    }
+
+    /// Why a directory must be polled: a file system shared with other hosts, whose changes
+    /// made there inotify never reports.
+    private static func remoteFileSystem(_ directory: String) -> String? {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var type: UInt64 = 0
+        guard coffer_file_system_type(fd, &type) == 0 else { return nil }
+        return LiveFileSystem.unsharedMappingFileSystems.contains(type)
+            ? "it is on a network or FUSE file system, where inotify does not see other hosts' writes" : nil
+    }
+
+    private func run(descriptors: (inotify: Int32, wakeRead: Int32, wakeWrite: Int32), generation: UInt64) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            // What to wait for: the wake pipe, inotify, and the earliest poll.
+            let timeout: Int32? = state.withLock { s in
+                guard s.running, s.generation == generation else { return nil }
+                let polls = s.watches.values.filter { $0.descriptor == nil }.map(\.nextPoll)
+                guard let next = polls.min() else { return -1 }
+                let left = next - .now
+                return left <= .zero ? 0 : Int32(min(60_000, max(1, left.components.seconds * 1000
+                    + left.components.attoseconds / 1_000_000_000_000_000)))
+            }
+            guard let timeout else { return }
+            var fds = [pollfd(fd: descriptors.wakeRead, events: Int16(POLLIN), revents: 0)]
+            if descriptors.inotify >= 0 { fds.append(pollfd(fd: descriptors.inotify, events: Int16(POLLIN), revents: 0)) }
+            let ready = poll(&fds, nfds_t(fds.count), timeout)
+            if ready < 0 && errno != EINTR { return }
+            // Drain the wake pipe.
+            while read(descriptors.wakeRead, &buffer, buffer.count) > 0 {}
+            var events: [(descriptor: Int32, name: String?)] = []
+            var overflow = false
+            #if os(Linux)
+            if descriptors.inotify >= 0 {
+                while true {
+                    let n = read(descriptors.inotify, &buffer, buffer.count)
+                    if n <= 0 { break }
+                    Self.parseEvents(buffer[0..<n], into: &events, overflow: &overflow)
+                }
+            }
+            #endif
+            let calls = state.withLock { s -> [(Handler, Set<String>?)] in
+                guard s.running, s.generation == generation else { return [] }
+                let now = ContinuousClock.now
+                for event in events {
+                    for id in s.byDescriptor[event.descriptor] ?? [] {
+                        s.watches[id]!.hasPending = true
+                        if let name = event.name {
+                            s.watches[id]!.pending?.insert(name)
+                        } else {
+                            s.watches[id]!.pending = nil
+                        }
+                    }
+                }
+                var calls: [(Handler, Set<String>?)] = []
+                for (id, watch) in s.watches {
+                    var due = watch.hasPending || overflow
+                    var names = overflow ? nil : watch.pending
+                    if watch.descriptor == nil, now >= watch.nextPoll {
+                        due = true
+                        names = nil
+                        s.watches[id]!.nextPoll = now + watch.pollInterval
+                    }
+                    guard due else { continue }
+                    s.watches[id]!.pending = []
+                    s.watches[id]!.hasPending = false
+                    calls.append((watch.handler, names))
+                }
+                return calls
+            }
+            for (handler, names) in calls { handler(names) }
+        }
+    }
+
+    #if os(Linux)
+    /// `struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }`, packed.
+    private static func parseEvents(
+        _ bytes: ArraySlice<UInt8>, into events: inout [(descriptor: Int32, name: String?)], overflow: inout Bool
+    ) {
+        var offset = bytes.startIndex
+        while offset + 16 <= bytes.endIndex {
+            func word(_ at: Int) -> UInt32 {
+                UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
+            }
+            let wd = Int32(bitPattern: word(offset))
+            let mask = word(offset + 4)
+            let length = Int(word(offset + 12))
+            let nameStart = offset + 16
+            guard nameStart + length <= bytes.endIndex else { break }
+            if mask & UInt32(IN_Q_OVERFLOW) != 0 { overflow = true }
+            let nameBytes = bytes[nameStart..<(nameStart + length)].prefix { $0 != 0 }
+            let whole = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
+            let name: String? = whole || nameBytes.isEmpty ? nil : String(decoding: nameBytes, as: UTF8.self)
+            events.append((wd, name))
+            offset = nameStart + length
+        }
+    }
+    #endif
+}
+
+/// An active watch of ``FileWatcher``; cancelled when released.
+package final class FileWatch: Sendable {
+    let id: UInt64
+    private let watcher: FileWatcher
+    private let cancelled = Locked(false)
+
+    fileprivate init(id: UInt64, watcher: FileWatcher) {
+        self.id = id
+        self.watcher = watcher
+    }
+
+    /// Stops the watch; the last watch of the process ends the watcher thread before returning
+    /// (unless called from that thread, which then ends as soon as its handler returns).
+    package func cancel() {
+        let first = cancelled.withLock { done in
+            defer { done = true }
+            return !done
+        }
+        if first { watcher.cancel(id) }
+    }
+
+    deinit { cancel() }
+}

@@ -1,0 +1,518 @@
+public import CofferCore
+import Foundation
+public import Observation
+public import Synchronization
+
+/// The one value of a key in this process: every ``Stored`` bound to the same store, key and
+/// value type holds the same cell (see ``CellRegistry``), so a write through any of them is
+/// seen at once by all, and notifies every observer, stream and computed value of every one.
+/// A memory-only property, or one whose backing has no ``Backing/identity``, has a cell of its
+/// own. The cell holds what used to be each property's own state: the value, its version, the
+/// last error, the Observation registrar, the `values` streams and the computed dependents.
+@usableFromInline
+final class StoredCell<Value: Codable & Sendable>: Sendable {
+    enum Resolution: Sendable {
+        case unresolved
+        case resolved(strategy: any PersistenceStrategy, key: String)
+        case memory
+        case failed
+    }
+
+    @usableFromInline
+    struct State: Sendable {
+        @usableFromInline var value: Value
+        @usableFromInline var version: UInt64 = 0
+        @usableFromInline var loaded = false
+        var resolution = Resolution.unresolved
+        var error: CofferError?
+        /// The version the strategy holds.
+        var persistedVersion: UInt64 = 0
+        /// The subscription to outside changes of the resolved strategy, if it can tell them.
+        var subscription: ChangeRouter.Unsubscribe?
+        /// Set when the last property went away: nothing subscribes any more.
+        var detached = false
+    }
+
+    /// Where the value persists (the backing of the property that created the cell).
+    let backing: Backing
+    /// The value before anything was stored, and after the stored copy is removed (the initial
+    /// value of the property that created the cell).
+    let initialValue: Value
+    /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
+    let context: CofferContext
+
+    @usableFromInline let state: Locked<State>
+    private let dependentLinks = Locked(DependentLinks())
+    private let subscribers = SubscriberList<Value>()
+    /// Serialises persistence of this property, so an older value never overwrites a newer one.
+    let persistLock = Locked(false)
+    @usableFromInline let registrar = ObservationRegistrar()
+    /// The value's bytes, for a lock-free read, when `Value` is small and trivially copyable
+    /// (``usesWordPath``). Written only while `state` is locked, next to `state.value`.
+    @usableFromInline let word = Atomic<UInt64>(0)
+    /// True once the value is loaded and `word` holds it (``usesWordPath`` only). Never cleared.
+    @usableFromInline let wordReady = Atomic<Bool>(false)
+    // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
+    // and a plain `KeyPath` (no existential) keeps the read path free of retains.
+    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value> = \StoredCell.wrappedValue
+    private let errorKeyPath: any KeyPath<StoredCell, CofferError?> & Sendable = \StoredCell.error
+    private let isEqual: (@Sendable (Value, Value) -> Bool)?
+    private let isNil: (@Sendable (Value) -> Bool)?
+
+    /// Where this cell is registered, or `nil` for a cell of one property.
+    let registryKey: CellRegistry.Key?
+
+    init(initialValue: Value, backing: Backing, context: CofferContext, registryKey: CellRegistry.Key?) {
+        self.backing = backing
+        self.initialValue = initialValue
+        self.context = context
+        self.registryKey = registryKey
+        self.state = Locked(State(value: initialValue))
+        self.isEqual = ValueTraits.equality(for: Value.self)
+        self.isNil = ValueTraits.nilTest(for: Value.self)
+    }
+
+    deinit {
+        subscribers.finishAll()
+    }
+
+    /// The value: from memory after the first read.
+    @usableFromInline
+    var wrappedValue: Value {
+        // Inlinable: the hot path. A read is Observation's access check, one uncontended lock and
+        // a copy, specialised for `Value` in the caller's module.
+        @inlinable get {
+            registrar.access(self, keyPath: valueKeyPath)
+            // Int, Double, Bool, a raw enum: one atomic load, no lock, when no computed value is
+            // running anywhere (so there is no read to record).
+            if Self.usesWordPath, wordReady.load(ordering: .acquiring), Graph.nothingComputing {
+                return Self.value(ofWord: word.load(ordering: .acquiring))
+            }
+            let (value, version) = read()
+            recordRead(version: version)
+            return value
+        }
+        set { write(newValue) }
+    }
+
+    /// The last load or save failure, or `nil` once a load or save succeeds. Observable.
+    var error: CofferError? {
+        registrar.access(self, keyPath: errorKeyPath)
+        loadIfNeeded()
+        return state.withLock { $0.error }
+    }
+
+    /// The current value, then each new one, until the consumer stops iterating.
+    ///
+    /// Every change is delivered (the buffer is unbounded); writes inside one ``batch(_:)`` are
+    /// delivered once, as their final value.
+    var values: AsyncStream<Value> {
+        let (stream, subscriber) = subscribers.makeStream()
+        let (value, version) = read()
+        subscriber.deliver(value, version: version)
+        return stream
+    }
+
+    // MARK: Throwing paths
+
+    /// Reads the value from the strategy now, replacing the one in memory.
+    ///
+    /// A missing key gives ``initialValue``. Observers are notified when the value changes.
+    /// - Returns: The loaded value.
+    /// - Throws: ``CofferError`` when the backing cannot be resolved, the strategy cannot read,
+    ///   or the stored bytes are not a `Value` (``CofferError/Code/decoding``). The value in
+    ///   memory is then unchanged, and ``error`` holds the failure.
+    @discardableResult
+    func load() throws -> Value {
+        let outcome: Result<(value: Value, changed: Bool), CofferError> = persistLock.withLock { _ in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error): return .failure(error)
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else {
+                return .success((mutate { s in s.loaded = true; return s.value }, false))
+            }
+            let loaded: Value
+            do {
+                loaded = try strategy.load(key).map {
+                    try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                } ?? initialValue
+            } catch {
+                mutate { $0.loaded = true }
+                return .failure(.wrapping(error, "loading \(backing)"))
+            }
+            let changed = mutate { s in
+                s.loaded = true
+                let changed = !isEqualValues(s.value, loaded)
+                if changed {
+                    s.value = loaded
+                    s.version += 1
+                }
+                s.persistedVersion = s.version
+                return changed
+            }
+            return .success((loaded, changed))
+        }
+        switch outcome {
+        case .success(let result):
+            setError(nil)
+            if result.changed { valueDidChange() }
+            return result.value
+        case .failure(let error):
+            setError(error)
+            throw error
+        }
+    }
+
+    /// Sets the value and writes it to the strategy before returning, even inside a ``batch(_:)``.
+    ///
+    /// Unlike the setter, this writes even when `value` equals the current one, so it also
+    /// retries a save that failed earlier.
+    /// - Throws: ``CofferError`` when the value cannot be encoded or stored; the value stays in
+    ///   memory and ``error`` holds the failure.
+    func save(_ value: Value) throws {
+        write(value, persist: false)
+        if let error = persist(force: true) { throw error }
+    }
+
+    /// Reads, transforms and writes the value as one step (see ``Stored/update(_:)``).
+    @discardableResult
+    func update(_ body: (inout Value) throws -> Void) throws -> Value {
+        let (value, changed) = try persistLock.withLock { _ throws -> (Value, Bool) in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error):
+                setError(error)
+                throw error
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else {
+                // Memory: atomic with respect to other updates (the persist lock).
+                var value = read().0
+                try body(&value)
+                return (value, adopt(value, persisted: true))
+            }
+            do {
+                guard let swappable = strategy as? any CompareAndSwapPersistenceStrategy else {
+                    // No compare-and-swap: atomic within this process only (the persist lock).
+                    var value = try strategy.load(key).map {
+                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                    } ?? initialValue
+                    try body(&value)
+                    try store(value, in: strategy, key: key)
+                    return (value, adopt(value, persisted: true))
+                }
+                while true {
+                    let current = try strategy.load(key)
+                    var value = try current.map {
+                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                    } ?? initialValue
+                    try body(&value)
+                    let next: Data? = isNil?(value) == true ? nil : try ValueCodec.encode(value, as: strategy.valueEncoding)
+                    if try swappable.compareAndSwap(key, expected: current, new: next) {
+                        return (value, adopt(value, persisted: true))
+                    }
+                    // Another writer got in between: read again and run `body` on its value.
+                }
+            } catch let error as CofferError {
+                setError(error)
+                throw error
+            }
+        }
+        setError(nil)
+        if changed { valueDidChange() }
+        notifySiblings()
+        return value
+    }
+
+    /// Stores `value` (an `Optional` that is `nil` removes the key).
+    private func store(_ value: Value, in strategy: any PersistenceStrategy, key: String) throws {
+        if let isNil, isNil(value) {
+            try strategy.remove(key)
+        } else {
+            try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
+        }
+    }
+
+    /// Makes `value` the value in memory; returns whether it changed. With `persisted`, the store
+    /// is known to hold it already.
+    private func adopt(_ value: Value, persisted: Bool) -> Bool {
+        mutate { s in
+            s.loaded = true
+            let changed = !isEqualValues(s.value, value)
+            if changed {
+                s.value = value
+                s.version += 1
+            }
+            if persisted { s.persistedVersion = s.version }
+            return changed
+        }
+    }
+
+    // MARK: Internals
+
+    /// True when `Value` fits in a machine word and has no references (Int, Double, Bool, a raw
+    /// enum): reads then come from ``word`` with one atomic load instead of the lock.
+    @inlinable
+    static var usesWordPath: Bool { _isPOD(Value.self) && MemoryLayout<Value>.size <= MemoryLayout<UInt64>.size }
+
+    @inlinable @inline(__always)
+    static func value(ofWord word: UInt64) -> Value {
+        withUnsafeBytes(of: word) { $0.loadUnaligned(as: Value.self) }
+    }
+
+    @inlinable @inline(__always)
+    static func word(of value: Value) -> UInt64 {
+        var word: UInt64 = 0
+        withUnsafeMutableBytes(of: &word) { target in
+            withUnsafeBytes(of: value) { target.copyMemory(from: $0) }
+        }
+        return word
+    }
+
+    /// Changes the state under its lock and keeps ``word`` in step with the value. Every change
+    /// of `value` or `loaded` goes through here.
+    func mutate<R: Sendable>(_ body: (inout State) -> R) -> R {
+        state.withLock { s in
+            let result = body(&s)
+            if Self.usesWordPath, s.loaded {
+                word.store(Self.word(of: s.value), ordering: .releasing)
+                wordReady.store(true, ordering: .releasing)
+            }
+            return result
+        }
+    }
+
+    @inlinable @inline(__always)
+    func read() -> (Value, UInt64) {
+        if let hit = state.withLock({ $0.loaded ? ($0.value, $0.version) : nil }) { return hit }
+        return readAfterLoading()
+    }
+
+    @usableFromInline
+    func readAfterLoading() -> (Value, UInt64) {
+        loadIfNeeded()
+        return state.withLock { ($0.value, $0.version) }
+    }
+
+    /// Records this read into the computed value running on this thread, if any.
+    @usableFromInline
+    func recordRead(version: UInt64) {
+        CofferState.recordRead(of: self, version: version)
+    }
+
+    /// The first load. A failure keeps the initial value and sets ``error`` without a
+    /// notification: nobody can have read the value or the error before (both load first).
+    private func loadIfNeeded() {
+        guard !state.withLock({ $0.loaded }) else { return }
+        mutate { s in
+            guard !s.loaded else { return }
+            s.loaded = true
+            switch resolve(&s) {
+            case .failure(let error):
+                s.error = error
+            case .success(nil):
+                break
+            case .success(let (strategy, key)?):
+                do {
+                    if let data = try strategy.load(key) {
+                        s.value = try ValueCodec.decode(Value.self, from: data, as: strategy.valueEncoding)
+                    }
+                } catch {
+                    s.error = .wrapping(error, "loading \(backing)")
+                }
+            }
+        }
+    }
+
+    /// The strategy and key, resolving the backing on first use (and again after a failure).
+    func resolve(_ s: inout State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
+        switch s.resolution {
+        case .resolved(let strategy, let key): return .success((strategy, key))
+        case .memory: return .success(nil)
+        case .unresolved, .failed:
+            do {
+                if let (strategy, key) = try backing.resolve(context) {
+                    s.resolution = .resolved(strategy: strategy, key: key)
+                    if !s.detached, s.subscription == nil {
+                        s.subscription = ChangeRouter.subscribe(self, to: strategy, key: key)
+                    }
+                    return .success((strategy, key))
+                }
+                s.resolution = .memory
+                return .success(nil)
+            } catch {
+                s.resolution = .failed
+                return .failure(.wrapping(error, "opening \(backing)"))
+            }
+        }
+    }
+
+    func isEqualValues(_ lhs: Value, _ rhs: Value) -> Bool {
+        isEqual?(lhs, rhs) ?? false
+    }
+
+    func write(_ newValue: Value, persist shouldPersist: Bool = true) {
+        loadIfNeeded()
+        let changed = mutate { s in
+            if let isEqual, isEqual(s.value, newValue) { return false }
+            s.value = newValue
+            s.version += 1
+            return true
+        }
+        guard changed else { return }
+        if let scope = BatchScope.current {
+            Graph.bumpEpoch()
+            scope.add(self)
+            return
+        }
+        valueDidChange()
+        if shouldPersist { _ = persist(force: false) }
+    }
+
+    /// Tells everyone the value changed: computed dependents, Observation, `values` streams.
+    ///
+    /// Observation is told after the locked update (an empty `withMutation`), not around it, so
+    /// that an equal write and a write inside a batch can be recognised first and never notify.
+    func valueDidChange() {
+        Graph.bumpEpoch()
+        notifyOwnObservers()
+        Graph.propagate(from: [self])
+    }
+
+    /// Tells Observation and the `values` streams of this property (not its dependents).
+    private func notifyOwnObservers() {
+        registrar.withMutation(of: self, keyPath: valueKeyPath) {}
+        let subscribers = subscribers.snapshot
+        if !subscribers.isEmpty {
+            let (value, version) = state.withLock { ($0.value, $0.version) }
+            for subscriber in subscribers { subscriber.deliver(value, version: version) }
+        }
+    }
+
+    /// Writes the newest value to the strategy unless it is there already, and records the
+    /// outcome in ``error``. Returns the failure, if any.
+    @discardableResult
+    private func persist(force: Bool) -> CofferError? {
+        let outcome: CofferError?? = persistLock.withLock { _ in
+            let target: (strategy: any PersistenceStrategy, key: String)?
+            switch state.withLock({ resolve(&$0) }) {
+            case .failure(let error): return .some(error)
+            case .success(let resolved): target = resolved
+            }
+            guard let (strategy, key) = target else { return .none }
+            let (value, version, persisted) = state.withLock { ($0.value, $0.version, $0.persistedVersion) }
+            guard force || version != persisted else { return .none }
+            do {
+                if let isNil, isNil(value) {
+                    try strategy.remove(key)
+                } else {
+                    try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
+                }
+                state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
+                return .some(nil)
+            } catch {
+                return .some(.wrapping(error, "saving \(backing)"))
+            }
+        }
+        guard let result = outcome else { return nil }
+        setError(result)
+        if result == nil { notifySiblings() }
+        return result
+    }
+
+    /// Tells the properties bound to this key with another value type that it was stored anew.
+    func notifySiblings() {
+        guard let registryKey else { return }
+        for sibling in CellRegistry.siblings(of: registryKey) { sibling.reloadAfterSiblingChange() }
+    }
+
+    /// Sets ``error``, notifying Observation when it appears, changes or clears.
+    func setError(_ error: CofferError?) {
+        let notify = state.withLock { s in
+            let notify = s.error != nil || error != nil
+            s.error = error
+            return notify
+        }
+        if notify { registrar.withMutation(of: self, keyPath: errorKeyPath) {} }
+    }
+}
+
+extension StoredCell: Observable {}
+
+// MARK: Graph and batch participation
+
+extension StoredCell: SourceNode {
+    var nodeName: String { "Stored<\(Value.self)>(\(backing))" }
+
+    func currentVersion() -> UInt64 { read().1 }
+
+    func addDependent(_ node: any DependentNode) { dependentLinks.withLock { $0.insert(node) } }
+    func removeDependent(_ id: ObjectIdentifier) { dependentLinks.withLock { $0.remove(id) } }
+    func dependents() -> [any DependentNode] { dependentLinks.withLock { $0.live() } }
+}
+
+extension StoredCell: BatchParticipant {
+    func batchDidEnd() -> any SourceNode {
+        notifyOwnObservers()
+        return self
+    }
+
+    func batchTarget() -> (strategy: any PersistenceStrategy, key: String)? {
+        switch state.withLock({ resolve(&$0) }) {
+        case .failure(let error):
+            setError(error)
+            return nil
+        case .success(let target):
+            return target
+        }
+    }
+
+    func withPersistLock(_ body: () -> Void) {
+        persistLock.withLock { _ in body() }
+    }
+
+    func pendingChange(encoding: ValueEncoding) -> PendingChange? {
+        let (value, version, persisted) = state.withLock { ($0.value, $0.version, $0.persistedVersion) }
+        guard version != persisted else { return nil }
+        if let isNil, isNil(value) { return PendingChange(version: version, data: .success(nil)) }
+        do {
+            return PendingChange(version: version, data: .success(try ValueCodec.encode(value, as: encoding)))
+        } catch {
+            return PendingChange(version: version, data: .failure(.wrapping(error, "encoding for \(backing)")))
+        }
+    }
+
+    func markPersisted(_ version: UInt64) {
+        state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
+    }
+
+    func reportPersistOutcome(_ error: CofferError?) {
+        setError(error)
+        if error == nil { notifySiblings() }
+    }
+}
+
+extension StoredCell: RegisteredCell, OutsideChangeReceiver {
+    func reloadAfterSiblingChange() {
+        _ = try? load()  // a failure is recorded in `error`
+    }
+
+    /// Another process (or instance) changed the key: reload it. The value in memory is kept
+    /// when that fails (a locked vault, a removed file), and `error` says why.
+    func reloadAfterOutsideChange() {
+        guard state.withLock({ $0.loaded && !$0.detached }) else { return }  // nobody read it yet
+        _ = try? load()
+    }
+
+    /// The last property using this cell went away: stop following outside changes.
+    func detach() {
+        let subscription = state.withLock { s -> ChangeRouter.Unsubscribe? in
+            s.detached = true
+            defer { s.subscription = nil }
+            return s.subscription
+        }
+        if let subscription { ChangeRouter.unsubscribe(subscription) }
+    }
+}

@@ -1,0 +1,63 @@
+import CofferCore
+import CofferCrypto
+import CofferState
+import CofferStorage
+import CofferVault
+import Foundation
+
+/// A model as an application writes it: one counter, incremented with `$counter.update`.
+final class CounterModel {
+    @Stored(backed: .keyValue(key: "counter")) var counter = 0
+}
+
+final class VaultCounterModel {
+    @Stored(backed: .vault(service: "counter", account: "stored")) var counter = 0
+}
+
+/// `stored-increment`: `times` increments through `$counter.update` in a context rooted at
+/// `directory`, started together with the other children ("ready", then one line of input).
+func storedIncrement(directory: String, times: Int, vault: Bool) throws {
+    let key = try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))
+    let context = CofferContext(directory: URL(fileURLWithPath: directory))
+        .with(VaultConfiguration(unlock: .key(key), createIfMissing: true))
+    try CofferContext.$current.withValue(context) {
+        let increment: () throws -> Void
+        if vault {
+            let model = VaultCounterModel()
+            _ = try model.$counter.load()
+            increment = { try model.$counter.update { $0 += 1 } }
+        } else {
+            let model = CounterModel()
+            _ = try model.$counter.load()
+            increment = { try model.$counter.update { $0 += 1 } }
+        }
+        say("ready")
+        _ = readLine()
+        for _ in 0..<times { try increment() }
+    }
+}
+
+/// `watch-release DIR`: a property observed, then dropped, twice. Prints what the process held
+/// during the second round and after it, so a parent can check that the watcher thread and its
+/// descriptors go away with the last property:
+/// `running-during=1 running-after=0 fds-during=N fds-after=M fds-baseline=B threads-during=… threads-after=… threads-baseline=…`
+func watchRelease(directory: String) throws {
+    func count(_ path: String) -> Int { (try? FileManager.default.contentsOfDirectory(atPath: path).count) ?? -1 }
+    let context = CofferContext(directory: URL(fileURLWithPath: directory))
+    try CofferContext.$current.withValue(context) {
+        func round() throws -> (running: Bool, fds: Int, threads: Int) {
+            let model = CounterModel()
+            _ = try model.$counter.load()
+            return (FileWatcher.shared.isRunning, count("/proc/self/fd"), count("/proc/self/task"))
+        }
+        _ = try round()
+        Thread.sleep(forTimeInterval: 0.05)
+        let baseline = (fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
+        let during = try round()
+        let after = (running: FileWatcher.shared.isRunning, fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
+        say(
+            "running-during=\(during.running ? 1 : 0) running-after=\(after.running ? 1 : 0) "
+                + "fds-during=\(during.fds) fds-after=\(after.fds) fds-baseline=\(baseline.fds) "
+                + "threads-during=\(during.threads) threads-after=\(after.threads) threads-baseline=\(baseline.threads)")
+    }
+}

@@ -1,0 +1,131 @@
+import CofferCore
+import CofferState
+import CofferStorage
+import Foundation
+import Observation
+import Testing
+
+/// Changes made outside the process's store instance reach running properties (issue 14,
+/// part 2): another instance on the same file, another process, a compaction, a file removed
+/// or replaced by hand.
+@Suite("Changes from elsewhere")
+struct OutsideChangeTests {
+    final class Settings {
+        @Stored(backed: .keyValue(key: "theme")) var theme = "light"
+        @Stored(backed: .keyValue(key: "k3")) var count = 0
+        @Computed var summary: String
+
+        init() {
+            $summary = Computed { [$theme, $count] in "\($theme.wrappedValue) \($count.wrappedValue)" }
+        }
+    }
+
+    /// Waits (at most `seconds`) until `condition` holds.
+    static func eventually(within seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return condition()
+    }
+
+    @Test("A second store instance in this process writes; the property and its observers follow")
+    func secondInstance() async throws {
+        try await withTemporaryContext { context in
+            let settings = Settings()
+            #expect(settings.theme == "light")
+            let fired = Counter()
+            _ = withObservationTracking { settings.theme } onChange: { fired.bump() }
+            let other = try KeyValueFileStrategy(directory: context.directory, suite: "standard")
+            try other.set("dark", for: "theme")
+            #expect(await Self.eventually { settings.theme == "dark" })
+            #expect(fired.value == 1)
+            #expect(settings.summary == "dark 0")
+        }
+    }
+
+    @Test("A child process writes; the parent's observer fires and its computed value recomputes")
+    func childProcess() async throws {
+        try await withTemporaryContext { context in
+            let settings = Settings()
+            #expect(settings.summary == "light 0")
+            var values = settings.$count.values.makeAsyncIterator()
+            #expect(await values.next() == 0)
+            // kv-write writes "k0" = 0 … "k4" = 4 into the standard suite.
+            let child = try HelperChild(["kv-write", context.directory.path, "standard", "5", "k", "immediate"])
+            #expect(child.wait() == 0)
+            #expect(await Self.eventually { settings.count == 3 })
+            #expect(await values.next() == 3)
+            #expect(settings.summary == "light 3")
+        }
+    }
+
+    @Test("Own writes notify once")
+    func ownWritesNotifyOnce() async throws {
+        try await withTemporaryContext { _ in
+            let settings = Settings()
+            var values = settings.$theme.values.makeAsyncIterator()
+            #expect(await values.next() == "light")
+            settings.theme = "dark"
+            settings.theme = "blue"
+            #expect(await values.next() == "dark")
+            #expect(await values.next() == "blue")
+            try await Task.sleep(for: .milliseconds(200))  // the watcher sees our own appends too
+            let fired = Counter()
+            _ = withObservationTracking { settings.theme } onChange: { fired.bump() }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(fired.value == 0)
+        }
+    }
+
+    @Test("Another instance compacts, then the file is replaced and removed by hand: the property follows or says so")
+    func compactionReplacementRemoval() async throws {
+        try await withTemporaryContext { context in
+            let settings = Settings()
+            _ = settings.theme
+            let other = try KeyValueFileStrategy(directory: context.directory, suite: "standard")
+            try other.set("dark", for: "theme")
+            try other.compact()  // a new file renamed into place
+            try other.set("green", for: "theme")
+            #expect(await Self.eventually { settings.theme == "green" })
+
+            // Replaced by hand with another suite's file.
+            let elsewhere = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-replace-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: elsewhere) }
+            do {
+                let replacement = try KeyValueFileStrategy(directory: elsewhere, suite: "standard", durability: .immediate)
+                try replacement.set("from-backup", for: "theme")
+            }
+            let suite = context.directory.appendingPathComponent("standard.cofferkv").path
+            #expect(rename(elsewhere.appendingPathComponent("standard.cofferkv").path, suite) == 0)
+            #expect(await Self.eventually { settings.theme == "from-backup" })
+
+            // Removed by hand: the value is kept, and the error says the file is gone.
+            #expect(unlink(suite) == 0)
+            #expect(await Self.eventually { settings.$theme.error != nil })
+            #expect(settings.theme == "from-backup")
+            #expect(settings.$theme.error?.code == .notFound)
+        }
+    }
+
+    @Test("The watcher thread and its descriptors go away with the last property")
+    func watchesAreReleased() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-watch-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let child = try HelperChild(["watch-release", directory.path])
+        let line = child.readLine() ?? ""
+        #expect(child.wait() == 0)
+        var report: [String: Int] = [:]
+        for field in line.split(separator: " ") {
+            let parts = field.split(separator: "=")
+            if parts.count == 2 { report[String(parts[0])] = Int(parts[1]) }
+        }
+        #expect(report["running-during"] == 1, "\(line)")
+        #expect(report["running-after"] == 0, "\(line)")
+        #expect(report["fds-after"] == report["fds-baseline"], "\(line)")
+        #expect((report["fds-during"] ?? 0) > (report["fds-baseline"] ?? 0), "\(line)")
+        #expect(report["threads-after"] == report["threads-baseline"], "\(line)")
+    }
+}

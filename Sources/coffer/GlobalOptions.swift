@@ -39,21 +39,38 @@ struct GlobalOptions: ParsableArguments {
     /// The vault file: `--vault`, `$COFFER_VAULT`, `$XDG_DATA_HOME/coffer/default.coffer`,
     /// `~/.local/share/coffer/default.coffer`.
     var vaultURL: URL {
-        let environment = ProcessInfo.processInfo.environment
-        if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let vault = environment["COFFER_VAULT"], !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
-            return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
+        get throws {
+            if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
+            if let vault = try environmentValue("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
+            if let xdg = try environmentValue("XDG_DATA_HOME"), xdg.hasPrefix("/") {
+                return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
+            }
+            let home = try environmentValue("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+            return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
         }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
     }
 
-    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5.
+    /// The longest `$COFFER_LOCK_TIMEOUT` accepted: one day. A larger value is a usage error
+    /// rather than a number the library would have to convert to nanoseconds (1e10 s overflows
+    /// `Int64` nanoseconds and trapped before this check existed, issue 13 item 9).
+    static let maximumLockTimeout: Double = 86_400
+
+    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5,
+    /// at most ``maximumLockTimeout``.
     func lockTimeout() throws -> Double {
-        guard let text = ProcessInfo.processInfo.environment["COFFER_LOCK_TIMEOUT"] else { return 5 }
-        guard let value = Double(text), value >= 0, value.isFinite else {
-            throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got '\(text)'")
+        try Self.lockTimeout(try environmentValue("COFFER_LOCK_TIMEOUT"))
+    }
+
+    /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the default of 5 seconds).
+    static func lockTimeout(_ text: String?) throws -> Double {
+        guard let text else { return 5 }
+        let shown = quotedName(text)
+        guard let value = Double(text), value.isFinite, value >= 0 else {
+            throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got \(shown)")
+        }
+        guard value <= maximumLockTimeout else {
+            throw CLIError.usage(
+                "COFFER_LOCK_TIMEOUT must be at most \(Int(maximumLockTimeout)) seconds (one day), got \(shown)")
         }
         return value
     }
@@ -79,7 +96,7 @@ struct GlobalOptions: ParsableArguments {
 
     /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
     func openVault() throws -> Vault {
-        let url = vaultURL
+        let url = try vaultURL
         guard FileManager.default.fileExists(atPath: url.path) else {
             throw CLIError(
                 .failure,
@@ -98,7 +115,7 @@ enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
         // Test-only: COFFER_TEST_FAST_KDF=1 swaps every preset for libsodium's minimum (1 pass,
         // 8 KiB) so the CLI integration tests do not spend their time in Argon2id. Deliberately
         // absent from --help: such a vault's passphrase is cheap to guess. A warning is printed.
-        if ProcessInfo.processInfo.environment["COFFER_TEST_FAST_KDF"] == "1" {
+        if let fast = getenv("COFFER_TEST_FAST_KDF"), String(cString: fast) == "1" {
             writeError(
                 "coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
             return .minimum

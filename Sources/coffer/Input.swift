@@ -60,19 +60,20 @@ enum Input {
         return first
     }
 
-    /// The secret for `set`: every byte of standard input, or — when standard input is a
-    /// terminal — one line typed without echo.
-    static func secretFromStandardInput(prompt: String) throws -> SecureBytes {
+    /// The secret for `set`: every byte of standard input (possibly none), or — when standard
+    /// input is a terminal — one line typed without echo (`typed` is then true).
+    static func secretFromStandardInput(prompt: String) throws -> (secret: SecureBytes, typed: Bool) {
         if isatty(STDIN_FILENO) == 1 {
             // The prompt goes to the terminal, so it shows even when stderr is redirected.
             let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
             defer { if tty >= 0 { close(tty) } }
-            return try readHidden(
+            let secret = try readHidden(
                 from: STDIN_FILENO, promptTo: tty >= 0 ? tty : STDERR_FILENO, prompt: prompt, limit: maximumPassphrase)
+            return (secret, true)
         }
         let buffer = WipingBuffer(capacity: 4096)
         try buffer.readToEnd(STDIN_FILENO, limit: maximumSecret, what: "standard input")
-        return try buffer.secureCopy()
+        return (try buffer.secureCopy(), false)
     }
 
     /// Reads a key file whole (for `init` to check that it exists; the library reads it again).

@@ -76,13 +76,18 @@ final class Child {
     private let start = Date()
 
     /// `stdin == nil` gives the child `/dev/null`; a `terminal` (a pseudo-terminal's device)
-    /// becomes its standard input and its controlling terminal instead.
-    init(_ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String? = nil) throws {
+    /// becomes its standard input and its controlling terminal instead. `rawArguments`, when
+    /// given, are passed as they are (bytes that need not be UTF-8) instead of `arguments`.
+    init(
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, environment: [String: String], stdin: [UInt8]?,
+        terminal: String? = nil
+    ) throws {
         self.arguments = arguments
+        let argv = rawArguments ?? arguments.map { Array($0.utf8) }
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
         let spawned = try spawnLock.withLock {
-            try Self.spawn(arguments, environment: environment, stdin: stdin, terminal: terminal)
+            try Self.spawn(argv, environment: environment, stdin: stdin, terminal: terminal)
         }
         pid = spawned.pid
         input = stdin ?? []
@@ -98,7 +103,7 @@ final class Child {
     }
 
     private static func spawn(
-        _ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String?
+        _ arguments: [[UInt8]], environment: [String: String], stdin: [UInt8]?, terminal: String?
     ) throws -> (
         pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
     ) {
@@ -128,10 +133,16 @@ final class Child {
         // `terminal` gives it one).
         posix_spawnattr_setflags(&attributes, 0x80)
 
-        let argv = ([cofferPath] + arguments).map { strdup($0) } + [nil]
+        let argv: [UnsafeMutablePointer<CChar>?] =
+            ([Array(cofferPath.utf8)] + arguments).map { bytes in
+                let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+                for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+                copy[bytes.count] = 0
+                return copy
+            } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
-            argv.forEach { free($0) }
+            argv.forEach { $0?.deallocate() }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
@@ -245,27 +256,34 @@ final class Sandbox {
     }
 
     /// Starts `coffer` with `--vault <sandbox vault>` and `--passphrase-file` unless told otherwise.
+    /// `rawArguments`, when given, follow that prefix as bytes (which need not be UTF-8)
+    /// instead of `arguments`, which then only describe the run.
     func start(
-        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
-        passphraseFile: Bool = true, terminal: PseudoTerminal? = nil
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
+        environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
+        terminal: PseudoTerminal? = nil
     ) throws -> Child {
         var prefix: [String] = []
         if vault { prefix += ["--vault", self.vault] }
         if passphraseFile { prefix += ["--passphrase-file", self.passphraseFile] }
         var env = baseEnvironment
         for (key, value) in environment { env[key] = value }
-        return try Child(prefix + arguments, environment: env, stdin: stdin, terminal: terminal?.devicePath)
+        return try Child(
+            prefix + arguments, rawArguments: rawArguments.map { prefix.map { Array($0.utf8) } + $0 },
+            environment: env, stdin: stdin, terminal: terminal?.devicePath)
     }
 
     /// Runs `coffer` to completion and checks what every run must satisfy: it did not hang, and
     /// neither passphrase appears in its output.
     @discardableResult
     func run(
-        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
-        passphraseFile: Bool = true, sourceLocation: SourceLocation = #_sourceLocation
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
+        environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Run {
         let run = try start(
-            arguments, stdin: stdin, environment: environment, vault: vault, passphraseFile: passphraseFile
+            arguments, rawArguments: rawArguments, stdin: stdin, environment: environment, vault: vault,
+            passphraseFile: passphraseFile
         ).wait()
         return expectClean(run, sourceLocation: sourceLocation)
     }

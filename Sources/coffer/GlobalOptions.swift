@@ -20,7 +20,9 @@ struct GlobalOptions: ParsableArguments {
 
     @Option(
         name: .customLong("key-file"),
-        help: ArgumentHelp("Unlock with a key file (its whole content is the key).", valueName: "path"))
+        help: ArgumentHelp(
+            "Unlock with a key file (its whole content is the key: a regular file of 32 bytes to 64 KiB). '-' reads the key from standard input (a pipe or file).",
+            valueName: "path"))
     var keyFile: String?
 
     @Option(
@@ -75,6 +77,9 @@ struct GlobalOptions: ParsableArguments {
         return value
     }
 
+    /// `--key-file -`: the key is read from standard input.
+    static let standardInputKeyFile = "-"
+
     static let noPassphraseSource =
         "no passphrase given and no terminal to ask on: use --passphrase-file PATH or --key-file PATH, or set COFFER_PASSPHRASE"
 
@@ -82,8 +87,20 @@ struct GlobalOptions: ParsableArguments {
     /// terminal (asked twice when `confirm`).
     func unlock(prompt: String, confirm: Bool = false) throws -> VaultUnlock {
         if let keyFile {
-            guard FileManager.default.fileExists(atPath: keyFile) else {
-                throw CLIError.usage("the key file \(keyFile) does not exist")
+            if keyFile == Self.standardInputKeyFile { return .keyFileContents(try Input.keyFromStandardInput()) }
+            var status = stat()
+            guard stat(keyFile, &status) == 0 else {
+                if errno == ENOENT { throw CLIError.usage("the key file \(quotedName(keyFile)) does not exist") }
+                throw CLIError(.failure, "cannot use the key file \(quotedName(keyFile)): \(String(cString: strerror(errno)))")
+            }
+            let type = status.st_mode & S_IFMT
+            guard type == S_IFREG else {
+                // `--key-file <(command)` lands here (/dev/fd/63 is a pipe): say what works.
+                let what = type == S_IFDIR ? "a directory" : type == S_IFIFO ? "a pipe or FIFO" : "not a regular file"
+                throw CLIError.usage(
+                    "the key file \(quotedName(keyFile)) is \(what), which coffer does not read (it could wait forever): "
+                        + "to give the key through a pipe, use --key-file - and send the key to standard input, "
+                        + "for example: command | coffer --key-file - …")
             }
             return .keyFile(URL(fileURLWithPath: keyFile))
         }

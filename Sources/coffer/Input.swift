@@ -1,3 +1,4 @@
+import Coffer
 import CofferCrypto
 import Foundation
 
@@ -74,6 +75,22 @@ enum Input {
         let buffer = WipingBuffer(capacity: 4096)
         try buffer.readToEnd(STDIN_FILENO, limit: maximumSecret, what: "standard input")
         return (try buffer.secureCopy(), false)
+    }
+
+    /// The key for `--key-file -`: every byte of standard input, at most
+    /// `VaultUnlock.maximumKeyFileSize`. A terminal is refused (a key is not typed).
+    static func keyFromStandardInput() throws -> SecureBytes {
+        guard isatty(STDIN_FILENO) != 1 else {
+            throw CLIError.usage("--key-file - reads the key from standard input, which is a terminal: pipe the key in")
+        }
+        let buffer = WipingBuffer(capacity: 4096)
+        let limit = VaultUnlock.maximumKeyFileSize
+        do {
+            try buffer.readToEnd(STDIN_FILENO, limit: limit, what: "standard input")
+        } catch let error as CLIError where error.status == .usage {
+            throw CLIError.usage("the key on standard input holds more than \(limit) bytes, the limit for a key file")
+        }
+        return try buffer.secureCopy()
     }
 
     /// Reads a key file whole (for `init` to check that it exists; the library reads it again).

@@ -37,6 +37,10 @@ struct SetCommand: ParsableCommand {
     }
 
     func run() throws {
+        if root.global.keyFile == GlobalOptions.standardInputKeyFile {
+            throw CLIError.usage(
+                "set reads the secret from standard input, so the key cannot come from there too: give --key-file a file")
+        }
         let vault = try root.global.openVault()
         let (secret, typed) = try Input.secretFromStandardInput(
             prompt: "Secret for \(escapedName(service)) / \(escapedName(account)): ")

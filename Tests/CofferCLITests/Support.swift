@@ -33,6 +33,10 @@ let cofferPath = productPath("coffer")
 // NSLock, not Synchronization.Mutex: ThreadSanitizer sees it.
 private let spawnLock = NSLock()
 
+/// A child that exits without reading all of its standard input must not kill the test process
+/// with SIGPIPE: the write then fails with EPIPE, which ``Child/wait(timeout:)`` handles.
+private let ignoreBrokenPipes: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
 /// What a finished `coffer` run left behind.
 struct Run: CustomStringConvertible {
     var arguments: [String]
@@ -83,6 +87,7 @@ final class Child {
         terminal: String? = nil
     ) throws {
         self.arguments = arguments
+        ignoreBrokenPipes
         let argv = rawArguments ?? arguments.map { Array($0.utf8) }
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).

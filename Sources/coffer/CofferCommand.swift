@@ -17,7 +17,10 @@ struct CofferCommand: ParsableCommand {
             coffer stops with a usage error instead of waiting. A passphrase file may end with one \
             newline, which is not part of the passphrase. A key file must be a regular file of 32 \
             bytes to 64 KiB (a link, a FIFO or a device is refused, never waited on); \
-            --key-file - reads the key from standard input instead, for example from a pipe.
+            --key-file - reads the key from standard input instead, for example from a pipe. \
+            $COFFER_PASSPHRASE and $COFFER_NEW_PASSPHRASE are read at start-up and removed from \
+            the environment (their bytes overwritten). coffer writes no core file and prints no \
+            crash report (it could show memory), only one line.
 
             Every change (set, rm, passwd, compact) is on stable storage when coffer exits 0. \
             Another process using the same vault is waited for up to $COFFER_LOCK_TIMEOUT seconds \

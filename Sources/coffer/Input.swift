@@ -30,12 +30,10 @@ enum Input {
         return try buffer.secureCopy()
     }
 
-    /// The value of environment variable `name` as bytes, or `nil` when it is not set.
+    /// The value environment variable `name` (one of ``Hardening/secretVariables``) had at
+    /// start-up, as bytes, or `nil` when it was not set. It is no longer in the environment.
     static func environment(_ name: String) throws -> SecureBytes? {
-        guard let value = getenv(name) else { return nil }
-        let count = strlen(value)
-        guard count > 0 else { throw CLIError.usage("\(name) is set but empty") }
-        return try SecureBytes(copying: UnsafeRawBufferPointer(start: value, count: count))
+        try Hardening.secret(name)
     }
 
     /// Whether a terminal can be opened to ask for a passphrase.

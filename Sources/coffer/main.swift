@@ -9,6 +9,7 @@
 #endif
 
 do {
+    try Hardening.apply()
     try checkArgumentsAreUTF8()
     var command = try CofferCommand.parseAsRoot()
     try command.run()

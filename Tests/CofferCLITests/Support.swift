@@ -309,7 +309,9 @@ final class Sandbox {
         }
         // Errors are one line, prefixed "coffer: " (usage errors may add the usage lines after it).
         if run.status != 0, run.status != 2 {
-            #expect(run.err.hasPrefix("coffer: "), "\(run)", sourceLocation: sourceLocation)
+            // A Bool first: #expect would otherwise print stderr itself, unredacted.
+            let prefixed = run.err.hasPrefix("coffer: ")
+            #expect(prefixed, "\(run)", sourceLocation: sourceLocation)
         }
         return run
     }

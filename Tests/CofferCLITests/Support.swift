@@ -136,7 +136,18 @@ final class Child {
         // POSIX_SPAWN_SETSID (glibc's value; Swift does not import the macro): a new session,
         // so the child has no controlling terminal and /dev/tty cannot be opened (unless
         // `terminal` gives it one).
-        posix_spawnattr_setflags(&attributes, 0x80)
+        //
+        // And the signal state a shell gives a command: nothing blocked (the test runner's
+        // threads block most signals, and a spawned child inherits the mask) and SIGPIPE back to
+        // its default (this process ignores it). POSIX_SPAWN_SETSIGDEF 0x04, SETSIGMASK 0x08.
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, 0x80 | 0x04 | 0x08)
 
         let argv: [UnsafeMutablePointer<CChar>?] =
             ([Array(cofferPath.utf8)] + arguments).map { bytes in
@@ -391,6 +402,26 @@ final class PseudoTerminal {
     func type(_ text: String) {
         let bytes = Array((text + "\n").utf8)
         _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    }
+
+    /// Types `bytes` as they are (no Return): control characters such as Ctrl-Z (0x1A) too.
+    func send(_ bytes: [UInt8]) {
+        _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    }
+
+    /// Whether the terminal echoes what is typed (its ECHO flag; the master side sees the
+    /// terminal's modes on Linux).
+    var echoes: Bool {
+        var mode = termios()
+        return tcgetattr(master, &mode) == 0 && mode.c_lflag & tcflag_t(ECHO) != 0
+    }
+
+    /// Turns echo on, as a shell does when it takes the terminal back after a job stops.
+    func turnEchoOn() {
+        var mode = termios()
+        guard tcgetattr(master, &mode) == 0 else { return }
+        mode.c_lflag |= tcflag_t(ECHO)
+        tcsetattr(master, TCSANOW, &mode)
     }
 
     /// Reads whatever else arrives within `seconds` (for checking nothing was echoed).

@@ -40,16 +40,15 @@ struct GlobalOptions: ParsableArguments {
 
     /// The vault file: `--vault`, `$COFFER_VAULT`, `$XDG_DATA_HOME/coffer/default.coffer`,
     /// `~/.local/share/coffer/default.coffer`.
+    /// (The variables were checked to be UTF-8 at start-up, ``checkEnvironmentIsUTF8()``.)
     var vaultURL: URL {
-        get throws {
-            if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
-            if let vault = try environmentValue("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
-            if let xdg = try environmentValue("XDG_DATA_HOME"), xdg.hasPrefix("/") {
-                return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
-            }
-            let home = try environmentValue("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-            return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
+        if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
+        if let vault = environmentText("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
+        if let xdg = environmentText("XDG_DATA_HOME"), xdg.hasPrefix("/") {
+            return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
         }
+        let home = environmentText("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
     }
 
     /// The longest `$COFFER_LOCK_TIMEOUT` accepted: one day. A larger value is a usage error
@@ -60,7 +59,7 @@ struct GlobalOptions: ParsableArguments {
     /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5,
     /// at most ``maximumLockTimeout``.
     func lockTimeout() throws -> Double {
-        try Self.lockTimeout(try environmentValue("COFFER_LOCK_TIMEOUT"))
+        try Self.lockTimeout(environmentText("COFFER_LOCK_TIMEOUT"))
     }
 
     /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the default of 5 seconds).
@@ -113,7 +112,7 @@ struct GlobalOptions: ParsableArguments {
 
     /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
     func openVault() throws -> Vault {
-        let url = try vaultURL
+        let url = vaultURL
         guard FileManager.default.fileExists(atPath: url.path) else {
             throw CLIError(
                 .failure,

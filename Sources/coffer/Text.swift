@@ -29,17 +29,25 @@ func checkArgumentsAreUTF8() throws {
     }
 }
 
+/// The environment variables coffer reads as text (paths and numbers).
+let textVariables = ["COFFER_VAULT", "XDG_DATA_HOME", "HOME", "COFFER_LOCK_TIMEOUT"]
+
+/// Refuses, before parsing, any of ``textVariables`` that is not valid UTF-8: a usage error
+/// rather than a path silently repaired into another one.
+func checkEnvironmentIsUTF8() throws {
+    for name in textVariables {
+        if let value = getenv(name), String(validatingCString: value) == nil {
+            throw CLIError.usage("\(name) is not valid UTF-8")
+        }
+    }
+}
+
 /// The value of environment variable `name`, or `nil` when it is unset.
 ///
 /// Read with `getenv` (not `ProcessInfo.environment`, which copies every variable into a
-/// `String`). A value that is not valid UTF-8 is a usage error rather than a silently repaired
-/// path.
-func environmentValue(_ name: String) throws -> String? {
-    guard let value = getenv(name) else { return nil }
-    guard let text = String(validatingCString: value) else {
-        throw CLIError.usage("\(name) is not valid UTF-8")
-    }
-    return text
+/// `String`); for ``textVariables``, checked to be UTF-8 by ``checkEnvironmentIsUTF8()``.
+func environmentText(_ name: String) -> String? {
+    getenv(name).map { String(decoding: UnsafeRawBufferPointer(start: $0, count: strlen($0)), as: UTF8.self) }
 }
 
 /// Checks a service or account name given on the command line: an empty one is a usage error

@@ -35,7 +35,7 @@ struct InitCommand: ParsableCommand {
 
     func run() throws {
         let global = root.global
-        let url = try global.vaultURL
+        let url = global.vaultURL
         if FileManager.default.fileExists(atPath: url.path) {
             throw CLIError(.failure, "a vault already exists at \(url.path); refusing to overwrite it")
         }

@@ -11,6 +11,7 @@
 do {
     try Hardening.apply()
     try checkArgumentsAreUTF8()
+    try checkEnvironmentIsUTF8()
     var command = try CofferCommand.parseAsRoot()
     try command.run()
     exit(ExitStatus.success.rawValue)

@@ -179,6 +179,21 @@ struct ArgumentTests {
         #expect(rows.contains { $0["service"] as? String == long })
     }
 
+    @Test("COFFER_VAULT, HOME or COFFER_LOCK_TIMEOUT that is not UTF-8 is a usage error")
+    func environmentMustBeUTF8() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        for name in ["COFFER_VAULT", "HOME", "XDG_DATA_HOME", "COFFER_LOCK_TIMEOUT"] {
+            var environment = box.baseEnvironment
+            environment[name] = nil
+            let child = try Child(
+                ["list"], environment: environment, rawEnvironment: [Array("\(name)=/tmp/v".utf8) + [0xFF]], stdin: nil)
+            let run = box.expectClean(child.wait())
+            #expect(run.status == Exit.usage, "\(name): \(run)")
+            #expect(run.err.contains("\(name) is not valid UTF-8"), "\(run)")
+        }
+    }
+
     @Test("COFFER_LOCK_TIMEOUT out of range is a usage error, never a crash")
     func lockTimeoutIsValidated() throws {
         let box = try Sandbox()

@@ -83,8 +83,8 @@ final class Child {
     /// becomes its standard input and its controlling terminal instead. `rawArguments`, when
     /// given, are passed as they are (bytes that need not be UTF-8) instead of `arguments`.
     init(
-        _ arguments: [String], rawArguments: [[UInt8]]? = nil, environment: [String: String], stdin: [UInt8]?,
-        terminal: String? = nil
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, environment: [String: String],
+        rawEnvironment: [[UInt8]] = [], stdin: [UInt8]?, terminal: String? = nil
     ) throws {
         self.arguments = arguments
         ignoreBrokenPipes
@@ -92,7 +92,7 @@ final class Child {
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
         let spawned = try spawnLock.withLock {
-            try Self.spawn(argv, environment: environment, stdin: stdin, terminal: terminal)
+            try Self.spawn(argv, environment: environment, raw: rawEnvironment, stdin: stdin, terminal: terminal)
         }
         pid = spawned.pid
         input = stdin ?? []
@@ -108,7 +108,8 @@ final class Child {
     }
 
     private static func spawn(
-        _ arguments: [[UInt8]], environment: [String: String], stdin: [UInt8]?, terminal: String?
+        _ arguments: [[UInt8]], environment: [String: String], raw rawEnvironment: [[UInt8]], stdin: [UInt8]?,
+        terminal: String?
     ) throws -> (
         pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
     ) {
@@ -156,7 +157,17 @@ final class Child {
                 copy[bytes.count] = 0
                 return copy
             } + [nil]
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let envp =
+            environment.map { strdup("\($0.key)=\($0.value)") }
+            + rawEnvironment.map { bytes in
+                let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+                for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+                copy[bytes.count] = 0
+                return strdup(copy).map { duplicate in
+                    copy.deallocate()
+                    return duplicate
+                }
+            } + [nil]
         defer {
             argv.forEach { $0?.deallocate() }
             envp.forEach { free($0) }

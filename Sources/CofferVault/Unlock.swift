@@ -149,7 +149,8 @@ enum KeyFileReader {
                 "a key file may hold at most \(VaultUnlock.maximumKeyFileSize) bytes (it holds \(count))", path: path)
         }
         guard count >= 32 else {
-            throw CofferError(.invalidArgument, "a key file must hold at least 32 bytes (it holds \(count))", path: path)
+            throw CofferError(
+                .invalidArgument, "a key file must hold at least 32 bytes (it holds \(count))", path: path)
         }
     }
 

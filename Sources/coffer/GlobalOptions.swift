@@ -90,7 +90,8 @@ struct GlobalOptions: ParsableArguments {
             var status = stat()
             guard stat(keyFile, &status) == 0 else {
                 if errno == ENOENT { throw CLIError.usage("the key file \(quotedName(keyFile)) does not exist") }
-                throw CLIError(.failure, "cannot use the key file \(quotedName(keyFile)): \(String(cString: strerror(errno)))")
+                let reason = String(cString: strerror(errno))
+                throw CLIError(.failure, "cannot use the key file \(quotedName(keyFile)): \(reason)")
             }
             let type = status.st_mode & S_IFMT
             guard type == S_IFREG else {

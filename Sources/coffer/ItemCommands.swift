@@ -39,7 +39,8 @@ struct SetCommand: ParsableCommand {
     func run() throws {
         if root.global.keyFile == GlobalOptions.standardInputKeyFile {
             throw CLIError.usage(
-                "set reads the secret from standard input, so the key cannot come from there too: give --key-file a file")
+                "set reads the secret from standard input, so the key cannot come from there too: "
+                    + "give --key-file a file")
         }
         let vault = try root.global.openVault()
         let (secret, typed) = try Input.secretFromStandardInput(
@@ -86,7 +87,8 @@ struct GetCommand: ParsableCommand {
         guard let secret = try vault.secret(service: service, account: account) else {
             throw CLIError(
                 .notFound,
-                "no item for service \(quotedName(service)), account \(quotedName(account)) in \(quotedName(vault.url.path))")
+                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
+                    + quotedName(vault.url.path))
         }
         let written = secret.withUnsafeBytes { writeAll(STDOUT_FILENO, $0) }
         guard written else {
@@ -158,7 +160,10 @@ struct ListCommand: ParsableCommand {
         let table =
             [["SERVICE", "ACCOUNT", "LABEL", "MODIFIED"]]
             + items.map {
-                [escapedName($0.service), escapedName($0.account), escapedName($0.label), formatter.string(from: $0.modified)]
+                [
+                    escapedName($0.service), escapedName($0.account), escapedName($0.label),
+                    formatter.string(from: $0.modified),
+                ]
             }
         writeOut(formatTable(table, maximumWidth: Self.maximumCellWidth))
     }
@@ -192,7 +197,8 @@ struct RemoveCommand: ParsableCommand {
         guard try vault.remove(service: service, account: account) else {
             throw CLIError(
                 .notFound,
-                "no item for service \(quotedName(service)), account \(quotedName(account)) in \(quotedName(vault.url.path))")
+                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
+                    + quotedName(vault.url.path))
         }
         writeOut("removed \(escapedName(service)) / \(escapedName(account))\n")
     }

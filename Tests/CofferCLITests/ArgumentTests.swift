@@ -49,12 +49,15 @@ struct ArgumentTests {
         try box.initVault()
         let token = "ghp_" + UUID().uuidString.replacingOccurrences(of: "-", with: "")
         for arguments in [
-            ["set", "svc", "acct", token], ["get", "svc", "acct", token], ["set", "svc", "acct", "--label", "l", token],
+            ["set", "svc", "acct", token], ["get", "svc", "acct", token],
+            ["set", "svc", "acct", "--label", "l", token],
             [token], ["set", "svc", "acct", "--kdf=\(token)"], ["init", "--kdf", token],
         ] {
             let run = try box.run(arguments, stdin: Array("x".utf8))
             #expect(run.status == Exit.usage, "exit \(run.status) for \(arguments.count) arguments")
-            let leaked = run.stderr.firstRange(of: Array(token.utf8)) != nil || run.stdout.firstRange(of: Array(token.utf8)) != nil
+            let leaked =
+                run.stderr.firstRange(of: Array(token.utf8)) != nil
+                || run.stdout.firstRange(of: Array(token.utf8)) != nil
             #expect(!leaked, "the stray argument was echoed (\(arguments.count) arguments)")
             #expect(run.err.hasPrefix("coffer: "))
         }

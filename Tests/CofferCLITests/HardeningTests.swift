@@ -52,7 +52,8 @@ struct HardeningTests {
         #expect(!askedReport, "a crash report was printed")
     }
 
-    @Test("while it runs, coffer is not dumpable, its core limit is 0 and its environment holds no passphrase",
+    @Test(
+        "while it runs, coffer is not dumpable, its core limit is 0 and its environment holds no passphrase",
         .timeLimit(.minutes(1)))
     func notDumpableAndEnvironmentScrubbed() throws {
         let box = try Sandbox()
@@ -78,7 +79,9 @@ struct HardeningTests {
 
         let limits = try String(contentsOfFile: "/proc/\(child.pid)/limits", encoding: .utf8)
         let core = limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") }
-        #expect(core?.split(separator: " ", omittingEmptySubsequences: true).dropFirst(4).prefix(2) == ["0", "0"], "\(core ?? "")")
+        #expect(
+            core?.split(separator: " ", omittingEmptySubsequences: true).dropFirst(4).prefix(2) == ["0", "0"],
+            "\(core ?? "")")
 
         terminal.type("typed-" + UUID().uuidString)
         let run = box.expectClean(child.wait())

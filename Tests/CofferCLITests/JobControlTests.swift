@@ -37,7 +37,8 @@ struct JobControlTests {
         return false
     }
 
-    @Test("stopped and continued at the prompt, echo is off again even if the shell turned it on",
+    @Test(
+        "stopped and continued at the prompt, echo is off again even if the shell turned it on",
         .timeLimit(.minutes(1)))
     func echoOffAfterContinue() throws {
         let box = try Sandbox()

@@ -40,7 +40,8 @@ struct KeyFileTests {
         let key = try keyFileVault(box)
         let bytes = try Data(contentsOf: URL(fileURLWithPath: key))
         // The child's standard input is a pipe holding the key: /dev/stdin is what <(…) gives.
-        let run = try box.run(["--key-file", "/dev/stdin", "get", "svc", "acct"], stdin: [UInt8](bytes), passphraseFile: false)
+        let run = try box.run(
+            ["--key-file", "/dev/stdin", "get", "svc", "acct"], stdin: [UInt8](bytes), passphraseFile: false)
         #expect(run.status == Exit.usage, "\(run)")
         #expect(!run.err.contains("0 bytes") && run.err.contains("--key-file -"), "\(run)")
     }

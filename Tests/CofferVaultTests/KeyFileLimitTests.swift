@@ -39,7 +39,9 @@ struct KeyFileLimitTests {
         }
         writer.start()
         let start = Date()
-        let error = expectError(.invalidArgument) { _ = try Vault.open(at: url, unlock: .keyFile(URL(fileURLWithPath: fifo))) }
+        let error = expectError(.invalidArgument) {
+            _ = try Vault.open(at: url, unlock: .keyFile(URL(fileURLWithPath: fifo)))
+        }
         #expect(Date().timeIntervalSince(start) < 1)
         #expect(error?.message.contains("not a regular file") == true, "\(String(describing: error))")
         sleep(2)  // let the writer finish before the directory goes

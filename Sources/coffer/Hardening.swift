@@ -11,8 +11,10 @@ import CofferCrypto
 /// that prints memory, and the passphrase variables taken out of the environment.
 enum Hardening {
     /// The line printed instead of Swift's crash report.
+    /// (Also for SIGQUIT, Ctrl-Backslash, which is not a crash: hence "terminated".)
     static let crashMessage =
-        "coffer: internal error: crashed on a fatal signal; no crash report is printed, as it could show secrets held in memory\n"
+        "coffer: terminated by a fatal signal (a crash, or SIGQUIT); no crash report is printed, "
+        + "as it could show secrets held in memory\n"
 
     /// The environment variables that may hold a passphrase: read once at start-up, then removed.
     static let secretVariables = ["COFFER_PASSPHRASE", "COFFER_NEW_PASSPHRASE"]

@@ -34,7 +34,7 @@ struct HardeningTests {
         // Bools first, so a failure never prints stderr (it may hold the secret).
         let report = run.err.contains("Registers") || run.err.contains("Backtracing")
         #expect(!report, "a crash report was printed")
-        let fixedLine = run.err.hasPrefix("coffer: internal error: crashed")
+        let fixedLine = run.err.hasPrefix("coffer: terminated by a fatal signal")
         #expect(fixedLine, "\(run.stderr.count) bytes of stderr")
         let lines = run.err.split(separator: "\n").count
         #expect(lines == 1, "more than one line on stderr")

@@ -2,6 +2,14 @@ public import CofferCrypto
 import CofferCore
 public import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// What opens a vault: a passphrase, a key file, or a raw 32-byte key.
 ///
 /// ```swift
@@ -16,8 +24,13 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
         case passphrase(SecureBytes)
         case passphraseText(String)
         case keyFile(URL)
+        case keyFileContents(SecureBytes)
         case key(SecureBytes)
     }
+
+    /// The largest key file accepted, in bytes: 64 KiB. A key file is a few dozen random bytes;
+    /// anything much larger is a mistake (the wrong file) and is refused before it is read.
+    public static let maximumKeyFileSize = 64 * 1024
 
     let source: Source
 
@@ -29,7 +42,31 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
     public static func passphrase(_ text: String) -> VaultUnlock { VaultUnlock(source: .passphraseText(text)) }
 
     /// A key file: its whole content (at least 32 bytes, ideally random) is the secret.
+    ///
+    /// The file must be a regular file of at most ``maximumKeyFileSize`` bytes, named by its own
+    /// path: a symbolic link is not followed, and a FIFO, socket, device or directory is refused
+    /// at once (never waited on). To take a key from a pipe, read it yourself and use
+    /// ``keyFileContents(_:)``.
+    ///
+    /// - Throws (when the vault is opened): ``CofferError/Code/notFound`` when there is no such
+    ///   file, ``CofferError/Code/invalidArgument`` for a link, a file that is not a regular
+    ///   file or holds fewer than 32 bytes, ``CofferError/Code/limitExceeded`` above
+    ///   ``maximumKeyFileSize``.
     public static func keyFile(_ url: URL) -> VaultUnlock { VaultUnlock(source: .keyFile(url)) }
+
+    /// The content of a key file, already read (from standard input, a pipe, a secret store):
+    /// opens the same key slot as ``keyFile(_:)`` given a file with these bytes.
+    ///
+    /// ```swift
+    /// let key = try SecureBytes(copying: bytesReadFromAPipe)
+    /// let vault = try Vault.open(at: url, unlock: .keyFileContents(key))
+    /// ```
+    ///
+    /// - Throws (when the vault is opened): ``CofferError/Code/invalidArgument`` for fewer than
+    ///   32 bytes, ``CofferError/Code/limitExceeded`` above ``maximumKeyFileSize``.
+    public static func keyFileContents(_ bytes: SecureBytes) -> VaultUnlock {
+        VaultUnlock(source: .keyFileContents(bytes))
+    }
 
     /// A raw 32-byte key (from another keychain, an HSM, an environment secret).
     public static func key(_ key: SecureBytes) -> VaultUnlock { VaultUnlock(source: .key(key)) }
@@ -38,6 +75,7 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
         switch source {
         case .passphrase, .passphraseText: "VaultUnlock.passphrase(<redacted>)"
         case .keyFile(let url): "VaultUnlock.keyFile(\(url.path))"
+        case .keyFileContents: "VaultUnlock.keyFileContents(<redacted>)"
         case .key: "VaultUnlock.key(<redacted>)"
         }
     }
@@ -52,15 +90,12 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
             guard !text.isEmpty else { throw CofferError(.invalidArgument, "the passphrase is empty") }
             return .passphrase(try crypto { try SecureBytes(copying: Array(text.utf8)) })
         case .keyFile(let url):
-            guard var data = try DurableIO.readFile(url.path, fileSystem: fileSystem) else {
-                throw CofferError(.notFound, "the key file does not exist", path: url.path)
-            }
-            defer { data.resetBytes(in: 0..<data.count) }  // best effort: Data may have copied
-            guard data.count >= 32 else {
-                throw CofferError(
-                    .invalidArgument, "a key file must hold at least 32 bytes (it holds \(data.count))", path: url.path)
-            }
-            return .keyFile(try crypto { try SecureBytes(copying: data) })
+            let bytes = try KeyFileReader.read(url.path, fileSystem: fileSystem)
+            try KeyFileReader.check(count: bytes.count, path: url.path)
+            return .keyFile(bytes)
+        case .keyFileContents(let bytes):
+            try KeyFileReader.check(count: bytes.count, path: nil)
+            return .keyFile(bytes)
         case .key(let key):
             guard key.count == 32 else {
                 throw CofferError(.invalidArgument, "a raw vault key must be 32 bytes (it is \(key.count))")
@@ -100,4 +135,94 @@ public struct VaultVerification: Sendable, Codable, Equatable {
     public var records: Int
     /// Items they leave live.
     public var items: Int
+}
+
+/// Reads a key file without ever waiting on it or reading more than
+/// ``VaultUnlock/maximumKeyFileSize`` bytes (issue 13 item 10: a FIFO hung the open forever, a
+/// 3 GB file was read whole).
+enum KeyFileReader {
+    /// The size rules every key (file or contents) must meet.
+    static func check(count: Int, path: String?) throws {
+        guard count <= VaultUnlock.maximumKeyFileSize else {
+            throw CofferError(
+                .limitExceeded,
+                "a key file may hold at most \(VaultUnlock.maximumKeyFileSize) bytes (it holds \(count))", path: path)
+        }
+        guard count >= 32 else {
+            throw CofferError(
+                .invalidArgument, "a key file must hold at least 32 bytes (it holds \(count))", path: path)
+        }
+    }
+
+    /// The whole content of the key file at `path` in guarded memory, or a thrown error.
+    static func read(_ path: String, fileSystem: any FileSystem) throws -> SecureBytes {
+        let live = fileSystem is LiveFileSystem
+        let fd: Int32
+        if live {
+            fd = try openLive(path)
+        } else {
+            do {
+                fd = try fileSystem.openReadOnly(path)
+            } catch let error as CofferError where error.errno == ENOENT {
+                throw CofferError(.notFound, "the key file does not exist", path: path)
+            }
+        }
+        defer { fileSystem.close(fd) }
+        let status = try fileSystem.fstat(fd)
+        if !live, status.isDirectory { throw notRegular(path) }
+        // The size is checked before anything is read or allocated; the read below is bounded
+        // again in case the file grows in between.
+        if status.size > Int64(VaultUnlock.maximumKeyFileSize) {
+            try check(count: Int(clamping: status.size), path: path)
+        }
+        let capacity = VaultUnlock.maximumKeyFileSize + 1
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        defer {
+            explicit_bzero(buffer.baseAddress!, capacity)
+            buffer.deallocate()
+        }
+        let count = try fileSystem.readFully(fd, into: buffer, at: 0)
+        try check(count: count, path: path)
+        return try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: buffer[..<count])) }
+    }
+
+    /// Opens a key file on the real file system: `O_NOFOLLOW` (a link is refused, not
+    /// followed), `O_NONBLOCK` (opening a FIFO never waits for a writer), then only a regular
+    /// file is kept, and made blocking again for the read.
+    private static func openLive(_ path: String) throws -> Int32 {
+        var fd: Int32
+        repeat { fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) } while fd < 0 && errno == EINTR
+        if fd < 0 {
+            let code = errno
+            switch code {
+            case ENOENT: throw CofferError(.notFound, "the key file does not exist", path: path, errno: code)
+            case ELOOP:
+                throw CofferError(
+                    .invalidArgument,
+                    "the key file is a symbolic link, which Coffer does not follow for a key file: name the file itself",
+                    path: path, errno: code)
+            default: throw CofferError.io("open of the key file", path: path, errno: code)
+            }
+        }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else {
+            let code = errno
+            close(fd)
+            throw CofferError.io("fstat of the key file", path: path, errno: code)
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            throw notRegular(path)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
+    }
+
+    private static func notRegular(_ path: String) -> CofferError {
+        CofferError(
+            .invalidArgument,
+            "the key file is not a regular file (a FIFO, pipe, socket, device or directory), so it is not read: "
+                + "to take a key from a pipe, read it and use VaultUnlock.keyFileContents",
+            path: path)
+    }
 }

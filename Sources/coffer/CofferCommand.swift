@@ -15,16 +15,23 @@ struct CofferCommand: ParsableCommand {
             It is unlocked with --key-file, else --passphrase-file, else $COFFER_PASSPHRASE, else \
             a passphrase typed on the terminal (without echo). With none of these and no terminal, \
             coffer stops with a usage error instead of waiting. A passphrase file may end with one \
-            newline, which is not part of the passphrase.
+            newline, which is not part of the passphrase. A key file must be a regular file of 32 \
+            bytes to 64 KiB (a link, a FIFO or a device is refused, never waited on); \
+            --key-file - reads the key from standard input instead, for example from a pipe. \
+            $COFFER_PASSPHRASE and $COFFER_NEW_PASSPHRASE are read at start-up and removed from \
+            the environment (their bytes overwritten). coffer writes no core file and prints no \
+            crash report (it could show memory), only one line.
 
             Every change (set, rm, passwd, compact) is on stable storage when coffer exits 0. \
             Another process using the same vault is waited for up to $COFFER_LOCK_TIMEOUT seconds \
-            (default 5).
+            (default 5, at most 86400).
 
             --vault, --key-file and --passphrase-file may also follow the command name.
 
-            Exit codes: 0 success, 1 other error, 2 usage, 3 item not found, 4 wrong passphrase \
-            or key, 5 integrity failure (the file was damaged or tampered with), 6 busy.
+            Exit codes: 0 success, 1 other error, 2 usage (also a documented limit exceeded: a \
+            name too long, a key file too large, a vault asking for more key-derivation work than \
+            the ceiling), 3 item not found, 4 wrong passphrase or key, 5 integrity failure (the \
+            file was damaged or tampered with), 6 busy.
 
             Examples:
               coffer init

@@ -13,7 +13,9 @@ enum ExitStatus: Int32 {
     case success = 0
     /// Anything not listed below (I/O, a vault that already exists or does not exist, …).
     case failure = 1
-    /// Bad arguments, or no way to get a passphrase (no source and no terminal).
+    /// Bad arguments, or no way to get a passphrase (no source and no terminal), or a request
+    /// above one of Coffer's documented limits (a name too long, a key file too large, a vault
+    /// whose header asks for more key-derivation work than the ceiling): nothing was changed.
     case usage = 2
     /// The item does not exist.
     case notFound = 3
@@ -52,6 +54,11 @@ extension ExitStatus {
         case .corrupted: self = .integrity
         case .busy: self = .busy
         case .invalidArgument: self = .usage
+        // A documented ceiling (name length, key file size, the KDF cost a vault header may ask
+        // for): like a usage error, nothing was done and retrying the same thing cannot help. For
+        // a vault header that asks too much this is still 2, not 4 or 5: the passphrase was never
+        // tried and the file may be intact (written with a higher setting elsewhere).
+        case .limitExceeded: self = .usage
         default: self = .failure
         }
     }
@@ -68,7 +75,7 @@ func report(_ error: any Error) -> ExitStatus {
         return error.status
     case let error as CofferError:
         var text = error.description
-        if error.code == .busy, ProcessInfo.processInfo.environment["COFFER_LOCK_TIMEOUT"] == nil {
+        if error.code == .busy, getenv("COFFER_LOCK_TIMEOUT") == nil {
             text += " (wait longer with COFFER_LOCK_TIMEOUT=SECONDS)"
         }
         printError(text)
@@ -84,16 +91,39 @@ func report(_ error: any Error) -> ExitStatus {
             writeOut(full.hasSuffix("\n") ? full : full + "\n")
             return .success
         }
-        let message = CofferCommand.message(for: error)
+        let message = redactingArguments(CofferCommand.message(for: error))
         printError(message.isEmpty ? "invalid arguments" : message)
         // Keep the usage lines (they name the subcommand) but not the repeated "Error:" line.
-        let rest = full.split(separator: "\n", omittingEmptySubsequences: false)
+        let rest = redactingArguments(full).split(separator: "\n", omittingEmptySubsequences: false)
             .filter { !$0.hasPrefix("Error:") }
             .joined(separator: "\n")
             .trimmingCharacters(in: .whitespacesAndNewlines)
         if !rest.isEmpty { writeError(rest + "\n") }
         return .usage
     }
+}
+
+/// `message` (from swift-argument-parser) with every quoted command-line argument replaced by
+/// its position, for example `Unexpected argument <argument 4>` (issue 13 item 12).
+///
+/// `coffer set svc acct ghp_SECRET` is an easy slip — the secret belongs on standard input —
+/// and echoing the stray word would put the secret on the screen and in logs. Option names
+/// (`--kdf`) and subcommand names are left as they are: they are not where a secret is typed.
+func redactingArguments(_ message: String, arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> String {
+    let commands = Set(CofferCommand.configuration.subcommands.compactMap { $0.configuration.commandName })
+    var out = message
+    // Longest first, so an argument that contains another is replaced whole.
+    let candidates = arguments.enumerated().sorted { $0.element.count > $1.element.count }
+    for (index, argument) in candidates where !argument.isEmpty && !commands.contains(argument) {
+        if argument.hasPrefix("--"), argument.dropFirst(2).allSatisfy({ $0.isLetter || $0 == "-" }) { continue }
+        out = out.replacingAll("'\(argument)'", with: "<argument \(index + 1)>")
+        if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+            // --option=value: the value may be shown on its own.
+            let value = String(argument[argument.index(after: equals)...])
+            if !value.isEmpty { out = out.replacingAll("'\(value)'", with: "<argument \(index + 1)>") }
+        }
+    }
+    return out
 }
 
 /// Writes `coffer: <message>` as one line to standard error.

@@ -20,7 +20,9 @@ struct GlobalOptions: ParsableArguments {
 
     @Option(
         name: .customLong("key-file"),
-        help: ArgumentHelp("Unlock with a key file (its whole content is the key).", valueName: "path"))
+        help: ArgumentHelp(
+            "Unlock with a key file (its whole content is the key: a regular file of 32 bytes to 64 KiB). '-' reads the key from standard input (a pipe or file).",
+            valueName: "path"))
     var keyFile: String?
 
     @Option(
@@ -38,25 +40,44 @@ struct GlobalOptions: ParsableArguments {
 
     /// The vault file: `--vault`, `$COFFER_VAULT`, `$XDG_DATA_HOME/coffer/default.coffer`,
     /// `~/.local/share/coffer/default.coffer`.
+    /// (The variables were checked to be UTF-8 at start-up, ``checkEnvironmentIsUTF8()``.)
     var vaultURL: URL {
-        let environment = ProcessInfo.processInfo.environment
         if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let vault = environment["COFFER_VAULT"], !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+        if let vault = environmentText("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
+        if let xdg = environmentText("XDG_DATA_HOME"), xdg.hasPrefix("/") {
             return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
         }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        let home = environmentText("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
         return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
     }
 
-    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5.
+    /// The longest `$COFFER_LOCK_TIMEOUT` accepted: one day. A larger value is a usage error
+    /// rather than a number the library would have to convert to nanoseconds (1e10 s overflows
+    /// `Int64` nanoseconds and trapped before this check existed, issue 13 item 9).
+    static let maximumLockTimeout: Double = 86_400
+
+    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5,
+    /// at most ``maximumLockTimeout``.
     func lockTimeout() throws -> Double {
-        guard let text = ProcessInfo.processInfo.environment["COFFER_LOCK_TIMEOUT"] else { return 5 }
-        guard let value = Double(text), value >= 0, value.isFinite else {
-            throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got '\(text)'")
+        try Self.lockTimeout(environmentText("COFFER_LOCK_TIMEOUT"))
+    }
+
+    /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the default of 5 seconds).
+    static func lockTimeout(_ text: String?) throws -> Double {
+        guard let text else { return 5 }
+        let shown = quotedName(text)
+        guard let value = Double(text), value.isFinite, value >= 0 else {
+            throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got \(shown)")
+        }
+        guard value <= maximumLockTimeout else {
+            throw CLIError.usage(
+                "COFFER_LOCK_TIMEOUT must be at most \(Int(maximumLockTimeout)) seconds (one day), got \(shown)")
         }
         return value
     }
+
+    /// `--key-file -`: the key is read from standard input.
+    static let standardInputKeyFile = "-"
 
     static let noPassphraseSource =
         "no passphrase given and no terminal to ask on: use --passphrase-file PATH or --key-file PATH, or set COFFER_PASSPHRASE"
@@ -65,8 +86,21 @@ struct GlobalOptions: ParsableArguments {
     /// terminal (asked twice when `confirm`).
     func unlock(prompt: String, confirm: Bool = false) throws -> VaultUnlock {
         if let keyFile {
-            guard FileManager.default.fileExists(atPath: keyFile) else {
-                throw CLIError.usage("the key file \(keyFile) does not exist")
+            if keyFile == Self.standardInputKeyFile { return .keyFileContents(try Input.keyFromStandardInput()) }
+            var status = stat()
+            guard stat(keyFile, &status) == 0 else {
+                if errno == ENOENT { throw CLIError.usage("the key file \(quotedName(keyFile)) does not exist") }
+                let reason = String(cString: strerror(errno))
+                throw CLIError(.failure, "cannot use the key file \(quotedName(keyFile)): \(reason)")
+            }
+            let type = status.st_mode & S_IFMT
+            guard type == S_IFREG else {
+                // `--key-file <(command)` lands here (/dev/fd/63 is a pipe): say what works.
+                let what = type == S_IFDIR ? "a directory" : type == S_IFIFO ? "a pipe or FIFO" : "not a regular file"
+                throw CLIError.usage(
+                    "the key file \(quotedName(keyFile)) is \(what), which coffer does not read (it could wait forever): "
+                        + "to give the key through a pipe, use --key-file - and send the key to standard input, "
+                        + "for example: command | coffer --key-file - …")
             }
             return .keyFile(URL(fileURLWithPath: keyFile))
         }
@@ -98,7 +132,7 @@ enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
         // Test-only: COFFER_TEST_FAST_KDF=1 swaps every preset for libsodium's minimum (1 pass,
         // 8 KiB) so the CLI integration tests do not spend their time in Argon2id. Deliberately
         // absent from --help: such a vault's passphrase is cheap to guess. A warning is printed.
-        if ProcessInfo.processInfo.environment["COFFER_TEST_FAST_KDF"] == "1" {
+        if let fast = getenv("COFFER_TEST_FAST_KDF"), String(cString: fast) == "1" {
             writeError(
                 "coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
             return .minimum

@@ -1,3 +1,4 @@
+import Coffer
 import CofferCrypto
 import Foundation
 
@@ -29,12 +30,10 @@ enum Input {
         return try buffer.secureCopy()
     }
 
-    /// The value of environment variable `name` as bytes, or `nil` when it is not set.
+    /// The value environment variable `name` (one of ``Hardening/secretVariables``) had at
+    /// start-up, as bytes, or `nil` when it was not set. It is no longer in the environment.
     static func environment(_ name: String) throws -> SecureBytes? {
-        guard let value = getenv(name) else { return nil }
-        let count = strlen(value)
-        guard count > 0 else { throw CLIError.usage("\(name) is set but empty") }
-        return try SecureBytes(copying: UnsafeRawBufferPointer(start: value, count: count))
+        try Hardening.secret(name)
     }
 
     /// Whether a terminal can be opened to ask for a passphrase.
@@ -60,18 +59,35 @@ enum Input {
         return first
     }
 
-    /// The secret for `set`: every byte of standard input, or — when standard input is a
-    /// terminal — one line typed without echo.
-    static func secretFromStandardInput(prompt: String) throws -> SecureBytes {
+    /// The secret for `set`: every byte of standard input (possibly none), or — when standard
+    /// input is a terminal — one line typed without echo (`typed` is then true).
+    static func secretFromStandardInput(prompt: String) throws -> (secret: SecureBytes, typed: Bool) {
         if isatty(STDIN_FILENO) == 1 {
             // The prompt goes to the terminal, so it shows even when stderr is redirected.
             let tty = open("/dev/tty", O_WRONLY | O_CLOEXEC | O_NOCTTY)
             defer { if tty >= 0 { close(tty) } }
-            return try readHidden(
+            let secret = try readHidden(
                 from: STDIN_FILENO, promptTo: tty >= 0 ? tty : STDERR_FILENO, prompt: prompt, limit: maximumPassphrase)
+            return (secret, true)
         }
         let buffer = WipingBuffer(capacity: 4096)
         try buffer.readToEnd(STDIN_FILENO, limit: maximumSecret, what: "standard input")
+        return (try buffer.secureCopy(), false)
+    }
+
+    /// The key for `--key-file -`: every byte of standard input, at most
+    /// `VaultUnlock.maximumKeyFileSize`. A terminal is refused (a key is not typed).
+    static func keyFromStandardInput() throws -> SecureBytes {
+        guard isatty(STDIN_FILENO) != 1 else {
+            throw CLIError.usage("--key-file - reads the key from standard input, which is a terminal: pipe the key in")
+        }
+        let buffer = WipingBuffer(capacity: 4096)
+        let limit = VaultUnlock.maximumKeyFileSize
+        do {
+            try buffer.readToEnd(STDIN_FILENO, limit: limit, what: "standard input")
+        } catch let error as CLIError where error.status == .usage {
+            throw CLIError.usage("the key on standard input holds more than \(limit) bytes, the limit for a key file")
+        }
         return try buffer.secureCopy()
     }
 
@@ -96,55 +112,144 @@ enum Input {
 
     /// Reads one line from `input` with echo off, restoring the terminal afterwards — also when
     /// the process is interrupted (Ctrl-C) while waiting.
+    ///
+    /// Job control is handled as OpenSSH's `readpassphrase` does (issue 13 item 6): on Ctrl-Z
+    /// (SIGTSTP, or SIGTTIN/SIGTTOU in the background) the terminal is given back as it was,
+    /// then the process stops; when it continues, echo is turned off again, the prompt is shown
+    /// again and what was typed before is discarded. A SIGCONT handler turns echo off again
+    /// in any case (also after a SIGSTOP, which cannot be caught, or a shell that put its own
+    /// terminal modes back).
     private static func readHidden(from input: Int32, promptTo output: Int32, prompt: String, limit: Int) throws
         -> SecureBytes
     {
         var original = termios()
         let isTerminal = tcgetattr(input, &original) == 0
-        if isTerminal {
-            var quiet = original
-            quiet.c_lflag &= ~tcflag_t(ECHO)
-            savedTerminalFD = input
-            savedTerminalState = original
-            for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { _ = signal(number, restoreTerminalAndDie) }
-            tcsetattr(input, TCSAFLUSH, &quiet)
-        }
-        // The prompt only once echo is off: whatever is typed after seeing it is never shown.
-        writeAll(output, Array(prompt.utf8))
+        var quiet = original
+        quiet.c_lflag &= ~tcflag_t(ECHO)
+        if isTerminal { TerminalGuard.install(fd: input, original: original, quiet: quiet) }
         defer {
             if isTerminal {
+                TerminalGuard.remove()
                 tcsetattr(input, TCSAFLUSH, &original)
-                savedTerminalFD = -1
-                for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { _ = signal(number, SIG_DFL) }
                 writeAll(output, [UInt8(ascii: "\n")])
             }
         }
         let buffer = WipingBuffer(capacity: 256)
         var byte: UInt8 = 0
-        while true {
-            let n = read(input, &byte, 1)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw CLIError(.failure, "cannot read from the terminal: \(String(cString: strerror(errno)))")
+        defer { byte = 0 }
+        reading: while true {
+            // Echo off before the prompt: whatever is typed after seeing it is never shown.
+            if isTerminal { tcsetattr(input, TCSAFLUSH, &quiet) }
+            writeAll(output, Array(prompt.utf8))
+            buffer.count = 0
+            while true {
+                if let stop = TerminalGuard.takePendingStop() {
+                    // The handler gave the terminal back; now stop for real (the signal's default
+                    // action), and when continued, start the prompt over.
+                    raise(stop)
+                    TerminalGuard.rearm(stop)
+                    writeAll(output, [UInt8(ascii: "\n")])
+                    continue reading
+                }
+                let n = read(input, &byte, 1)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw CLIError(.failure, "cannot read from the terminal: \(String(cString: strerror(errno)))")
+                }
+                if n == 0 || byte == UInt8(ascii: "\n") { break reading }
+                guard buffer.count < limit else { throw CLIError.usage("the input is longer than \(limit) bytes") }
+                buffer.append(byte)
             }
-            if n == 0 || byte == UInt8(ascii: "\n") { break }
-            guard buffer.count < limit else { throw CLIError.usage("the input is longer than \(limit) bytes") }
-            buffer.append(byte)
         }
-        byte = 0
         return try buffer.secureCopy()
     }
 }
 
-// The terminal state to put back if a signal arrives while echo is off. Written only on the
-// main thread before the handlers are installed; read only by the handler.
+/// The signal handling around a prompt without echo. Its state is written on the main thread
+/// before the handlers are installed and read by the handlers.
+private enum TerminalGuard {
+    static let exitSignals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+    static let stopSignals = [SIGTSTP, SIGTTIN, SIGTTOU]
+
+    /// The actions in place before ``install(fd:original:quiet:)``, put back by ``remove()`` (so
+    /// the crash handlers of `Hardening` survive a prompt).
+    nonisolated(unsafe) static var previous: [Int32: sigaction] = [:]
+
+    static func install(fd: Int32, original: termios, quiet: termios) {
+        savedTerminalFD = fd
+        savedTerminalState = original
+        quietTerminalState = quiet
+        pendingStop = 0
+        for number in exitSignals { previous[number] = setHandler(number, restoreTerminalAndDie) }
+        for number in stopSignals { previous[number] = setHandler(number, restoreTerminalAndStop) }
+        previous[SIGCONT] = setHandler(SIGCONT, turnEchoOffAgain)
+    }
+
+    static func remove() {
+        for (number, action) in previous {
+            var action = action
+            sigaction(number, &action, nil)
+        }
+        previous = [:]
+        savedTerminalFD = -1
+    }
+
+    /// The stop signal a handler caught and deferred, if any (its action is then the default).
+    static func takePendingStop() -> Int32? {
+        let stop = pendingStop
+        guard stop != 0 else { return nil }
+        pendingStop = 0
+        return stop
+    }
+
+    /// Catches `number` again after a deferred stop.
+    static func rearm(_ number: Int32) { _ = setHandler(number, restoreTerminalAndStop) }
+
+    /// Installs `handler` without SA_RESTART, so a blocked `read` returns EINTR and the loop
+    /// sees a deferred stop; returns the action it replaced.
+    private static func setHandler(_ number: Int32, _ handler: @escaping @convention(c) (Int32) -> Void) -> sigaction {
+        var action = sigaction()
+        #if canImport(Darwin)
+            action.__sigaction_u.__sa_handler = handler
+        #else
+            action.__sigaction_handler.sa_handler = handler
+        #endif
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = 0
+        var old = sigaction()
+        sigaction(number, &action, &old)
+        return old
+    }
+}
+
+// Read by the signal handlers (async-signal-safe calls only: tcsetattr, tcgetpgrp, getpgrp,
+// signal, raise).
 nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
 nonisolated(unsafe) private var savedTerminalState = termios()
+nonisolated(unsafe) private var quietTerminalState = termios()
+nonisolated(unsafe) private var pendingStop: Int32 = 0
 
 private func restoreTerminalAndDie(_ number: Int32) {
     if savedTerminalFD >= 0 { tcsetattr(savedTerminalFD, TCSANOW, &savedTerminalState) }
     _ = signal(number, SIG_DFL)
     raise(number)
+}
+
+/// Ctrl-Z at the prompt: the terminal goes back to how the shell expects it, and the stop is
+/// left to the reading loop (which raises it with the default action).
+private func restoreTerminalAndStop(_ number: Int32) {
+    if savedTerminalFD >= 0 { tcsetattr(savedTerminalFD, TCSANOW, &savedTerminalState) }
+    _ = signal(number, SIG_DFL)
+    pendingStop = number
+}
+
+/// SIGCONT (after `fg`): echo off again, if this process is in the foreground (a background
+/// process changing the terminal would be stopped by SIGTTOU; it gets here again when brought
+/// to the foreground).
+private func turnEchoOffAgain(_ number: Int32) {
+    let fd = savedTerminalFD
+    guard fd >= 0, tcgetpgrp(fd) == getpgrp() else { return }
+    tcsetattr(fd, TCSANOW, &quietTerminalState)
 }
 
 /// A growable byte buffer that wipes its memory when it grows and when it is released, so a

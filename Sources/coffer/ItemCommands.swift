@@ -16,7 +16,8 @@ struct SetCommand: ParsableCommand {
             Every byte of standard input is the secret, binary-safe: nothing is trimmed, so use \
             printf '%s' rather than echo unless the newline is meant to be part of it. When \
             standard input is a terminal, the secret is typed without echo and ends at the newline. \
-            An existing item is replaced; its label and comment are kept unless given.
+            An empty standard input stores an empty secret; an empty line typed at the terminal is \
+            refused. An existing item is replaced; its label and comment are kept unless given.
 
             Examples:
               printf '%s' "$TOKEN" | coffer set api.github.com octocat --label "GitHub token"
@@ -30,16 +31,31 @@ struct SetCommand: ParsableCommand {
     @Option(help: "A readable name for the item.") var label: String?
     @Option(help: "A note kept with the item (not secret: shown by list --json).") var comment: String?
 
+    func validate() throws {
+        try checkName(service, "service")
+        try checkName(account, "account")
+    }
+
     func run() throws {
-        let vault = try root.global.openVault()
-        let secret = try Input.secretFromStandardInput(prompt: "Secret for \(service) / \(account): ")
-        guard secret.count > 0 else {
+        if root.global.keyFile == GlobalOptions.standardInputKeyFile {
             throw CLIError.usage(
-                "the secret is empty: give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(service) \(account)"
+                "set reads the secret from standard input, so the key cannot come from there too: "
+                    + "give --key-file a file")
+        }
+        let vault = try root.global.openVault()
+        let (secret, typed) = try Input.secretFromStandardInput(
+            prompt: "Secret for \(escapedName(service)) / \(escapedName(account)): ")
+        // An empty line at the prompt is most likely a slip of the Return key; an empty standard
+        // input is what the caller meant (keyring clients store empty passwords).
+        guard secret.count > 0 || !typed else {
+            throw CLIError.usage(
+                "the secret is empty: type it at the prompt, or give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(shellQuoted(service)) \(shellQuoted(account))"
             )
         }
         try vault.set(secret, service: service, account: account, label: label, comment: comment)
-        writeOut("stored \(service) / \(account) (\(secret.count) byte\(secret.count == 1 ? "" : "s"))\n")
+        writeOut(
+            "stored \(escapedName(service)) / \(escapedName(account)) (\(secret.count) byte\(secret.count == 1 ? "" : "s"))\n"
+        )
     }
 }
 
@@ -61,10 +77,18 @@ struct GetCommand: ParsableCommand {
     @Argument(help: "The service.") var service: String
     @Argument(help: "The account.") var account: String
 
+    func validate() throws {
+        try checkName(service, "service")
+        try checkName(account, "account")
+    }
+
     func run() throws {
         let vault = try root.global.openVault()
         guard let secret = try vault.secret(service: service, account: account) else {
-            throw CLIError(.notFound, "no item for service '\(service)', account '\(account)' in \(vault.url.path)")
+            throw CLIError(
+                .notFound,
+                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
+                    + quotedName(vault.url.path))
         }
         let written = secret.withUnsafeBytes { writeAll(STDOUT_FILENO, $0) }
         guard written else {
@@ -79,7 +103,11 @@ struct ListCommand: ParsableCommand {
         abstract: "List items: service, account, label and dates — never secrets.",
         discussion: """
             --json prints an array of objects with service, account, label, comment, created and \
-            modified (ISO 8601, UTC), sorted by service then account.
+            modified (ISO 8601, UTC, with milliseconds as stored), sorted by service then account.
+
+            The table shows names that hold control characters in $'…' form (as ls does), so a \
+            name cannot drive the terminal, and cuts every cell at \(maximumCellWidth) characters \
+            (ending it with …). --json prints names in full.
 
             Examples:
               coffer list
@@ -100,6 +128,14 @@ struct ListCommand: ParsableCommand {
         var modified: Date
     }
 
+    /// The widest cell `list` prints in its table (issue 13 item 8: one 1 MB name padded every
+    /// row to 1 MB). Names can be much longer; `--json` prints them in full.
+    static let maximumCellWidth = 40
+
+    func validate() throws {
+        if let service { try checkName(service, "service") }
+    }
+
     func run() throws {
         let vault = try root.global.openVault()
         let items = try vault.items(service: service)
@@ -113,7 +149,9 @@ struct ListCommand: ParsableCommand {
             return
         }
         guard !items.isEmpty else {
-            if isatty(STDOUT_FILENO) == 1 { writeOut(service.map { "no items for service '\($0)'\n" } ?? "no items\n") }
+            if isatty(STDOUT_FILENO) == 1 {
+                writeOut(service.map { "no items for service \(quotedName($0))\n" } ?? "no items\n")
+            }
             return
         }
         let formatter = DateFormatter()
@@ -121,8 +159,13 @@ struct ListCommand: ParsableCommand {
         formatter.dateFormat = "yyyy-MM-dd HH:mm"
         let table =
             [["SERVICE", "ACCOUNT", "LABEL", "MODIFIED"]]
-            + items.map { [$0.service, $0.account, $0.label, formatter.string(from: $0.modified)] }
-        writeOut(formatTable(table))
+            + items.map {
+                [
+                    escapedName($0.service), escapedName($0.account), escapedName($0.label),
+                    formatter.string(from: $0.modified),
+                ]
+            }
+        writeOut(formatTable(table, maximumWidth: Self.maximumCellWidth))
     }
 }
 
@@ -144,28 +187,59 @@ struct RemoveCommand: ParsableCommand {
     @Argument(help: "The service.") var service: String
     @Argument(help: "The account.") var account: String
 
+    func validate() throws {
+        try checkName(service, "service")
+        try checkName(account, "account")
+    }
+
     func run() throws {
         let vault = try root.global.openVault()
         guard try vault.remove(service: service, account: account) else {
-            throw CLIError(.notFound, "no item for service '\(service)', account '\(account)' in \(vault.url.path)")
+            throw CLIError(
+                .notFound,
+                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
+                    + quotedName(vault.url.path))
         }
-        writeOut("removed \(service) / \(account)\n")
+        writeOut("removed \(escapedName(service)) / \(escapedName(account))\n")
     }
 }
 
-/// Pretty, sorted JSON with ISO 8601 dates and a final newline.
+/// Pretty, sorted JSON with ISO 8601 dates (milliseconds, UTC) and a final newline.
 func encodeJSON(_ value: some Encodable) throws -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    encoder.dateEncodingStrategy = .iso8601
+    encoder.dateEncodingStrategy = .custom { date, encoder in
+        var container = encoder.singleValueContainer()
+        try container.encode(iso8601Milliseconds(date))
+    }
     return String(decoding: try encoder.encode(value), as: UTF8.self) + "\n"
 }
 
-/// Left-aligned columns separated by two spaces.
-func formatTable(_ rows: [[String]]) -> String {
+/// `2026-05-01T12:34:56.789Z`: a vault stores times in whole milliseconds, so this is all of
+/// it (JSONEncoder's `.iso8601` drops the fraction).
+func iso8601Milliseconds(_ date: Date) -> String {
+    let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+    guard milliseconds.isFinite, abs(milliseconds) < 1e15 else { return "" }
+    let total = Int64(milliseconds)
+    var seconds = time_t(total >= 0 ? total / 1000 : (total - 999) / 1000)
+    let fraction = Int(total - Int64(seconds) * 1000)
+    var parts = tm()
+    guard gmtime_r(&seconds, &parts) != nil else { return "" }
+    func pad(_ value: Int32, _ width: Int) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))"
+        + "T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(fraction), 3))Z"
+}
+
+/// Left-aligned columns separated by two spaces; with `maximumWidth`, every cell is cut to at
+/// most that many characters first, so no row is padded to an unbounded width.
+func formatTable(_ rows: [[String]], maximumWidth: Int? = nil) -> String {
     guard let columns = rows.first?.count else { return "" }
-    let widths = (0..<columns).map { column in rows.map { $0[column].count }.max() ?? 0 }
-    return rows.map { row in
+    let cells = maximumWidth.map { width in rows.map { $0.map { $0.truncated(to: width) } } } ?? rows
+    let widths = (0..<columns).map { column in cells.map { $0[column].count }.max() ?? 0 }
+    return cells.map { row in
         row.enumerated().map { column, cell in
             column == columns - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
         }.joined(separator: "  ")

@@ -44,7 +44,9 @@ struct InitCommand: ParsableCommand {
             throw CLIError(.failure, "a file already exists at \(url.path); refusing to overwrite it")
         }
         var createdKeyFile = false
-        if let keyFile = global.keyFile, !FileManager.default.fileExists(atPath: keyFile) {
+        if let keyFile = global.keyFile, keyFile != GlobalOptions.standardInputKeyFile,
+            !FileManager.default.fileExists(atPath: keyFile)
+        {
             try writeNewKeyFile(keyFile)
             createdKeyFile = true
         }
@@ -55,7 +57,8 @@ struct InitCommand: ParsableCommand {
         let how =
             slot?.kind == "passphrase"
             ? "a passphrase (\(describeKDF(opsLimit: slot?.opsLimit, memLimitBytes: slot?.memLimitBytes)))"
-            : "the key file \(global.keyFile ?? "")"
+            : global.keyFile == GlobalOptions.standardInputKeyFile
+                ? "the key read from standard input" : "the key file \(global.keyFile ?? "")"
         writeOut("created vault \(url.path), unlocked by \(how)\n")
         if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
     }

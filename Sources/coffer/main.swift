@@ -9,6 +9,9 @@
 #endif
 
 do {
+    try Hardening.apply()
+    try checkArgumentsAreUTF8()
+    try checkEnvironmentIsUTF8()
     var command = try CofferCommand.parseAsRoot()
     try command.run()
     exit(ExitStatus.success.rawValue)

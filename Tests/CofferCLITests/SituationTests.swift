@@ -138,8 +138,6 @@ struct SituationTests {
             #expect(run.status == Exit.usage, "\(run)")
             #expect(run.err.hasPrefix("coffer: "), "\(run)")
         }
-        let empty = try box.run(["set", "svc", "acct"], stdin: [])
-        #expect(empty.status == Exit.usage, "\(empty)")
         let timeout = try box.run(["list"], environment: ["COFFER_LOCK_TIMEOUT": "soon"])
         #expect(timeout.status == Exit.usage, "\(timeout)")
     }

@@ -33,6 +33,10 @@ let cofferPath = productPath("coffer")
 // NSLock, not Synchronization.Mutex: ThreadSanitizer sees it.
 private let spawnLock = NSLock()
 
+/// A child that exits without reading all of its standard input must not kill the test process
+/// with SIGPIPE: the write then fails with EPIPE, which ``Child/wait(timeout:)`` handles.
+private let ignoreBrokenPipes: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
 /// What a finished `coffer` run left behind.
 struct Run: CustomStringConvertible {
     var arguments: [String]
@@ -76,13 +80,19 @@ final class Child {
     private let start = Date()
 
     /// `stdin == nil` gives the child `/dev/null`; a `terminal` (a pseudo-terminal's device)
-    /// becomes its standard input and its controlling terminal instead.
-    init(_ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String? = nil) throws {
+    /// becomes its standard input and its controlling terminal instead. `rawArguments`, when
+    /// given, are passed as they are (bytes that need not be UTF-8) instead of `arguments`.
+    init(
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, environment: [String: String],
+        rawEnvironment: [[UInt8]] = [], stdin: [UInt8]?, terminal: String? = nil
+    ) throws {
         self.arguments = arguments
+        ignoreBrokenPipes
+        let argv = rawArguments ?? arguments.map { Array($0.utf8) }
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
         let spawned = try spawnLock.withLock {
-            try Self.spawn(arguments, environment: environment, stdin: stdin, terminal: terminal)
+            try Self.spawn(argv, environment: environment, raw: rawEnvironment, stdin: stdin, terminal: terminal)
         }
         pid = spawned.pid
         input = stdin ?? []
@@ -98,7 +108,8 @@ final class Child {
     }
 
     private static func spawn(
-        _ arguments: [String], environment: [String: String], stdin: [UInt8]?, terminal: String?
+        _ arguments: [[UInt8]], environment: [String: String], raw rawEnvironment: [[UInt8]], stdin: [UInt8]?,
+        terminal: String?
     ) throws -> (
         pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
     ) {
@@ -126,12 +137,39 @@ final class Child {
         // POSIX_SPAWN_SETSID (glibc's value; Swift does not import the macro): a new session,
         // so the child has no controlling terminal and /dev/tty cannot be opened (unless
         // `terminal` gives it one).
-        posix_spawnattr_setflags(&attributes, 0x80)
+        //
+        // And the signal state a shell gives a command: nothing blocked (the test runner's
+        // threads block most signals, and a spawned child inherits the mask) and SIGPIPE back to
+        // its default (this process ignores it). POSIX_SPAWN_SETSIGDEF 0x04, SETSIGMASK 0x08.
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, 0x80 | 0x04 | 0x08)
 
-        let argv = ([cofferPath] + arguments).map { strdup($0) } + [nil]
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let argv: [UnsafeMutablePointer<CChar>?] =
+            ([Array(cofferPath.utf8)] + arguments).map { bytes in
+                let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+                for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+                copy[bytes.count] = 0
+                return copy
+            } + [nil]
+        let envp =
+            environment.map { strdup("\($0.key)=\($0.value)") }
+            + rawEnvironment.map { bytes in
+                let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+                for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+                copy[bytes.count] = 0
+                return strdup(copy).map { duplicate in
+                    copy.deallocate()
+                    return duplicate
+                }
+            } + [nil]
         defer {
-            argv.forEach { free($0) }
+            argv.forEach { $0?.deallocate() }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
@@ -245,27 +283,34 @@ final class Sandbox {
     }
 
     /// Starts `coffer` with `--vault <sandbox vault>` and `--passphrase-file` unless told otherwise.
+    /// `rawArguments`, when given, follow that prefix as bytes (which need not be UTF-8)
+    /// instead of `arguments`, which then only describe the run.
     func start(
-        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
-        passphraseFile: Bool = true, terminal: PseudoTerminal? = nil
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
+        environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
+        terminal: PseudoTerminal? = nil
     ) throws -> Child {
         var prefix: [String] = []
         if vault { prefix += ["--vault", self.vault] }
         if passphraseFile { prefix += ["--passphrase-file", self.passphraseFile] }
         var env = baseEnvironment
         for (key, value) in environment { env[key] = value }
-        return try Child(prefix + arguments, environment: env, stdin: stdin, terminal: terminal?.devicePath)
+        return try Child(
+            prefix + arguments, rawArguments: rawArguments.map { prefix.map { Array($0.utf8) } + $0 },
+            environment: env, stdin: stdin, terminal: terminal?.devicePath)
     }
 
     /// Runs `coffer` to completion and checks what every run must satisfy: it did not hang, and
     /// neither passphrase appears in its output.
     @discardableResult
     func run(
-        _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String] = [:], vault: Bool = true,
-        passphraseFile: Bool = true, sourceLocation: SourceLocation = #_sourceLocation
+        _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
+        environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Run {
         let run = try start(
-            arguments, stdin: stdin, environment: environment, vault: vault, passphraseFile: passphraseFile
+            arguments, rawArguments: rawArguments, stdin: stdin, environment: environment, vault: vault,
+            passphraseFile: passphraseFile
         ).wait()
         return expectClean(run, sourceLocation: sourceLocation)
     }
@@ -286,7 +331,9 @@ final class Sandbox {
         }
         // Errors are one line, prefixed "coffer: " (usage errors may add the usage lines after it).
         if run.status != 0, run.status != 2 {
-            #expect(run.err.hasPrefix("coffer: "), "\(run)", sourceLocation: sourceLocation)
+            // A Bool first: #expect would otherwise print stderr itself, unredacted.
+            let prefixed = run.err.hasPrefix("coffer: ")
+            #expect(prefixed, "\(run)", sourceLocation: sourceLocation)
         }
         return run
     }
@@ -366,6 +413,26 @@ final class PseudoTerminal {
     func type(_ text: String) {
         let bytes = Array((text + "\n").utf8)
         _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    }
+
+    /// Types `bytes` as they are (no Return): control characters such as Ctrl-Z (0x1A) too.
+    func send(_ bytes: [UInt8]) {
+        _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    }
+
+    /// Whether the terminal echoes what is typed (its ECHO flag; the master side sees the
+    /// terminal's modes on Linux).
+    var echoes: Bool {
+        var mode = termios()
+        return tcgetattr(master, &mode) == 0 && mode.c_lflag & tcflag_t(ECHO) != 0
+    }
+
+    /// Turns echo on, as a shell does when it takes the terminal back after a job stops.
+    func turnEchoOn() {
+        var mode = termios()
+        guard tcgetattr(master, &mode) == 0 else { return }
+        mode.c_lflag |= tcflag_t(ECHO)
+        tcsetattr(master, TCSANOW, &mode)
     }
 
     /// Reads whatever else arrives within `seconds` (for checking nothing was echoed).

@@ -186,21 +186,18 @@ enum KeyFileReader {
         return try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: buffer[..<count])) }
     }
 
-    /// Opens a key file on the real file system: `O_NOFOLLOW` (a link is refused, not
-    /// followed), `O_NONBLOCK` (opening a FIFO never waits for a writer), then only a regular
-    /// file is kept, and made blocking again for the read.
+    /// Opens a key file on the real file system. A symbolic link is followed: the user named
+    /// this path, a key kept on another device is often reached through one (a Kubernetes
+    /// secret mount is a chain of links), and reading through a link writes nothing. `O_NONBLOCK`
+    /// (opening a FIFO never waits for a writer), then only a regular file is kept, and made
+    /// blocking again for the read.
     private static func openLive(_ path: String) throws -> Int32 {
         var fd: Int32
-        repeat { fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) } while fd < 0 && errno == EINTR
+        repeat { fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) } while fd < 0 && errno == EINTR
         if fd < 0 {
             let code = errno
             switch code {
             case ENOENT: throw CofferError(.notFound, "the key file does not exist", path: path, errno: code)
-            case ELOOP:
-                throw CofferError(
-                    .invalidArgument,
-                    "the key file is a symbolic link, which Coffer does not follow for a key file: name the file itself",
-                    path: path, errno: code)
             default: throw CofferError.io("open of the key file", path: path, errno: code)
             }
         }

@@ -41,6 +41,15 @@ public final class Vault: Sendable {
     private let kdfLimit: Argon2idParameters
     private let state: Locked<Session?>
 
+    private struct Observers {
+        var handlers: [UInt64: @Sendable (Set<VaultItemID>?) -> Void] = [:]
+        var next: UInt64 = 0
+        var watch: FileWatch?
+    }
+
+    /// Who is told about changes made by other processes, and the directory watch that tells.
+    private let observers = Locked(Observers())
+
     static let application: UInt16 = 2
 
     /// The most Argon2id work a vault file may ask of an unlock unless the caller allows more:
@@ -317,9 +326,83 @@ public final class Vault: Sendable {
     /// - Throws: as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``.
     public func unlock(_ source: VaultUnlock, kdfLimit: Argon2idParameters? = nil) throws {
         if !isLocked { return }
-        let session = try Self.openSession(
+        var session = try Self.openSession(
             url: url, unlock: source, kdfLimit: kdfLimit ?? self.kdfLimit, options: options, fileSystem: fs)
+        let watch = observers.withLock { $0.watch }
+        session.outside.tracking = watch != nil
         state.withLock { $0 = session }
+        // Whatever changed while it was locked: observers reread everything (from the watcher
+        // thread, never from inside this call).
+        if let watch {
+            state.withLock { $0?.outside.all = true }
+            FileWatcher.shared.schedule(watch)
+        }
+    }
+
+    // MARK: - Changes from elsewhere
+
+    /// Starts telling `handler` which items other processes (the `coffer` command, another
+    /// `Vault` on the same file) change: their identities, or `nil` when anything may have (the
+    /// file was compacted elsewhere, the vault was unlocked after being locked). The vault's
+    /// directory is watched while at least one observation is alive (`FileWatcher`: inotify,
+    /// else polling). Changes that arrive while the vault is locked are reported as `nil` once
+    /// it can tell: a reader then gets ``CofferError/Code/locked`` until it is unlocked, and
+    /// everything is reported again at ``unlock(_:kdfLimit:)``.
+    public func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
+        let (id, first) = observers.withLock { o -> (UInt64, Bool) in
+            o.next += 1
+            o.handlers[o.next] = handler
+            return (o.next, o.handlers.count == 1)
+        }
+        if first {
+            let path = (try? fs.resolve(url.path)) ?? url.path
+            state.withLock { session in
+                session?.outside = OutsideChanges()
+                session?.outside.tracking = true
+            }
+            let name = DurableIO.lastComponent(of: path)
+            let watch = FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: path)) { [weak self] names in
+                if let names, !names.isEmpty, !names.contains(name) { return }
+                self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
+            }
+            let unused = observers.withLock { o -> FileWatch? in
+                guard !o.handlers.isEmpty, o.watch == nil else { return watch }
+                o.watch = watch
+                return nil
+            }
+            if let unused { DispatchQueue.global().async { unused.cancel() } }
+        }
+        return StoreObservation { [weak self] in self?.removeObserver(id) }
+    }
+
+    private func removeObserver(_ id: UInt64) {
+        let watch = observers.withLock { o -> FileWatch? in
+            o.handlers[id] = nil
+            guard o.handlers.isEmpty else { return nil }
+            defer { o.watch = nil }
+            return o.watch
+        }
+        guard let watch else { return }
+        state.withLock { $0?.outside = OutsideChanges() }
+        watch.cancel()  // no lock held: the watcher thread may be inside a handler taking them
+    }
+
+    /// Catches up with the file and tells the observers which items other writers changed.
+    private func deliverOutsideChanges(checkingPath: Bool) {
+        let change: Set<VaultItemID>??
+        do {
+            change = try state.withLock { session -> Set<VaultItemID>?? in
+                // Locked: nothing can be read, and every reader will say so.
+                guard session != nil else { return .some(nil) }
+                let changes = try session!.journal.refresh(checkingPath: checkingPath)
+                if !changes.isEmpty { try session!.apply(changes) }
+                return session!.outside.take()
+            }
+        } catch {
+            change = .some(nil)  // removed or damaged: every observer rereads and reports the error
+        }
+        guard case .some(let items) = change else { return }
+        for handler in observers.withLock({ Array($0.handlers.values) }) { handler(items) }
     }
 
     // MARK: - Items
@@ -858,6 +941,38 @@ struct BorrowedSet: CommitChange {
 }
 
 /// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
+/// What other writers changed, collected for ``Vault/observeChanges(_:)``.
+struct OutsideChanges: Sendable {
+    /// Whether anyone observes (else nothing is collected).
+    var tracking = false
+    /// Set while records from other writers are applied.
+    var collecting = false
+    var items: Set<ItemKey> = []
+    /// The file was replaced (compacted elsewhere): anything may have changed.
+    var all = false
+
+    /// What to tell observers, emptied; `nil` inside means "anything".
+    mutating func take() -> Set<VaultItemID>?? {
+        guard all || !items.isEmpty else { return .none }
+        defer {
+            items = []
+            all = false
+        }
+        return .some(all ? nil : Set(items.map { VaultItemID(service: $0.service.string, account: $0.account.string) }))
+    }
+}
+
+/// An item's identity: its service and account.
+public struct VaultItemID: Hashable, Sendable {
+    public let service: String
+    public let account: String
+
+    public init(service: String, account: String) {
+        self.service = service
+        self.account = account
+    }
+}
+
 struct ItemKey: Hashable, Sendable {
     var service: ExactKey
     var account: ExactKey
@@ -888,6 +1003,8 @@ struct Session: Sendable {
     var entries: [ItemKey: Entry] = [:]
     var recordCount = 0
     var liveBytes = 0
+    /// The items other writers changed since observers were last told (while observed).
+    var outside = OutsideChanges()
 
     init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int) throws {
         self.journal = journal
@@ -907,7 +1024,11 @@ struct Session: Sendable {
             entries.removeAll()
             recordCount = 0
             liveBytes = 0
+            if outside.tracking { outside.all = true }
         }
+        // Records from other writers: note which items they touch, for observers.
+        outside.collecting = outside.tracking && !outside.all
+        defer { outside.collecting = false }
         try apply(changes.records)
     }
 
@@ -1138,11 +1259,13 @@ struct Session: Sendable {
         case .put(let item):
             // One hash and probe: updateValue returns the entry it replaced.
             let key = ItemKey(service: item.service, account: item.account)
+            if outside.collecting { outside.items.insert(key) }
             if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
             liveBytes += size
         case .delete(let service, let account):
+            if outside.collecting { outside.items.insert(ItemKey(service: service, account: account)) }
             if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
@@ -1292,6 +1415,7 @@ struct Session: Sendable {
             payloads.append(Data(payload))
         }
         try journal.rewrite(payloads: payloads, headerArea: header.areaBytes())
+        next.outside = outside
         self = next
     }
 }

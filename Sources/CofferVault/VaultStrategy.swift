@@ -9,7 +9,8 @@ public import Foundation
 /// try tokens.set("s3cr3t", for: "alice")
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy
+    CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy,
+    ChangeObservingPersistenceStrategy
 {
     /// The vault holding the items.
     public let vault: Vault
@@ -45,6 +46,17 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
             return new
         }
         return swapped
+    }
+
+    /// Tells `handler` which accounts of this service other processes change (see
+    /// ``Vault/observeChanges(_:)``).
+    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+        let service = self.service
+        return vault.observeChanges { items in
+            guard let items else { return handler(StoreChange(keys: nil)) }
+            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
+            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
+        }
     }
 
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {

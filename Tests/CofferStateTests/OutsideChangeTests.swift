@@ -1,6 +1,7 @@
 import CofferCore
 import CofferState
 import CofferStorage
+import CofferVault
 import Foundation
 import Observation
 import Testing
@@ -127,5 +128,100 @@ struct OutsideChangeTests {
         #expect(report["fds-after"] == report["fds-baseline"], "\(line)")
         #expect((report["fds-during"] ?? 0) > (report["fds-baseline"] ?? 0), "\(line)")
         #expect(report["threads-after"] == report["threads-baseline"], "\(line)")
+    }
+}
+
+/// The vault: `coffer set`, `rm`, `passwd` and `compact` from a terminal reach a running model.
+@Suite("Changes from elsewhere: the vault")
+struct VaultOutsideChangeTests {
+    static let passphrase = "correct horse battery staple"
+
+    final class Credentials {
+        @Stored(backed: .vault(service: "api.example.com", account: "ci")) var token: String? = nil
+        @Computed var isSignedIn: Bool
+
+        init() {
+            $isSignedIn = Computed { [$token] in $token.wrappedValue != nil }
+        }
+    }
+
+    /// Runs the built `coffer` on the context's default vault; returns its exit status.
+    @discardableResult
+    static func coffer(
+        _ arguments: [String], in context: CofferContext, stdin: String? = nil, newPassphrase: Bool = false
+    ) throws -> Int32 {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("coffer").path),
+            directory.path != "/"
+        {
+            directory.deleteLastPathComponent()
+        }
+        let process = Process()
+        process.executableURL = directory.appendingPathComponent("coffer")
+        process.arguments = ["--vault", context.directory.appendingPathComponent("default.coffervault").path] + arguments
+        process.environment = [
+            "PATH": "/usr/bin:/bin", "HOME": context.directory.path,
+            "COFFER_PASSPHRASE": newPassphrase ? passphrase + " 2" : passphrase,
+            "COFFER_NEW_PASSPHRASE": passphrase + " 2", "COFFER_TEST_FAST_KDF": "1",
+        ]
+        let input = Pipe()
+        process.standardInput = input
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        if let stdin { try input.fileHandleForWriting.write(contentsOf: Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    @Test("coffer set, rm, compact and passwd from another process reach a running model")
+    func cofferCommandsReachTheModel() async throws {
+        try await withTemporaryContext(vault: true) { (context: CofferContext) async throws in
+            let model = Credentials()
+            #expect(model.token == nil)
+            #expect(!model.isSignedIn)
+            let fired = Counter()
+            _ = withObservationTracking { model.isSignedIn } onChange: { fired.bump() }
+
+            #expect(try Self.coffer(["set", "api.example.com", "ci"], in: context, stdin: "ghp_first") == 0)
+            #expect(await OutsideChangeTests.eventually { model.token == "ghp_first" })
+            #expect(model.isSignedIn)
+            #expect(fired.value == 1)
+
+            #expect(try Self.coffer(["compact"], in: context) == 0)
+            #expect(try Self.coffer(["set", "api.example.com", "ci"], in: context, stdin: "ghp_second") == 0)
+            #expect(await OutsideChangeTests.eventually { model.token == "ghp_second" })
+
+            #expect(try Self.coffer(["passwd"], in: context) == 0)
+            #expect(try Self.coffer(["--passphrase-file", "/dev/null", "list"], in: context) != 0)
+            // The model keeps its keys (a passphrase change keeps the master key) and goes on.
+            model.token = "from-the-model"
+            #expect(model.$token.error == nil)
+
+            #expect(try Self.coffer(["rm", "api.example.com", "ci"], in: context, newPassphrase: true) == 0)
+            #expect(await OutsideChangeTests.eventually { model.token == nil })
+            #expect(!model.isSignedIn)
+        }
+    }
+
+    @Test("A change that arrives while the vault is locked is reported as .locked; unlocking catches up")
+    func lockedVault() async throws {
+        try await withTemporaryContext(vault: true) { (context: CofferContext) async throws in
+            let model = Credentials()
+            model.token = "before"
+            let vault = try context.sharedStore(id: "vault:\(context.directory.appendingPathComponent("default.coffervault").path)") {
+                () throws -> Vault in
+                Issue.record("the default vault should be open")
+                throw CofferError(.notFound, "")
+            }
+            vault.lock()
+            #expect(try Self.coffer(["set", "api.example.com", "ci"], in: context, stdin: "while-locked") == 0)
+            #expect(await OutsideChangeTests.eventually { model.$token.error?.code == .locked })
+            #expect(model.token == "before")
+            try vault.unlock(.passphrase(Self.passphrase))
+            #expect(await OutsideChangeTests.eventually { model.token == "while-locked" })
+            #expect(model.$token.error == nil)
+        }
     }
 }

@@ -225,3 +225,25 @@ struct VaultOutsideChangeTests {
         }
     }
 }
+
+@Suite("Changes from elsewhere: one file per key")
+struct DiskOutsideChangeTests {
+    final class Document {
+        @Stored(backed: .disk(key: "draft")) var draft = ""
+    }
+
+    @Test("Another instance replaces a key's file; the property follows, and a removal resets it")
+    func anotherInstance() async throws {
+        try await withTemporaryContext { (context: CofferContext) async throws in
+            let document = Document()
+            #expect(document.draft == "")
+            let other = try DiskStrategy(directory: context.directory.appendingPathComponent("files"))
+            try other.set("from elsewhere", for: "draft")
+            #expect(await OutsideChangeTests.eventually { document.draft == "from elsewhere" })
+            document.draft = "mine"
+            #expect(try other.get(String.self, for: "draft") == "mine")
+            try other.remove("draft")
+            #expect(await OutsideChangeTests.eventually { document.draft == "" })
+        }
+    }
+}

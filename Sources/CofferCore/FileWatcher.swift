@@ -177,8 +177,17 @@ package final class FileWatcher: Sendable {
         }
     }
 
+    /// `COFFER_WATCH=poll` in the environment: poll instead of watching (an operator's way
+    /// around a file system whose notifications cannot be trusted, and the tests' way to run
+    /// the fallback).
+    private static let forcePolling = ProcessInfo.processInfo.environment["COFFER_WATCH"] == "poll"
+
     /// The inotify descriptor watching `directory`, or `nil` when it must be polled (told once).
     private func addDescriptor(for directory: String, in s: inout State) -> Int32? {
+        if Self.forcePolling {
+            warnPolling(directory, "COFFER_WATCH=poll is set")
+            return nil
+        }
         #if os(Linux)
         guard s.inotify >= 0 else {
             warnPolling(directory, "inotify is not available (\(CofferError.errnoText(errno)))")

@@ -61,3 +61,50 @@ func watchRelease(directory: String) throws {
                 + "threads-during=\(during.threads) threads-after=\(after.threads) threads-baseline=\(baseline.threads)")
     }
 }
+
+final class ConvergeModel {
+    @Stored(backed: .keyValue(key: "shared")) var shared = -1
+}
+
+/// `stored-converge DIR INDEX WRITES`: after "ready" and one line of input, writes WRITES values
+/// to the shared key (INDEX × 1,000,000 + n) and to its own key `own-INDEX` (n), says "done",
+/// then reads a line "expect V": waits (5 s at most) until its *in-memory* shared value, kept
+/// current only by watching, equals V, and prints "shared=<value> own=<own value>".
+func storedConverge(directory: String, index: Int, writes: Int) throws {
+    let context = CofferContext(directory: URL(fileURLWithPath: directory))
+    try CofferContext.$current.withValue(context) {
+        let model = ConvergeModel()
+        let own = Stored(wrappedValue: -1, backed: .keyValue(key: "own-\(index)"))
+        _ = try model.$shared.load()
+        _ = try own.load()
+        say("ready")
+        _ = readLine()
+        for n in 0..<writes {
+            model.shared = index * 1_000_000 + n
+            own.wrappedValue = n
+        }
+        say("done")
+        guard let line = readLine(), line.hasPrefix("expect "), let expected = Int(line.dropFirst(7)) else {
+            fail("expected 'expect V'")
+        }
+        let deadline = Date().addingTimeInterval(5)
+        while model.shared != expected, Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+        say("shared=\(model.shared) own=\(own.wrappedValue)")
+    }
+}
+
+/// `stored-follow DIR`: observes `theme` (default "light"), says "ready", and prints
+/// "theme=<value> warnings=<kinds>" once it changed (or after 5 s).
+func storedFollow(directory: String) throws {
+    let warnings = Locked<[String]>([])
+    CofferWarnings.setHandler { warning in warnings.withLock { $0.append(warning.kind.name) } }
+    let context = CofferContext(directory: URL(fileURLWithPath: directory))
+    try CofferContext.$current.withValue(context) {
+        let theme = Stored(wrappedValue: "light", backed: .keyValue(key: "theme"))
+        _ = try theme.load()
+        say("ready")
+        let deadline = Date().addingTimeInterval(5)
+        while theme.wrappedValue == "light", Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        say("theme=\(theme.wrappedValue) warnings=\(warnings.withLock { $0.joined(separator: ",") })")
+    }
+}

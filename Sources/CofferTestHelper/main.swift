@@ -8,6 +8,10 @@
 //       increments `@Stored(backed: .keyValue(key: "counter"))` (or a `.vault` item unlocked by a
 //       32-byte key of 0x5a) with `$counter.update { $0 += 1 }` TIMES times, after printing
 //       "ready" and reading one line of standard input (StoredIncrement.swift).
+//   CofferTestHelper stored-converge DIR INDEX WRITES
+//       one of several writers to a shared key and its own, each following the others by watching.
+//   CofferTestHelper stored-follow DIR
+//       follows a key another process writes (run with COFFER_WATCH=poll for the fallback).
 //   CofferTestHelper watch-release DIR
 //       observes a property twice and reports the watcher thread and descriptors (StoredIncrement.swift).
 //   CofferTestHelper vault-update PATH TIMES
@@ -63,6 +67,14 @@ do {
     case "stored-increment":
         guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: stored-increment DIR TIMES [vault]") }
         try storedIncrement(directory: arguments[2], times: times, vault: arguments.count > 4 && arguments[4] == "vault")
+    case "stored-converge":
+        guard arguments.count >= 5, let index = Int(arguments[3]), let writes = Int(arguments[4]) else {
+            fail("usage: stored-converge DIR INDEX WRITES")
+        }
+        try storedConverge(directory: arguments[2], index: index, writes: writes)
+    case "stored-follow":
+        guard arguments.count >= 3 else { fail("usage: stored-follow DIR") }
+        try storedFollow(directory: arguments[2])
     case "watch-release":
         guard arguments.count >= 3 else { fail("usage: watch-release DIR") }
         try watchRelease(directory: arguments[2])

@@ -97,7 +97,7 @@ final class HelperChild {
     private let input = Pipe()
     private let output = Pipe()
 
-    init(_ arguments: [String]) throws {
+    init(_ arguments: [String], environment: [String: String] = [:]) throws {
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("CofferTestHelper").path),
             directory.path != "/"
@@ -106,6 +106,9 @@ final class HelperChild {
         }
         process.executableURL = directory.appendingPathComponent("CofferTestHelper")
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.standardInput = input
         process.standardOutput = output
         try process.run()

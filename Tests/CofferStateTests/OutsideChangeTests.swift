@@ -247,3 +247,42 @@ struct DiskOutsideChangeTests {
         }
     }
 }
+
+@Suite("Changes from elsewhere: four processes")
+struct ConvergenceTests {
+    @Test("4 processes × 1,000 writes to one shared key and to their own: every process ends on the store's last value, nothing lost")
+    func fourProcessesConverge() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-converge-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let children = try (0..<4).map { try HelperChild(["stored-converge", directory.path, "\($0)", "1000"]) }
+        for child in children { #expect(child.readLine() == "ready") }
+        for child in children { child.say("go") }
+        for child in children { #expect(child.readLine() == "done") }
+        let store = try KeyValueFileStrategy(directory: directory, suite: "standard")
+        let last = try #require(try store.get(Int.self, for: "shared"))
+        #expect(last % 1_000_000 == 999)  // some process's last write is the last committed one
+        for child in children { child.say("expect \(last)") }
+        for (index, child) in children.enumerated() {
+            #expect(child.readLine() == "shared=\(last) own=999")
+            #expect(child.wait() == 0)
+            #expect(try store.get(Int.self, for: "own-\(index)") == 999)
+        }
+    }
+}
+
+@Suite("Changes from elsewhere: the polling fallback")
+struct PollingFallbackTests {
+    @Test("Where the directory cannot be watched, a poll finds the change, and a warning says so once")
+    func pollingFindsTheChange() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-poll-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let child = try HelperChild(["stored-follow", directory.path], environment: ["COFFER_WATCH": "poll"])
+        #expect(child.readLine() == "ready")
+        let store = try KeyValueFileStrategy(directory: directory, suite: "standard")
+        try store.set("dark", for: "theme")
+        #expect(child.readLine() == "theme=dark warnings=watching falls back to polling")
+        #expect(child.wait() == 0)
+    }
+}

@@ -26,6 +26,7 @@
 //   vault.open.10k            open a 10,000-item vault with a raw key (no KDF), read one secret
 //   kdf.interactive           Argon2id at the interactive preset (one passphrase unlock's KDF)
 //   kdf.moderate              Argon2id at the moderate preset
+//   keyvalue.change.latency, vault.change.latency, watch.idle.1000keys   see BenchChange.swift
 
 import Coffer
 import CofferCrypto
@@ -112,7 +113,7 @@ struct BenchSuite {
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
         "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
-        "kdf.interactive", "kdf.moderate",
+        "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
     ]
 
     /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
@@ -133,6 +134,7 @@ struct BenchSuite {
             (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
             (["keyvalue.open.10k", "vault.open.10k"], opens10k),
             (["kdf.interactive", "kdf.moderate"], kdf),
+            (["keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys"], changeLatency),
         ]
         let filter = Self.filter
         func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }

@@ -15,6 +15,8 @@ struct BenchResult: Sendable {
     var minNs: Double
     var maxNs: Double
     var runs: Int
+    /// The 99th percentile, for the latency benchmarks (whose runs are samples).
+    var p99Ns: Double? = nil
     /// A peer (a baseline Coffer is compared with), not Coffer itself.
     var isPeer: Bool { name.hasPrefix("peer.") }
     var opsPerSec: Double { nsPerOp > 0 ? 1e9 / nsPerOp : 0 }

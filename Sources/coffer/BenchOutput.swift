@@ -23,12 +23,15 @@ enum BenchReport {
             if result.name.hasSuffix(".1MiB") {
                 row.append(String(format: "  %.0f MB/s", Double(1 << 20) / result.nsPerOp * 1e9 / 1e6))
             }
+            if let p99 = result.p99Ns { row.append("  p99 \(duration(p99))") }
             lines.append(row.joined(separator: "  "))
         }
         lines.append("")
         lines.append("peer.* are baselines measured in the same run. Durable = fdatasync before returning;")
         lines.append("coalesced = in the kernel on return. vault.seal.1MiB is Vault.set of a new 1 MiB item")
         lines.append("(coalesced: copies, seal, CRC-32C, write); peer.libsodium.seal.1MiB is the raw AEAD call.")
+        lines.append("*.change.latency: another process's write to this process's observer, over samples (runs);")
+        lines.append("watch.idle.1000keys: CPU time per second while 1,000 watched properties see no change.")
         lines.append(String(format: "%.1f s in all.", seconds))
         return lines.joined(separator: "\n") + "\n"
     }
@@ -68,7 +71,8 @@ enum BenchReport {
         let rows = results.map { result in
             "    {\"name\": \(quoted(result.name)), \"ns_per_op\": \(number(result.nsPerOp)), "
                 + "\"ops_per_sec\": \(number(result.opsPerSec)), \"min_ns\": \(number(result.minNs)), "
-                + "\"max_ns\": \(number(result.maxNs)), \"runs\": \(result.runs)}"
+                + "\"max_ns\": \(number(result.maxNs)), \"runs\": \(result.runs)"
+                + (result.p99Ns.map { ", \"p99_ns\": \(number($0))" } ?? "") + "}"
         }
         return "{\n  \"results\": [\n" + rows.joined(separator: ",\n") + "\n  ]\n}\n"
     }

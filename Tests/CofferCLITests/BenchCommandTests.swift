@@ -12,7 +12,7 @@ struct BenchCommandTests {
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
         "vault.write", "vault.write.durable", "vault.read", "peer.fsync.floor",
         "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
-        "kdf.interactive", "kdf.moderate",
+        "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
     ]
 
     @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")

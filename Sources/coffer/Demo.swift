@@ -108,7 +108,9 @@ struct Demo {
             [4],
             "a second process (pids \(childPIDs.map(String.init).joined(separator: ", "))) read both back, byte for byte"
         )
-        tour.summary([5, 6], "a @Computed status followed a vault-backed token and survived a restart")
+        tour.summary(
+            [5, 6], "a @Computed status followed a vault-backed token — set here and by coffer set in a second "
+                + "process — and survived a restart")
         tour.summary([7], "a legacy plaintext token moved into the vault; no plaintext copy left")
         tour.say("   Files kept in \(dir.path). Try:")
         tour.say("     \(Self.commandName) --vault \(vaultURL.path) --passphrase-file \(passphraseFile.path) list")
@@ -148,7 +150,33 @@ struct Demo {
             try check(model.$token.error)
             tour.check(model.status.hasSuffix(mask(rotated)), "status did not follow the rotated token")
             tour.say("   rotate    (token ← \(mask(rotated)))   status: \(model.status)")
-            return rotated
+
+            // Another process changes the token while this model runs: it follows by itself.
+            let fromTerminal = "ghp_" + randomText(36)
+            let followed = Flag()
+            withObservationTracking {
+                _ = model.status
+            } onChange: {
+                followed.set()
+            }
+            tour.say("   $ printf %s \"$NEW_TOKEN\" | coffer --vault demo.coffer --passphrase-file passphrase set \(AccountModel.service) \(AccountModel.account)")
+            let started = ContinuousClock.now
+            let child = try runChild(
+                [
+                    "--vault", "demo.coffer", "--passphrase-file", "passphrase", "set", AccountModel.service,
+                    AccountModel.account,
+                ],
+                in: dir, input: Data(fromTerminal.utf8))
+            tour.check(child.status == 0, "coffer set in the second process failed: \(child.error)")
+            let deadline = ContinuousClock.now + .seconds(2)
+            while model.token != fromTerminal && ContinuousClock.now < deadline { usleep(500) }
+            let following = model.token == fromTerminal && model.status.hasSuffix(mask(fromTerminal))
+            tour.check(following, "the running model did not follow the second process's coffer set")
+            tour.check(followed.value, "Observation was not told of the change made by the second process")
+            tour.say(
+                "     pid \(child.pid) exited \(child.status); this model, still running, now has status: \(model.status) "
+                    + "\(following ? "✓" : "✗") (\(seconds(ContinuousClock.now - started)) from starting the process)")
+            return fromTerminal
         }
     }
 
@@ -231,7 +259,7 @@ struct Demo {
     }
 
     /// Runs this same `coffer` binary with `arguments`, capturing its output.
-    private func runChild(_ arguments: [String], in directory: URL) throws -> (
+    private func runChild(_ arguments: [String], in directory: URL, input: Data? = nil) throws -> (
         pid: Int32, status: Int32, output: Data, error: String
     ) {
         let process = Process()
@@ -245,8 +273,13 @@ struct Demo {
         let error = Pipe()
         process.standardOutput = output
         process.standardError = error
-        process.standardInput = FileHandle.nullDevice
+        let inputPipe = input.map { _ in Pipe() }
+        process.standardInput = inputPipe ?? FileHandle.nullDevice
         try process.run()
+        if let input, let inputPipe {
+            try? inputPipe.fileHandleForWriting.write(contentsOf: input)
+            try? inputPipe.fileHandleForWriting.close()
+        }
         let data = output.fileHandleForReading.readDataToEndOfFile()
         let message = error.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
@@ -278,7 +311,9 @@ struct Demo {
 
 /// The demo's model: the shape DESIGN.md shows.
 final class AccountModel {
-    @Stored(backed: .vault(service: "demo.app", account: "session-token")) var token: String? = nil
+    static let service = "demo.app"
+    static let account = "session-token"
+    @Stored(backed: .vault(service: service, account: account)) var token: String? = nil
     @Stored(backed: .keyValue(key: "login")) var login = ""
     @Stored(backed: .vault(service: "demo.app", account: "api-token")) var apiToken: String? = nil
     @Computed var status: String

@@ -349,3 +349,64 @@ package final class FileWatch: Sendable {
 
     deinit { cancel() }
 }
+
+/// The observers of one store and the directory watch that serves them: the first observer
+/// starts the watch, the last one's observation cancels it (with no lock held — a cancel may
+/// wait for the watcher thread, which may be inside a handler taking the store's locks).
+/// Shared by the strategies that adopt ``ChangeObservingPersistenceStrategy``.
+package final class WatchedObservers<Change: Sendable>: Sendable {
+    private struct State {
+        var handlers: [UInt64: @Sendable (Change) -> Void] = [:]
+        var next: UInt64 = 0
+        var watch: FileWatch?
+    }
+
+    private let state = Locked(State())
+
+    package init() {}
+
+    /// The active watch, if anyone observes.
+    package var watch: FileWatch? { state.withLock { $0.watch } }
+
+    /// Adds `handler`. The first one calls `start` (with no lock held) for the watch; when the
+    /// last observation goes, the watch is cancelled and `stopped` runs.
+    package func add(
+        _ handler: @escaping @Sendable (Change) -> Void, start: () -> FileWatch,
+        stopped: @escaping @Sendable () -> Void
+    ) -> StoreObservation {
+        let (id, first) = state.withLock { s -> (UInt64, Bool) in
+            s.next += 1
+            s.handlers[s.next] = handler
+            return (s.next, s.handlers.count == 1 && s.watch == nil)
+        }
+        if first {
+            let watch = start()
+            let unused = state.withLock { s -> FileWatch? in
+                guard !s.handlers.isEmpty, s.watch == nil else { return watch }
+                s.watch = watch
+                return nil
+            }
+            // Lost a race with the last observer leaving, or another first one: cancelled
+            // elsewhere, since this may run under a caller's lock.
+            if let unused { DispatchQueue.global().async { unused.cancel() } }
+        }
+        return StoreObservation { [weak self] in self?.remove(id, stopped: stopped) }
+    }
+
+    private func remove(_ id: UInt64, stopped: @Sendable () -> Void) {
+        let watch = state.withLock { s -> FileWatch? in
+            s.handlers[id] = nil
+            guard s.handlers.isEmpty else { return nil }
+            defer { s.watch = nil }
+            return s.watch
+        }
+        guard let watch else { return }
+        stopped()
+        watch.cancel()
+    }
+
+    /// Tells every observer.
+    package func notify(_ change: Change) {
+        for handler in state.withLock({ Array($0.handlers.values) }) { handler(change) }
+    }
+}

@@ -124,6 +124,15 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
     ///   memory is then unchanged, and ``error`` holds the failure.
     @discardableResult
     func load() throws -> Value {
+        try load(keepingUnsavedWrite: false)
+    }
+
+    /// ``load()``; with `keepingUnsavedWrite` (a reload because the store changed elsewhere), a
+    /// write made here that is not persisted yet — inside a batch, or between the setter and its
+    /// save — is newer than what the store holds and is kept: it is about to be written over the
+    /// other writer's value (the last write wins). Without this, a reload racing a batch put the
+    /// older stored value back in memory and the batch then found nothing left to persist.
+    func load(keepingUnsavedWrite: Bool) throws -> Value {
         let outcome: Result<(value: Value, changed: Bool), CofferError> = persistLock.withLock { _ in
             let target: (strategy: any PersistenceStrategy, key: String)?
             switch state.withLock({ resolve(&$0) }) {
@@ -142,7 +151,8 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                 mutate { $0.loaded = true }
                 return .failure(.wrapping(error, "loading \(backing)"))
             }
-            let changed = mutate { s in
+            let (value, changed) = mutate { s -> (Value, Bool) in
+                if keepingUnsavedWrite, s.loaded, s.version != s.persistedVersion { return (s.value, false) }
                 s.loaded = true
                 let changed = !isEqualValues(s.value, loaded)
                 if changed {
@@ -150,9 +160,9 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                     s.version += 1
                 }
                 s.persistedVersion = s.version
-                return changed
+                return (loaded, changed)
             }
-            return .success((loaded, changed))
+            return .success((value, changed))
         }
         switch outcome {
         case .success(let result):
@@ -496,14 +506,14 @@ extension StoredCell: BatchParticipant {
 
 extension StoredCell: RegisteredCell, OutsideChangeReceiver {
     func reloadAfterSiblingChange() {
-        _ = try? load()  // a failure is recorded in `error`
+        _ = try? load(keepingUnsavedWrite: true)  // a failure is recorded in `error`
     }
 
     /// Another process (or instance) changed the key: reload it. The value in memory is kept
     /// when that fails (a locked vault, a removed file), and `error` says why.
     func reloadAfterOutsideChange() {
         guard state.withLock({ $0.loaded && !$0.detached }) else { return }  // nobody read it yet
-        _ = try? load()
+        _ = try? load(keepingUnsavedWrite: true)
     }
 
     /// The last property using this cell went away: stop following outside changes.

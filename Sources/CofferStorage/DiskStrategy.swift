@@ -22,14 +22,8 @@ public final class DiskStrategy: PersistenceStrategy, ChangeObservingPersistence
     public let directory: String
     private let fs: any FileSystem
 
-    private struct Observers {
-        var handlers: [UInt64: @Sendable (StoreChange) -> Void] = [:]
-        var next: UInt64 = 0
-        var watch: FileWatch?
-    }
-
     /// Who is told about files other processes replace, and the directory watch that tells.
-    private let observers = Locked(Observers())
+    private let observers = WatchedObservers<StoreChange>()
     static let magic: [UInt8] = Array("CFD1".utf8)
     static let fileExtension = ".cofferd"
 
@@ -81,34 +75,11 @@ public final class DiskStrategy: PersistenceStrategy, ChangeObservingPersistence
     /// This instance's own saves are seen too; a property rereads the value and notifies only
     /// when it differs.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let (id, first) = observers.withLock { o -> (UInt64, Bool) in
-            o.next += 1
-            o.handlers[o.next] = handler
-            return (o.next, o.handlers.count == 1)
-        }
-        if first {
-            let watch = FileWatcher.shared.watch(directory: (try? fs.resolve(directory)) ?? directory) {
-                [weak self] names in
+        observers.add(handler) {
+            FileWatcher.shared.watch(directory: (try? fs.resolve(directory)) ?? directory) { [weak self] names in
                 self?.deliver(names)
             }
-            let unused = observers.withLock { o -> FileWatch? in
-                guard !o.handlers.isEmpty, o.watch == nil else { return watch }
-                o.watch = watch
-                return nil
-            }
-            if let unused { DispatchQueue.global().async { unused.cancel() } }
-        }
-        return StoreObservation { [weak self] in self?.removeObserver(id) }
-    }
-
-    private func removeObserver(_ id: UInt64) {
-        let watch = observers.withLock { o -> FileWatch? in
-            o.handlers[id] = nil
-            guard o.handlers.isEmpty else { return nil }
-            defer { o.watch = nil }
-            return o.watch
-        }
-        watch?.cancel()
+        } stopped: {}
     }
 
     /// The keys held by the changed files; `nil` (anything) when a file is gone or unreadable
@@ -130,7 +101,7 @@ public final class DiskStrategy: PersistenceStrategy, ChangeObservingPersistence
             keys = nil
         }
         if let found = keys, found.isEmpty { return }
-        for handler in observers.withLock({ Array($0.handlers.values) }) { handler(StoreChange(keys: keys)) }
+        observers.notify(StoreChange(keys: keys))
     }
 
     // MARK: - Names and bytes

@@ -50,14 +50,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
 
     private let state: Locked<State>
 
-    private struct Observers {
-        var handlers: [UInt64: @Sendable (StoreChange) -> Void] = [:]
-        var next: UInt64 = 0
-        var watch: FileWatch?
-    }
-
     /// Who is told about outside changes, and the directory watch that tells this instance.
-    private let observers = Locked(Observers())
+    private let observers = WatchedObservers<StoreChange>()
 
     /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
     ///
@@ -249,12 +243,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// change. The suite's directory is watched (inotify on Linux, else polling; see
     /// `FileWatcher`) while at least one observation is alive.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let (id, first) = observers.withLock { o -> (UInt64, Bool) in
-            o.next += 1
-            o.handlers[o.next] = handler
-            return (o.next, o.handlers.count == 1)
-        }
-        if first {
+        observers.add(handler) {
             let journalPath = state.withLock { s -> String in
                 s.tracking = true
                 s.outside = []
@@ -262,39 +251,18 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
                 return s.journal.path
             }
             let name = DurableIO.lastComponent(of: journalPath)
-            let watch = FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: journalPath)) {
-                [weak self] names in
+            return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: journalPath)) { [weak self] names in
                 // Other files of the directory (other suites, temporary files) are not ours.
                 if let names, !names.isEmpty, !names.contains(name) { return }
                 self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
             }
-            // Installed unless the last observer left meanwhile (then it is dropped here).
-            let unused = observers.withLock { o -> FileWatch? in
-                guard !o.handlers.isEmpty, o.watch == nil else { return watch }
-                o.watch = watch
-                return nil
+        } stopped: { [weak self] in
+            self?.state.withLock { s in
+                s.tracking = false
+                s.outside = []
+                s.outsideAll = false
             }
-            // The last observer left meanwhile. Cancelled elsewhere: this may run under a caller's
-            // lock, and a cancel may wait for the watcher thread.
-            if let unused { DispatchQueue.global().async { unused.cancel() } }
         }
-        return StoreObservation { [weak self] in self?.removeObserver(id) }
-    }
-
-    private func removeObserver(_ id: UInt64) {
-        let watch = observers.withLock { o -> FileWatch? in
-            o.handlers[id] = nil
-            guard o.handlers.isEmpty else { return nil }
-            defer { o.watch = nil }
-            return o.watch
-        }
-        guard let watch else { return }
-        state.withLock { s in
-            s.tracking = false
-            s.outside = []
-            s.outsideAll = false
-        }
-        watch.cancel()  // no lock held: the watcher thread may be inside a handler taking them
     }
 
     /// Catches up with the file and tells the observers what other writers changed.
@@ -314,8 +282,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
             // The file was removed or damaged: every observer rereads, and reports the error.
             change = StoreChange(keys: nil)
         }
-        guard let change else { return }
-        for handler in observers.withLock({ Array($0.handlers.values) }) { handler(change) }
+        if let change { observers.notify(change) }
     }
 
     private static func apply(_ records: [JournalRecord], to state: inout State) throws {

@@ -41,14 +41,8 @@ public final class Vault: Sendable {
     private let kdfLimit: Argon2idParameters
     private let state: Locked<Session?>
 
-    private struct Observers {
-        var handlers: [UInt64: @Sendable (Set<VaultItemID>?) -> Void] = [:]
-        var next: UInt64 = 0
-        var watch: FileWatch?
-    }
-
     /// Who is told about changes made by other processes, and the directory watch that tells.
-    private let observers = Locked(Observers())
+    private let observers = WatchedObservers<Set<VaultItemID>?>()
 
     static let application: UInt16 = 2
 
@@ -328,7 +322,7 @@ public final class Vault: Sendable {
         if !isLocked { return }
         var session = try Self.openSession(
             url: url, unlock: source, kdfLimit: kdfLimit ?? self.kdfLimit, options: options, fileSystem: fs)
-        let watch = observers.withLock { $0.watch }
+        let watch = observers.watch
         session.outside.tracking = watch != nil
         state.withLock { $0 = session }
         // Whatever changed while it was locked: observers reread everything (from the watcher
@@ -349,42 +343,20 @@ public final class Vault: Sendable {
     /// it can tell: a reader then gets ``CofferError/Code/locked`` until it is unlocked, and
     /// everything is reported again at ``unlock(_:kdfLimit:)``.
     public func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
-        let (id, first) = observers.withLock { o -> (UInt64, Bool) in
-            o.next += 1
-            o.handlers[o.next] = handler
-            return (o.next, o.handlers.count == 1)
-        }
-        if first {
+        observers.add(handler) {
             let path = (try? fs.resolve(url.path)) ?? url.path
             state.withLock { session in
                 session?.outside = OutsideChanges()
                 session?.outside.tracking = true
             }
             let name = DurableIO.lastComponent(of: path)
-            let watch = FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: path)) { [weak self] names in
+            return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: path)) { [weak self] names in
                 if let names, !names.isEmpty, !names.contains(name) { return }
                 self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
             }
-            let unused = observers.withLock { o -> FileWatch? in
-                guard !o.handlers.isEmpty, o.watch == nil else { return watch }
-                o.watch = watch
-                return nil
-            }
-            if let unused { DispatchQueue.global().async { unused.cancel() } }
+        } stopped: { [weak self] in
+            self?.state.withLock { $0?.outside = OutsideChanges() }
         }
-        return StoreObservation { [weak self] in self?.removeObserver(id) }
-    }
-
-    private func removeObserver(_ id: UInt64) {
-        let watch = observers.withLock { o -> FileWatch? in
-            o.handlers[id] = nil
-            guard o.handlers.isEmpty else { return nil }
-            defer { o.watch = nil }
-            return o.watch
-        }
-        guard let watch else { return }
-        state.withLock { $0?.outside = OutsideChanges() }
-        watch.cancel()  // no lock held: the watcher thread may be inside a handler taking them
     }
 
     /// Catches up with the file and tells the observers which items other writers changed.
@@ -402,7 +374,7 @@ public final class Vault: Sendable {
             change = .some(nil)  // removed or damaged: every observer rereads and reports the error
         }
         guard case .some(let items) = change else { return }
-        for handler in observers.withLock({ Array($0.handlers.values) }) { handler(items) }
+        observers.notify(items)
     }
 
     // MARK: - Items

@@ -286,3 +286,23 @@ struct PollingFallbackTests {
         #expect(child.wait() == 0)
     }
 }
+
+@Suite("Changes from elsewhere: an unsaved write here")
+struct UnsavedWriteTests {
+    @Test("A change from elsewhere that lands inside a batch does not undo the batch's write")
+    func reloadKeepsAnUnsavedWrite() throws {
+        try withTemporaryContext { context in
+            let theme = Stored(wrappedValue: "light", backed: .keyValue(key: "theme"))
+            _ = try theme.load()
+            let other = try KeyValueFileStrategy(directory: context.directory, suite: "standard")
+            batch {
+                theme.wrappedValue = "mine"  // in memory; persisted when the batch ends
+                try? other.set("theirs", for: "theme")
+                Thread.sleep(forTimeInterval: 0.3)  // the watcher reloads meanwhile
+                #expect(theme.wrappedValue == "mine")
+            }
+            #expect(theme.wrappedValue == "mine")
+            #expect(try other.get(String.self, for: "theme") == "mine")  // the last write won, on disk too
+        }
+    }
+}

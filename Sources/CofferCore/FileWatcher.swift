@@ -56,6 +56,9 @@ package final class FileWatcher: Sendable {
         var threadID: pthread_t?
         /// Bumped by every start: a thread whose generation is not current ends.
         var generation: UInt64 = 0
+        /// Told from the watcher thread, never from the caller of `watch` (which may hold a
+        /// property's lock that the application's warning handler would want).
+        var pendingWarnings: [CofferWarning] = []
     }
 
     private let state = Locked(State())
@@ -185,16 +188,16 @@ package final class FileWatcher: Sendable {
     /// The inotify descriptor watching `directory`, or `nil` when it must be polled (told once).
     private func addDescriptor(for directory: String, in s: inout State) -> Int32? {
         if Self.forcePolling {
-            warnPolling(directory, "COFFER_WATCH=poll is set")
+            warnPolling(directory, "COFFER_WATCH=poll is set", in: &s)
             return nil
         }
         #if os(Linux)
         guard s.inotify >= 0 else {
-            warnPolling(directory, "inotify is not available (\(CofferError.errnoText(errno)))")
+            warnPolling(directory, "inotify is not available (\(CofferError.errnoText(errno)))", in: &s)
             return nil
         }
         if let reason = Self.remoteFileSystem(directory) {
-            warnPolling(directory, reason)
+            warnPolling(directory, reason, in: &s)
             return nil
         }
         let mask =
@@ -206,18 +209,18 @@ package final class FileWatcher: Sendable {
                 errno == ENOSPC
                 ? "the inotify watch limit is reached (raise fs.inotify.max_user_watches)"
                 : "inotify cannot watch it (\(CofferError.errnoText(errno)))"
-            warnPolling(directory, why)
+            warnPolling(directory, why, in: &s)
             return nil
         }
         return wd
         #else
-        warnPolling(directory, "file watching is not implemented on this platform yet")
+        warnPolling(directory, "file watching is not implemented on this platform yet", in: &s)
         return nil
         #endif
     }
 
-    private func warnPolling(_ directory: String, _ why: String) {
-        CofferWarnings.warn(
+    private func warnPolling(_ directory: String, _ why: String, in s: inout State) {
+        s.pendingWarnings.append(
             CofferWarning(
                 .watchFallback,
                 "changes made by other processes are found by polling (every few hundred milliseconds) because "
@@ -256,7 +259,7 @@ package final class FileWatcher: Sendable {
             if ready < 0 && errno != EINTR { return }
             // Drain the wake pipe.
             while read(descriptors.wakeRead, &buffer, buffer.count) > 0 {}
-            var events: [(descriptor: Int32, name: String?)] = []
+            var events: [(descriptor: Int32, name: String?, gone: Bool)] = []
             var overflow = false
             #if os(Linux)
             if descriptors.inotify >= 0 {
@@ -267,11 +270,26 @@ package final class FileWatcher: Sendable {
                 }
             }
             #endif
+            let warnings = state.withLock { s -> [CofferWarning] in
+                defer { s.pendingWarnings = [] }
+                return s.pendingWarnings
+            }
+            for warning in warnings { CofferWarnings.warn(warning) }
             let calls = state.withLock { s -> [(Handler, Set<String>?)] in
                 guard s.running, s.generation == generation else { return [] }
                 let now = ContinuousClock.now
                 for event in events {
-                    for id in s.byDescriptor[event.descriptor] ?? [] {
+                    let ids = s.byDescriptor[event.descriptor] ?? []
+                    if event.gone {
+                        // The directory was removed or moved away: the kernel dropped the watch.
+                        // Its watches poll from now on (a store recreated there is found).
+                        s.byDescriptor[event.descriptor] = nil
+                        for id in ids {
+                            s.watches[id]!.descriptor = nil
+                            warnPolling(s.watches[id]!.directory, "the directory was removed or moved", in: &s)
+                        }
+                    }
+                    for id in ids {
                         s.watches[id]!.hasPending = true
                         if let name = event.name {
                             s.watches[id]!.pending?.insert(name)
@@ -303,7 +321,8 @@ package final class FileWatcher: Sendable {
     #if os(Linux)
     /// `struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }`, packed.
     private static func parseEvents(
-        _ bytes: ArraySlice<UInt8>, into events: inout [(descriptor: Int32, name: String?)], overflow: inout Bool
+        _ bytes: ArraySlice<UInt8>, into events: inout [(descriptor: Int32, name: String?, gone: Bool)],
+        overflow: inout Bool
     ) {
         var offset = bytes.startIndex
         while offset + 16 <= bytes.endIndex {
@@ -319,7 +338,7 @@ package final class FileWatcher: Sendable {
             let nameBytes = bytes[nameStart..<(nameStart + length)].prefix { $0 != 0 }
             let whole = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
             let name: String? = whole || nameBytes.isEmpty ? nil : String(decoding: nameBytes, as: UTF8.self)
-            events.append((wd, name))
+            events.append((wd, name, mask & UInt32(IN_IGNORED) != 0))
             offset = nameStart + length
         }
     }

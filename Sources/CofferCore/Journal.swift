@@ -412,7 +412,15 @@ public final class Journal: @unchecked Sendable {
             return JournalChanges(reset: false, records: try readForward(repair: false))
         }
         let before = control?.trustedGeneration
-        let changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: false))
+        let changes: JournalChanges
+        do {
+            changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: false))
+        } catch {
+            // The path no longer names a readable store (removed by hand, say): every later
+            // call checks it again instead of trusting the control page, so it keeps saying so.
+            identityCheckedAt = .now - options.identityCheckInterval - .seconds(1)
+            throw error
+        }
         // Learn the generation only if no replacement began while the path was checked.
         if let before, control?.trustedGeneration == before { knownGeneration = before }
         return changes

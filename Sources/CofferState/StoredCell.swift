@@ -189,73 +189,83 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
     /// Reads, transforms and writes the value as one step (see ``Stored/update(_:)``).
     @discardableResult
     func update(_ body: (inout Value) throws -> Void) throws -> Value {
-        let (value, changed) = try persistLock.withLock { _ throws -> (Value, Bool) in
-            let target: (strategy: any PersistenceStrategy, key: String)?
-            switch state.withLock({ resolve(&$0) }) {
-            case .failure(let error):
-                setError(error)
-                throw error
-            case .success(let resolved): target = resolved
-            }
-            guard let (strategy, key) = target else {
-                // Memory: atomic with respect to other updates (the persist lock).
-                var value = read().0
+        let target: (strategy: any PersistenceStrategy, key: String)?
+        switch state.withLock({ resolve(&$0) }) {
+        case .failure(let error):
+            setError(error)
+            throw error
+        case .success(let resolved): target = resolved
+        }
+        // `body` runs with no lock held (it may read or write this property, or others), so
+        // each form is optimistic: read, transform, then apply only if nothing changed meanwhile.
+        guard let (strategy, key) = target else {
+            while true {  // memory: compare the version
+                let (current, version) = read()
+                var value = current
                 try body(&value)
-                return (value, adopt(value, persisted: true))
-            }
-            do {
-                guard let swappable = strategy as? any CompareAndSwapPersistenceStrategy else {
-                    // No compare-and-swap: atomic within this process only (the persist lock).
-                    var value = try strategy.load(key).map {
-                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
-                    } ?? initialValue
-                    try body(&value)
-                    try store(value, in: strategy, key: key)
-                    return (value, adopt(value, persisted: true))
-                }
-                while true {
-                    let current = try strategy.load(key)
-                    var value = try current.map {
-                        try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
-                    } ?? initialValue
-                    try body(&value)
-                    let next: Data? = isNil?(value) == true ? nil : try ValueCodec.encode(value, as: strategy.valueEncoding)
-                    if try swappable.compareAndSwap(key, expected: current, new: next) {
-                        return (value, adopt(value, persisted: true))
+                let applied: Bool? = mutate { s in
+                    guard s.version == version else { return nil }
+                    let changed = !isEqualValues(s.value, value)
+                    if changed {
+                        s.value = value
+                        s.version += 1
                     }
-                    // Another writer got in between: read again and run `body` on its value.
+                    s.persistedVersion = s.version
+                    return changed
                 }
-            } catch let error as CofferError {
-                setError(error)
-                throw error
+                if let changed = applied {
+                    if changed { valueDidChange() }
+                    return value
+                }
             }
         }
-        setError(nil)
-        if changed { valueDidChange() }
-        notifySiblings()
-        return value
-    }
-
-    /// Stores `value` (an `Optional` that is `nil` removes the key).
-    private func store(_ value: Value, in strategy: any PersistenceStrategy, key: String) throws {
-        if let isNil, isNil(value) {
-            try strategy.remove(key)
-        } else {
-            try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
+        do {
+            // A write made here and not saved yet (inside a batch) is newer than the store:
+            // saved first, so `body` starts from it.
+            if let error = persist(force: false) { throw error }
+            while true {
+                let current = try strategy.load(key)
+                var value = try current.map {
+                    try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
+                } ?? initialValue
+                try body(&value)
+                let next: Data? = isNil?(value) == true ? nil : try ValueCodec.encode(value, as: strategy.valueEncoding)
+                let swapped: Bool
+                if let swappable = strategy as? any CompareAndSwapPersistenceStrategy {
+                    swapped = try swappable.compareAndSwap(key, expected: current, new: next)  // across processes
+                } else {
+                    // Within this process only: the persist lock serialises this property's writers.
+                    swapped = try persistLock.withLock { _ throws -> Bool in
+                        guard try strategy.load(key) == current else { return false }
+                        if let next { try strategy.save(next, for: key) } else { try strategy.remove(key) }
+                        return true
+                    }
+                }
+                guard swapped else { continue }  // another writer got in between: run `body` again
+                let changed = persistLock.withLock { _ in adopt(value) }
+                setError(nil)
+                if changed { valueDidChange() }
+                notifySiblings()
+                return value
+            }
+        } catch let error as CofferError {
+            setError(error)
+            throw error
         }
     }
 
-    /// Makes `value` the value in memory; returns whether it changed. With `persisted`, the store
-    /// is known to hold it already.
-    private func adopt(_ value: Value, persisted: Bool) -> Bool {
+    /// Makes `value`, which the store now holds, the value in memory; returns whether it
+    /// changed. A write made here meanwhile and not saved yet is newer, and is kept.
+    private func adopt(_ value: Value) -> Bool {
         mutate { s in
+            if s.loaded, s.version != s.persistedVersion { return false }
             s.loaded = true
             let changed = !isEqualValues(s.value, value)
             if changed {
                 s.value = value
                 s.version += 1
             }
-            if persisted { s.persistedVersion = s.version }
+            s.persistedVersion = s.version
             return changed
         }
     }

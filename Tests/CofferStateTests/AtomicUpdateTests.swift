@@ -133,3 +133,32 @@ final class HelperChild {
         return process.terminationStatus
     }
 }
+
+@Suite("Atomic update: the body runs with no lock held")
+struct UpdateReentrancyTests {
+    final class Model {
+        @Stored(backed: .keyValue(key: "n")) var n = 0
+        @Stored var memory = 0
+    }
+
+    @Test("The body may read and write the property, and a batch's unsaved write is its starting point")
+    func reentrantBody() throws {
+        try withTemporaryContext { _ in
+            let model = Model()
+            // Used to stop the process: "Recursive call to lock Mutex".
+            let result = try model.$n.update { value in
+                value = model.n + 1
+                model.memory = value
+            }
+            #expect(result == 1)
+            let memory = try model.$memory.update { value in value += model.memory }
+            #expect(memory == 2)
+            batch {
+                model.n = 5
+                #expect((try? model.$n.update { $0 += 1 }) == 6)  // used to give 1: the 5 was dropped
+            }
+            #expect(model.n == 6)
+            #expect(try model.$n.load() == 6)
+        }
+    }
+}

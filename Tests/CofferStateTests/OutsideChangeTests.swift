@@ -306,3 +306,19 @@ struct UnsavedWriteTests {
         }
     }
 }
+
+@Suite("Changes from elsewhere: a removal right after a read")
+struct RemovalTests {
+    @Test("A suite removed by hand within a second of the last check is still reported, and stays reported")
+    func removalIsReported() async throws {
+        try await withTemporaryContext { (context: CofferContext) async throws in
+            let theme = Stored(wrappedValue: "light", backed: .keyValue(key: "theme"))
+            theme.wrappedValue = "dark"
+            #expect(unlink(context.directory.appendingPathComponent("standard.cofferkv").path) == 0)
+            #expect(await OutsideChangeTests.eventually { theme.error?.code == .notFound })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(theme.error?.code == .notFound)  // not cleared by a later reload trusting the page
+            #expect(theme.wrappedValue == "dark")
+        }
+    }
+}

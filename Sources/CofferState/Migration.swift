@@ -78,16 +78,7 @@ extension StoredCell {
                 // (often a plaintext token) is gone from the file, not just marked removed.
                 if let compactable = sourceStrategy as? any CompactablePersistenceStrategy { try compactable.compact() }
                 guard outcome == .moved else { return (outcome, false) }
-                let changed = mutate { s in
-                    s.loaded = true
-                    let changed = !(isEqualValues(s.value, value))
-                    if changed {
-                        s.value = value
-                        s.version += 1
-                    }
-                    s.persistedVersion = s.version
-                    return changed
-                }
+                let changed = mutate { s in adoptStored(value, in: &s, keepingUnsavedWrite: false) ?? false }
                 return (outcome, changed)
             } catch {
                 throw .wrapping(error, "migrating \(old) to \(backing)")

@@ -152,14 +152,9 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                 return .failure(.wrapping(error, "loading \(backing)"))
             }
             let (value, changed) = mutate { s -> (Value, Bool) in
-                if keepingUnsavedWrite, s.loaded, s.version != s.persistedVersion { return (s.value, false) }
-                s.loaded = true
-                let changed = !isEqualValues(s.value, loaded)
-                if changed {
-                    s.value = loaded
-                    s.version += 1
+                guard let changed = adoptStored(loaded, in: &s, keepingUnsavedWrite: keepingUnsavedWrite) else {
+                    return (s.value, false)
                 }
-                s.persistedVersion = s.version
                 return (loaded, changed)
             }
             return .success((value, changed))
@@ -257,17 +252,22 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
     /// Makes `value`, which the store now holds, the value in memory; returns whether it
     /// changed. A write made here meanwhile and not saved yet is newer, and is kept.
     private func adopt(_ value: Value) -> Bool {
-        mutate { s in
-            if s.loaded, s.version != s.persistedVersion { return false }
-            s.loaded = true
-            let changed = !isEqualValues(s.value, value)
-            if changed {
-                s.value = value
-                s.version += 1
-            }
-            s.persistedVersion = s.version
-            return changed
+        mutate { s in adoptStored(value, in: &s, keepingUnsavedWrite: true) ?? false }
+    }
+
+    /// Makes `value`, which the store holds, the value in `s`, and records that the store holds
+    /// it; returns whether it changed, or `nil` when `keepingUnsavedWrite` kept a newer write
+    /// made here that is not saved yet.
+    func adoptStored(_ value: Value, in s: inout State, keepingUnsavedWrite: Bool) -> Bool? {
+        if keepingUnsavedWrite, s.loaded, s.version != s.persistedVersion { return nil }
+        s.loaded = true
+        let changed = !isEqualValues(s.value, value)
+        if changed {
+            s.value = value
+            s.version += 1
         }
+        s.persistedVersion = s.version
+        return changed
     }
 
     // MARK: Internals

@@ -117,11 +117,16 @@ package final class FileWatcher: Sendable {
             }
             guard s.watches.isEmpty, s.running else { return nil }
             s.running = false
+            // Woken here, under the lock: once it is released a new watch may start a new thread
+            // with a new pipe, and this thread, asleep in `poll` on the old one, would never end.
+            if s.wakeWrite >= 0 {
+                var byte: UInt8 = 1
+                _ = write(s.wakeWrite, &byte, 1)
+            }
             // Cancelled from a handler: the thread ends by itself after the handler returns.
             if let thread = s.threadID, pthread_equal(thread, pthread_self()) != 0 { return nil }
             return s.exited
         }
-        wake()
         exited?.wait()
     }
 

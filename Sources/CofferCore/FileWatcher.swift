@@ -65,8 +65,6 @@ package final class FileWatcher: Sendable {
 
     private init() {}
 
-    /// How many watches are active (for tests: none are left behind).
-    package var activeWatchCount: Int { state.withLock { $0.watches.count } }
     /// Whether the watcher thread is running.
     package var isRunning: Bool { state.withLock { $0.running } }
 

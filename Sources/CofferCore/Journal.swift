@@ -486,7 +486,6 @@ public final class Journal: @unchecked Sendable {
     private func appendPayloads<Payload: Collection & ContiguousBytes>(_ payloads: [Payload]) throws -> [Int64]
     where Payload.Element == UInt8 {
         try checkOpen()
-        try checkWritable()
         if let syncFailure { throw syncFailure }
         guard !payloads.isEmpty else { return [] }
         var offsets: [Int64] = []
@@ -550,7 +549,6 @@ public final class Journal: @unchecked Sendable {
     /// - Parameter headerArea: a new header area, or `nil` to keep the current one.
     public func rewrite(payloads: [Data], headerArea: [UInt8]? = nil) throws {
         try checkOpen()
-        try checkWritable()
         if let syncFailure { throw syncFailure }
         try rewriteLocked(payloads: payloads, headerArea: headerArea)
     }
@@ -561,7 +559,6 @@ public final class Journal: @unchecked Sendable {
     /// checksums and sequence numbers and write one at a time (the vault does).
     public func writeHeaderArea(_ bytes: [UInt8], at offset: Int = 0) throws {
         try checkOpen()
-        try checkWritable()
         if let syncFailure { throw syncFailure }
         guard offset >= 0, offset + bytes.count <= options.headerAreaSize else {
             throw CofferError(.invalidArgument, "header area write out of range")

@@ -1,4 +1,5 @@
 package import CofferCore
+import Synchronization
 
 /// A ``StoredCell`` as the registry holds it, whatever its value type.
 protocol RegisteredCell: AnyObject, Sendable {
@@ -7,6 +8,9 @@ protocol RegisteredCell: AnyObject, Sendable {
     func reloadAfterSiblingChange()
     /// Its last property went away: stop following outside changes.
     func detach()
+    /// Whether other cells share its key with another value type (kept by the registry, so a
+    /// save takes the registry's lock only when there is someone to tell).
+    var hasSiblings: Atomic<Bool> { get }
 }
 
 /// The cells of the process, one per (backing identity, context, value type), each kept while
@@ -53,6 +57,7 @@ package enum CellRegistry {
             }
             let cell = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
             groups[group, default: [:]][key.type] = Entry(cell: cell, users: 1)
+            markSiblings(groups[group]!)
             return cell
         }
     }
@@ -67,11 +72,15 @@ package enum CellRegistry {
                 return nil
             }
             groups[key.group]![key.type] = nil
-            if groups[key.group]!.isEmpty { groups[key.group] = nil }
+            if groups[key.group]!.isEmpty { groups[key.group] = nil } else { markSiblings(groups[key.group]!) }
             return entry.cell
         }
         // Unsubscribed, then released (its deinit ends its streams) here, with no lock held.
         dropped?.detach()
+    }
+
+    private static func markSiblings(_ members: [ObjectIdentifier: Entry]) {
+        for entry in members.values { entry.cell.hasSiblings.store(members.count > 1, ordering: .relaxed) }
     }
 
     /// The cells bound to the same key as `key` with another value type.
@@ -90,10 +99,5 @@ package enum CellRegistry {
         guard let identity = backing.identity else { return 0 }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
         return groups.withLock { $0[group]?[ObjectIdentifier(Value.self)]?.users ?? 0 }
-    }
-
-    /// How many shared cells are alive (for tests: cells are released with their last property).
-    package static var liveCellCount: Int {
-        groups.withLock { $0.values.reduce(0) { $0 + $1.count } }
     }
 }

@@ -94,7 +94,4 @@ enum ChangeRouter {
         }
         for cell in cells { cell.reloadAfterOutsideChange() }
     }
-
-    /// How many cells are subscribed, on every strategy (for tests).
-    static var subscribedCellCount: Int { subscriptions.withLock { $0.values.reduce(0) { $0 + $1.count } } }
 }

@@ -52,6 +52,8 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
     @usableFromInline let word = Atomic<UInt64>(0)
     /// True once the value is loaded and `word` holds it (``usesWordPath`` only). Never cleared.
     @usableFromInline let wordReady = Atomic<Bool>(false)
+    /// Whether cells of another value type share this key (set by ``CellRegistry``).
+    let hasSiblings = Atomic<Bool>(false)
     // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
     // and a plain `KeyPath` (no existential) keeps the read path free of retains.
     @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value> = \StoredCell.wrappedValue
@@ -200,13 +202,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                 try body(&value)
                 let applied: Bool? = mutate { s in
                     guard s.version == version else { return nil }
-                    let changed = !isEqualValues(s.value, value)
-                    if changed {
-                        s.value = value
-                        s.version += 1
-                    }
-                    s.persistedVersion = s.version
-                    return changed
+                    return adoptStored(value, in: &s, keepingUnsavedWrite: false)
                 }
                 if let changed = applied {
                     if changed { valueDidChange() }
@@ -444,7 +440,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
 
     /// Tells the properties bound to this key with another value type that it was stored anew.
     func notifySiblings() {
-        guard let registryKey else { return }
+        guard let registryKey, hasSiblings.load(ordering: .relaxed) else { return }
         for sibling in CellRegistry.siblings(of: registryKey) { sibling.reloadAfterSiblingChange() }
     }
 

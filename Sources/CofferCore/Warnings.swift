@@ -28,6 +28,9 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// Changes made by other processes cannot be watched for (the inotify watch limit, a
         /// network file system, a platform without a watcher): they are found by polling.
         public static let watchFallback = Kind("watching falls back to polling")
+        /// The compaction that follows a write failed (a full disk, say); the write itself
+        /// succeeded, and the next write tries again.
+        public static let compactionFailed = Kind("compaction failed")
 
         public var description: String { name }
     }

@@ -156,7 +156,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// catching up, then applies them to the index (from the changes themselves: the records
     /// just written are not decoded again).
     private func commit(_ makeChanges: ([ExactKey: Entry]) throws -> [(key: String, data: Data?)]) throws {
-        let scheduleFlush = try state.withLock { state -> Bool in
+        let (scheduleFlush, compactionFailure) = try state.withLock { state -> (Bool, CofferWarning?) in
             let changes = try state.journal.withWriteLock { journalChanges in
                 try Self.apply(journalChanges, to: &state)
                 let changes = try makeChanges(state.index)
@@ -165,13 +165,23 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
                 return zip(changes, payloads).map { ($0.0, $0.1.count + Journal.frameHeaderSize) }
             }
             for ((key, value), size) in changes { Self.index(key: ExactKey(key), value: value, size: size, in: &state) }
-            try compactIfWorthIt(&state)
+            // The commit is durable (or in the kernel): a failed compaction must not report it
+            // as failed. Told once, after the lock; the next write tries again.
+            var failure: CofferWarning?
+            do {
+                try compactIfWorthIt(&state)
+            } catch {
+                failure = CofferWarning(
+                    .compactionFailed, "compacting after a write failed; the write itself is kept: \(error)",
+                    path: state.journal.path)
+            }
             guard case .coalesced = durability, state.journal.hasUnsyncedWrites, !state.flushScheduled else {
-                return false
+                return (false, failure)
             }
             state.flushScheduled = true
-            return true
+            return (true, failure)
         }
+        if let compactionFailure { CofferWarnings.warn(compactionFailure) }
         if scheduleFlush, case .coalesced(let window) = durability {
             DispatchQueue.global().asyncAfter(deadline: .now() + window) { [weak self] in
                 // A failure here is kept by the journal and thrown by the next write or flush().

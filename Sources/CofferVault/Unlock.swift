@@ -43,14 +43,14 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
 
     /// A key file: its whole content (at least 32 bytes, ideally random) is the secret.
     ///
-    /// The file must be a regular file of at most ``maximumKeyFileSize`` bytes, named by its own
-    /// path: a symbolic link is not followed, and a FIFO, socket, device or directory is refused
-    /// at once (never waited on). To take a key from a pipe, read it yourself and use
-    /// ``keyFileContents(_:)``.
+    /// The file must be a regular file of at most ``maximumKeyFileSize`` bytes (a symbolic link
+    /// to one is followed); a FIFO, socket, device or directory is refused at once (never
+    /// waited on), and no more than the size the file reports is read. To take a key from a
+    /// pipe, read it yourself and use ``keyFileContents(_:)``.
     ///
     /// - Throws (when the vault is opened): ``CofferError/Code/notFound`` when there is no such
-    ///   file, ``CofferError/Code/invalidArgument`` for a link, a file that is not a regular
-    ///   file or holds fewer than 32 bytes, ``CofferError/Code/limitExceeded`` above
+    ///   file, ``CofferError/Code/invalidArgument`` for a file that is not a regular file or
+    ///   holds fewer than 32 bytes, ``CofferError/Code/limitExceeded`` above
     ///   ``maximumKeyFileSize``.
     public static func keyFile(_ url: URL) -> VaultUnlock { VaultUnlock(source: .keyFile(url)) }
 
@@ -181,7 +181,10 @@ enum KeyFileReader {
             explicit_bzero(buffer.baseAddress!, capacity)
             buffer.deallocate()
         }
-        let count = try fileSystem.readFully(fd, into: buffer, at: 0)
+        // At most the size the file says it has: a file whose size reads as 0 but whose read
+        // blocks or streams (/proc/kmsg) is never waited on; it holds 0 bytes and is refused.
+        let count = try fileSystem.readFully(
+            fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<Int(min(status.size, Int64(capacity)))]), at: 0)
         try check(count: count, path: path)
         return try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: buffer[..<count])) }
     }

@@ -674,6 +674,7 @@ public final class Vault: Sendable {
     private func withSession<T>(_ body: (inout Session) throws -> T) throws -> T {
         try state.withLock { session in
             guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            if let failure = session!.failure { throw failure }
             return try body(&session!)
         }
     }
@@ -740,7 +741,7 @@ public final class Vault: Sendable {
     ) throws {
         try Self.checkIdentity(service: service, account: account)
         try Self.checkLengths(service: service, account: account, label: nil, comment: nil)
-        try withSession { live in
+        let warning = try withSession { live -> CofferWarning? in
             try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
                 var current = try live.entries[ItemKey(service: service, account: account)].map {
@@ -764,8 +765,9 @@ public final class Vault: Sendable {
                     _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
                 }
             }
-            try live.compactIfWorthIt()
+            return live.compactAfterCommit()
         }
+        if let warning { CofferWarnings.warn(warning) }
     }
 
     @discardableResult
@@ -779,14 +781,15 @@ public final class Vault: Sendable {
                 try Self.checkLengths(service: service, account: account, label: label, comment: comment)
             }
         }
-        return try withSession { live in
+        let (written, warning) = try withSession { live in
             let written = try live.journal.withWriteLock { journalChanges in
                 try live.apply(journalChanges)
                 return try live.commit(changes)
             }
-            try live.compactIfWorthIt()
-            return written
+            return (written, live.compactAfterCommit())
         }
+        if let warning { CofferWarnings.warn(warning) }
+        return written
     }
 
     private func updateHeader(_ change: (inout VaultHeader, inout Session) throws -> Void) throws {
@@ -977,6 +980,12 @@ struct Session: Sendable {
     var liveBytes = 0
     /// The items other writers changed since observers were last told (while observed).
     var outside = OutsideChanges()
+    /// Set when what other writers did could not be applied (the file was replaced by another
+    /// vault, a record fails authentication): the journal has moved past it, so this session's
+    /// items, keys and chain no longer describe the file. Every later call throws it — no stale
+    /// read, no write sealed with the old chain — until the vault is locked and unlocked, or
+    /// opened again.
+    var failure: CofferError?
 
     init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int) throws {
         self.journal = journal
@@ -987,6 +996,16 @@ struct Session: Sendable {
     }
 
     mutating func apply(_ changes: JournalChanges) throws {
+        do {
+            try applyOrThrow(changes)
+        } catch var error as CofferError {
+            error.message += " — this vault stops here: lock and unlock it, or open it again, to read the file anew"
+            failure = error
+            throw error
+        }
+    }
+
+    private mutating func applyOrThrow(_ changes: JournalChanges) throws {
         if changes.reset {
             // Another process compacted the file: a new epoch, so a new chain from its start.
             let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
@@ -1313,6 +1332,21 @@ struct Session: Sendable {
         var body: IndexedBody
         var chainBefore: ChainValue
         var chainAfter: ChainValue
+    }
+
+    /// ``compactIfWorthIt()`` after a commit that is already durable: a failure (a full disk,
+    /// say) must not make the caller believe the write failed, so it is returned as a warning
+    /// for the caller to tell through ``CofferWarnings`` once its locks are released, and the
+    /// file is left as it was (the next write tries again).
+    mutating func compactAfterCommit() -> CofferWarning? {
+        do {
+            try compactIfWorthIt()
+            return nil
+        } catch {
+            return CofferWarning(
+                .compactionFailed, "compacting after a write failed; the write itself is durable: \(error)",
+                path: journal.path)
+        }
     }
 
     mutating func compactIfWorthIt() throws {

@@ -16,7 +16,7 @@ struct CofferCommand: ParsableCommand {
             a passphrase typed on the terminal (without echo). With none of these and no terminal, \
             coffer stops with a usage error instead of waiting. A passphrase file may end with one \
             newline, which is not part of the passphrase. A key file must be a regular file of 32 \
-            bytes to 64 KiB (a link, a FIFO or a device is refused, never waited on); \
+            bytes to 64 KiB (a link to one is followed; a FIFO or a device is refused, never waited on); \
             --key-file - reads the key from standard input instead, for example from a pipe. \
             $COFFER_PASSPHRASE and $COFFER_NEW_PASSPHRASE are read at start-up and removed from \
             the environment (their bytes overwritten). coffer writes no core file and prints no \

@@ -3,6 +3,9 @@ SWIFT        ?= swift
 STRICT       := -Xswiftc -warnings-as-errors
 # Test output as a person reads it; CI reads `swift test`'s closing lines.
 TEST_FLAGS   ?=
+# `make test` builds every optional integration (package traits, see README "Integrations");
+# `make test-tsan` builds the core alone, which also proves the core needs none of them.
+TRAITS       ?= --enable-all-traits
 
 .PHONY: all deps build test test-tsan demo bench bench-check stress fuzz format clean
 
@@ -19,8 +22,8 @@ test: deps
 	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) check the vectors; optional.
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
 		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2
-	$(SWIFT) build --build-tests $(STRICT)
-	$(SWIFT) test --skip-build $(TEST_FLAGS)
+	$(SWIFT) build --build-tests $(STRICT) $(TRAITS)
+	$(SWIFT) test --skip-build $(TRAITS) $(TEST_FLAGS)
 
 ## Every test again under ThreadSanitizer (a separate build folder), except the memory-hygiene
 ## children: TSan replaces `mlock` with a no-op and handles SIGSEGV itself, so a test that counts

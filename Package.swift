@@ -17,9 +17,36 @@ let package = Package(
         .library(name: "Coffer", targets: ["Coffer"]),
         .library(name: "CofferTesting", targets: ["CofferTesting"]),
         .executable(name: "coffer", targets: ["coffer"]),
+        // Integrations (README "Integrations"): each builds only with its trait enabled.
+        .library(name: "CofferLogging", targets: ["CofferLogging"]),
+        .library(name: "CofferServiceLifecycle", targets: ["CofferServiceLifecycle"]),
+        .library(name: "CofferConfiguration", targets: ["CofferConfiguration"]),
+        .library(name: "CofferDependencies", targets: ["CofferDependencies"]),
+    ],
+    // Optional integrations: the core builds none of their packages unless a trait asks for it
+    // (`swift build --traits Logging`, or `traits: ["Logging"]` on the dependency).
+    traits: [
+        .trait(name: "Logging", description: "CofferLogging: Coffer's warnings go to a swift-log Logger."),
+        .trait(
+            name: "ServiceLifecycle",
+            description: "CofferServiceLifecycle: a Service that flushes, locks vaults and stops watches on shutdown."),
+        .trait(
+            name: "Configuration",
+            description: "CofferConfiguration: a swift-configuration ConfigProvider over a suite or a vault."),
+        .trait(
+            name: "Dependencies",
+            description: "CofferDependencies: a swift-dependencies key for the Coffer context, and settings objects."),
+        .default(enabledTraits: []),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // Without its default JSON trait: the provider needs none of the file formats.
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: []),
+        // Without its default traits (clocks, Combine schedulers): only the `Dependencies`
+        // product is used, which needs neither, nor swift-syntax (that is for the macros).
+        .package(url: "https://github.com/pointfreeco/swift-dependencies", from: "1.17.1", traits: []),
     ],
     targets: [
         .systemLibrary(
@@ -50,7 +77,16 @@ let package = Package(
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
-            dependencies: ["CofferStorage", "CofferVault", "CofferState"],
+            dependencies: [
+                "CofferStorage", "CofferVault", "CofferState",
+                // The integration children (Integrations.swift), built with their traits.
+                .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
+                .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+            ],
             swiftSettings: strictSettings
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
@@ -81,5 +117,60 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCLITests", dependencies: ["coffer"], swiftSettings: strictSettings),
+
+        // Integrations. Each target compiles to an empty module unless its trait is enabled
+        // (its sources are wrapped in `#if Trait`), and its package dependency is conditional.
+        .target(
+            name: "CofferLogging",
+            dependencies: [
+                "CofferCore", "CofferCrypto",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "CofferServiceLifecycle",
+            dependencies: [
+                "CofferCore", "CofferStorage", "CofferVault",
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["ServiceLifecycle"])),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "CofferConfiguration",
+            dependencies: [
+                "CofferCore", "CofferVault",
+                .product(name: "Configuration", package: "swift-configuration", condition: .when(traits: ["Configuration"])),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "CofferDependencies",
+            dependencies: [
+                "CofferCore", "CofferCrypto", "CofferVault", "CofferState",
+                .product(name: "Dependencies", package: "swift-dependencies", condition: .when(traits: ["Dependencies"])),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CofferIntegrationTests",
+            dependencies: [
+                "CofferCore", "CofferCrypto", "CofferStorage", "CofferVault", "CofferState", "CofferTesting",
+                .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
+                .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .target(name: "CofferConfiguration", condition: .when(traits: ["Configuration"])),
+                .target(name: "CofferDependencies", condition: .when(traits: ["Dependencies"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+                .product(name: "Configuration", package: "swift-configuration", condition: .when(traits: ["Configuration"])),
+                .product(name: "Dependencies", package: "swift-dependencies", condition: .when(traits: ["Dependencies"])),
+            ],
+            swiftSettings: strictSettings
+        ),
     ]
 )

@@ -125,6 +125,10 @@ public final class CofferContext: Sendable {
             return store
         }
     }
+
+    /// Every store opened through ``sharedStore(id:make:)`` so far (a graceful shutdown flushes
+    /// and locks them).
+    package var openStores: [any Sendable] { stores.withLock { Array($0.values) } }
 }
 
 /// How a `@Stored` property persists its value: a strategy and the key within it.

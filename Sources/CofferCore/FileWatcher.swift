@@ -381,6 +381,8 @@ package final class WatchedObservers<Change: Sendable>: Sendable {
         var handlers: [UInt64: @Sendable (Change) -> Void] = [:]
         var next: UInt64 = 0
         var watch: FileWatch?
+        /// The `stopped` of the add that started the watch.
+        var stopped: (@Sendable () -> Void)?
     }
 
     private let state = Locked(State())
@@ -406,6 +408,7 @@ package final class WatchedObservers<Change: Sendable>: Sendable {
             let unused = state.withLock { s -> FileWatch? in
                 guard !s.handlers.isEmpty, s.watch == nil else { return watch }
                 s.watch = watch
+                s.stopped = stopped
                 return nil
             }
             // Lost a race with the last observer leaving, or another first one: cancelled
@@ -419,11 +422,31 @@ package final class WatchedObservers<Change: Sendable>: Sendable {
         let watch = state.withLock { s -> FileWatch? in
             s.handlers[id] = nil
             guard s.handlers.isEmpty else { return nil }
-            defer { s.watch = nil }
+            defer {
+                s.watch = nil
+                s.stopped = nil
+            }
             return s.watch
         }
         guard let watch else { return }
         stopped()
+        watch.cancel()
+    }
+
+    /// Drops every observer and cancels the watch (a graceful shutdown): observations made
+    /// before stop being told, and their cancellation does nothing. A later observer starts a
+    /// new watch.
+    package func stopAll() {
+        let (watch, stopped) = state.withLock { s -> (FileWatch?, (@Sendable () -> Void)?) in
+            defer {
+                s.handlers = [:]
+                s.watch = nil
+                s.stopped = nil
+            }
+            return (s.watch, s.stopped)
+        }
+        guard let watch else { return }
+        stopped?()
         watch.cancel()
     }
 

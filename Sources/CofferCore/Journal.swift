@@ -363,9 +363,15 @@ public final class Journal: @unchecked Sendable {
                                 + "follow it; nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
-                    try DurableIO.atomicReplace(
-                        path + ".damaged-\(Int(Date().timeIntervalSince1970))", with: image, fileSystem: fs)
+                    let aside = path + ".damaged-\(Int(Date().timeIntervalSince1970))"
+                    try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
+                    CofferWarnings.warn(
+                        CofferWarning(
+                            .salvaged,
+                            "salvaged a damaged store: kept \(scan.records.count) intact record(s) and dropped the "
+                                + "damaged ones (the first at byte \(damaged)); the damaged file is kept at \(aside)",
+                            path: path))
                     let reread = try journal.readAllLocked()
                     journal.settleControl()
                     return (journal, reread)

@@ -116,6 +116,13 @@ public final class StoreObservation: Sendable {
     deinit { cancel() }
 }
 
+/// A store whose watch for outside changes can be stopped at once, whoever observes it (a
+/// graceful shutdown stops watching before the process exits).
+package protocol WatchStoppable: Sendable {
+    /// Stops every observation of this store and its watch; observers are no longer told.
+    func stopWatching()
+}
+
 /// A strategy that writes lazily and can be asked to make its writes durable now.
 public protocol FlushablePersistenceStrategy: PersistenceStrategy {
     /// Makes every write made so far durable (fsync). Returns when it is.

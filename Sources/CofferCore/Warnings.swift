@@ -31,6 +31,12 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// The compaction that follows a write failed (a full disk, say); the write itself
         /// succeeded, and the next write tries again.
         public static let compactionFailed = Kind("compaction failed")
+        /// A damaged store was opened with `recovery: .salvage`: the intact records were kept,
+        /// the damaged ones dropped, and the damaged file set aside.
+        public static let salvaged = Kind("salvaged a damaged store")
+        /// A secret's memory could not be locked into RAM (past `ulimit -l`): it may be written
+        /// to swap (told by the vault's modules; see `SecureMemory` in CofferCrypto).
+        public static let memoryNotLocked = Kind("secret memory not locked")
 
         public var description: String { name }
     }

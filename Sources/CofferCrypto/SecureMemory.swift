@@ -79,6 +79,8 @@ public enum SecureMemory {
     struct Settings {
         var policy = LockPolicy.report
         var handler: (@Sendable (LockFailure) -> Void)? = SecureMemory.defaultHandler
+        /// Whether `handler` is still Coffer's own (the application never set one).
+        var handlerIsDefault = true
         var reported = false
         var statistics = Statistics()
         /// Tests replace `mlock` to simulate a full lock budget (root ignores `RLIMIT_MEMLOCK`).
@@ -105,10 +107,24 @@ public enum SecureMemory {
         // The old handler is released after the lock is let go: releasing the last reference to
         // a closure runs its captures' deinits, which must not run under our lock.
         let previous = settings.withLock { s in
-            defer { s.handler = handler }
+            defer {
+                s.handler = handler
+                s.handlerIsDefault = false
+            }
             return s.handler
         }
         withExtendedLifetime(previous) {}  // released here, after the lock
+    }
+
+    /// Replaces the default handler, never one the application set. CofferCrypto cannot import
+    /// CofferCore, so the vault's module uses this to tell lock failures through `CofferWarnings`.
+    package static func replaceDefaultLockFailureHandler(_ handler: @escaping @Sendable (LockFailure) -> Void) {
+        let previous = settings.withLock { s -> (@Sendable (LockFailure) -> Void)? in
+            guard s.handlerIsDefault else { return nil }
+            defer { s.handler = handler }
+            return s.handler
+        }
+        withExtendedLifetime(previous) {}
     }
 
     /// The counts so far.

@@ -202,3 +202,7 @@ extension Backing {
         }
     }
 }
+
+extension DiskStrategy: WatchStoppable {
+    package func stopWatching() { observers.stopAll() }
+}

@@ -399,3 +399,7 @@ extension Backing {
         }
     }
 }
+
+extension KeyValueFileStrategy: WatchStoppable {
+    package func stopWatching() { observers.stopAll() }
+}

@@ -82,6 +82,7 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
 
     /// The bytes this source stands for.
     func material(fileSystem: any FileSystem) throws -> UnlockMaterial {
+        MemoryWarnings.route()  // every create, open and unlock passes here
         switch source {
         case .passphrase(let bytes):
             guard bytes.count > 0 else { throw CofferError(.invalidArgument, "the passphrase is empty") }

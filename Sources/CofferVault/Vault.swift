@@ -1502,3 +1502,7 @@ func describeCost(_ passes: UInt64, _ memory: UInt64) -> String {
     }
     return "\(size) and \(passes) pass\(passes == 1 ? "" : "es")"
 }
+
+extension Vault: WatchStoppable {
+    package func stopWatching() { observers.stopAll() }
+}

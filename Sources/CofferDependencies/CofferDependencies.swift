@@ -1,0 +1,188 @@
+#if Dependencies
+public import CofferCore
+public import CofferState
+import CofferCrypto
+import CofferVault
+public import Dependencies
+import Foundation
+import Synchronization
+
+extension DependencyValues {
+    /// The ``CofferContext`` that `@Stored` properties created through the dependency system
+    /// resolve in: where their key-value suites, files and vault live.
+    ///
+    /// - **live**: ``CofferContext/current`` (the standard `$XDG_DATA_HOME/<app name>`
+    ///   unless the app scoped another one);
+    /// - **test** and **preview**: a new private temporary directory, with a default vault
+    ///   unlocked by a random key that never leaves memory — each test gets its own, and never
+    ///   touches the user's files.
+    ///
+    /// ```swift
+    /// @Dependency(\.cofferContext) var coffer
+    ///
+    /// withDependencies {
+    ///     $0.cofferContext = try! CofferContext.temporary()
+    /// } operation: {
+    ///     MySettings.shared.isSoundEnabled = true      // written in that directory
+    /// }
+    /// ```
+    public var cofferContext: CofferContext {
+        get { self[CofferContextKey.self] }
+        set { self[CofferContextKey.self] = newValue }
+    }
+}
+
+private enum CofferContextKey: DependencyKey {
+    static var liveValue: CofferContext { .current }
+    static var testValue: CofferContext { scratch("coffer-test") }
+    static var previewValue: CofferContext { scratch("coffer-preview") }
+
+    /// A context in a new temporary directory, with a vault unlocked by a random in-memory key.
+    /// Never fails: if the directory cannot be made now, the context names one that its first
+    /// store creates, and that store reports the failure as a ``CofferError``.
+    static func scratch(_ prefix: String) -> CofferContext {
+        let context =
+            (try? CofferContext.temporary(prefix: prefix))
+            ?? CofferContext(
+                directory: URL(fileURLWithPath: NSTemporaryDirectory())
+                    .appendingPathComponent("\(prefix)-\(UUID().uuidString)"))
+        guard let key = try? SecureBytes.random(count: 32) else { return context }
+        return context.with(VaultConfiguration(unlock: .key(key)))
+    }
+}
+
+/// A group of settings kept in one object, shared by the whole app as `.shared` — the
+/// `AppStorage`-for-TCA pattern, on Coffer.
+///
+/// ```swift
+/// final class MySettings: CofferSettings {
+///     @Stored(backed: .keyValue(key: "username")) var username: String? = nil
+///     @Stored(backed: .keyValue(key: "isSoundEnabled")) var isSoundEnabled = false
+/// }
+///
+/// if MySettings.shared.isSoundEnabled { … }                       // in a reducer: a read
+/// return .run { _ in await MySettings.shared.set(\.isSoundEnabled, to: true) }   // an effect
+/// return .run { send in                                            // keep state in sync
+///     for await (sound, name) in MySettings.shared.values(\.$isSoundEnabled, \.$username) {
+///         await send(.settingsChanged(isSoundEnabled: sound, username: name))
+///     }
+/// }
+/// ```
+///
+/// `.shared` is one instance per ``DependencyValues/cofferContext``: the app's in production,
+/// and a fresh one in each test (or inside `withDependencies`), so tests never share values.
+///
+/// Rule: a settings object holds only `@Stored` and `@Computed` properties (and constants).
+/// Those are thread-safe, which is what lets `.shared` be used from any task.
+public protocol CofferSettings: AnyObject {
+    /// Creates the settings; its `@Stored` properties resolve in the context in effect.
+    init()
+}
+
+extension CofferSettings {
+    /// The instance for the current ``DependencyValues/cofferContext``, created on first use.
+    public static var shared: Self {
+        @Dependency(\.cofferContext) var context
+        return SettingsRegistry.instance(Self.self, in: context)
+    }
+
+    /// Sets a setting, as an effect: the write (and its persistence) happens in the calling
+    /// task, so a reducer returns it rather than doing it.
+    ///
+    /// ```swift
+    /// case .enableSoundButtonPressed:
+    ///     return .run { _ in await MySettings.shared.set(\.isSoundEnabled, to: true) }
+    /// ```
+    ///
+    /// A setter cannot throw: a failure to persist is kept in the property's `$name.error`
+    /// (use ``save(_:_:)`` to have it thrown).
+    public func set<Value>(_ keyPath: ReferenceWritableKeyPath<Self, Value>, to value: Value) async {
+        self[keyPath: keyPath] = value
+    }
+
+    /// Stores a setting and throws when it cannot be persisted.
+    ///
+    /// ```swift
+    /// try await MySettings.shared.save(\.$username, "blob")
+    /// ```
+    /// - Throws: ``CofferError`` when the value cannot be encoded or stored.
+    public func save<Value>(_ keyPath: KeyPath<Self, Stored<Value>>, _ value: Value) async throws {
+        try self[keyPath: keyPath].save(value)
+    }
+
+    /// The current values of several settings, then the values again each time one of them
+    /// changes — in this process or, for a store that watches, anywhere else — until the
+    /// consumer stops iterating. For one setting it is its value alone.
+    ///
+    /// ```swift
+    /// for await (isSoundEnabled, username) in settings.values(\.$isSoundEnabled, \.$username) { … }
+    /// for await isSoundEnabled in settings.values(\.$isSoundEnabled) { … }
+    /// ```
+    ///
+    /// Changes may be delivered together (a burst as one element), and an element may repeat
+    /// values already delivered; the last change is never dropped.
+    public func values<each Value: Codable & Sendable>(
+        _ keyPaths: repeat KeyPath<Self, Stored<each Value>>
+    ) -> AsyncStream<(repeat each Value)> {
+        let properties = (repeat self[keyPath: each keyPaths])
+        let read: @Sendable () -> (repeat each Value) = { (repeat (each properties).wrappedValue) }
+        // Each property's changes, subscribed before the first read so none falls in between.
+        var changes: [@Sendable (_ tick: @escaping @Sendable () -> Void) async -> Void] = []
+        for property in repeat each properties {
+            let values = property.values
+            changes.append { tick in
+                for await _ in values.dropFirst() { tick() }
+            }
+        }
+        let (stream, continuation) = AsyncStream<(repeat each Value)>.makeStream(
+            bufferingPolicy: .bufferingNewest(1))
+        continuation.yield(read())
+        let task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for change in changes {
+                    group.addTask { await change { continuation.yield(read()) } }
+                }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+}
+
+/// The `.shared` settings objects, one per type and context.
+enum SettingsRegistry {
+    /// Carries a settings object between tasks.
+    // @unchecked Sendable: a settings object holds only @Stored/@Computed properties, each
+    // thread-safe (the rule on ``CofferSettings``); the box itself is immutable.
+    private final class Box: @unchecked Sendable {
+        let object: AnyObject
+        let context: CofferContext  // keeps the context (and so its identifier) alive
+        init(object: AnyObject, context: CofferContext) {
+            self.object = object
+            self.context = context
+        }
+    }
+
+    private struct Key: Hashable {
+        let type: ObjectIdentifier
+        let context: ObjectIdentifier
+    }
+
+    private static let instances = Mutex<[Key: Box]>([:])
+
+    static func instance<Settings: CofferSettings>(_ type: Settings.Type, in context: CofferContext) -> Settings {
+        let key = Key(type: ObjectIdentifier(type), context: ObjectIdentifier(context))
+        if let existing = instances.withLock({ $0[key] }) { return existing.object as! Settings }
+        // Created outside the lock: an `init` may read its properties, which opens stores.
+        let made = CofferContext.$current.withValue(context) { Settings() }
+        let box = instances.withLock { all in
+            if let existing = all[key] { return existing }
+            let box = Box(object: made, context: context)
+            all[key] = box
+            return box
+        }
+        return box.object as! Settings
+    }
+}
+#endif

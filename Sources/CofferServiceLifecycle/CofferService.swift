@@ -1,0 +1,116 @@
+#if ServiceLifecycle
+public import CofferCore
+import CofferStorage
+public import CofferVault
+public import Logging
+public import ServiceLifecycle
+
+/// A `Service` that puts Coffer's stores to rest when its `ServiceGroup` shuts down: it stops
+/// watching for outside changes, makes coalesced writes durable (`flush()`), and locks every
+/// open vault (its keys are wiped from memory).
+///
+/// Put it **first** in the group: a group shuts its services down in reverse order, so the
+/// server stops taking requests (and writing) before Coffer flushes and locks.
+///
+/// ```swift
+/// let coffer = CofferService(context: .current, logger: logger)
+/// let group = ServiceGroup(
+///     services: [coffer, app],                       // app: a Hummingbird Application, say
+///     gracefulShutdownSignals: [.sigterm, .sigint],
+///     logger: logger)
+/// try await group.run()
+/// ```
+///
+/// It covers every store the context opened for `@Stored` properties (key-value suites, the
+/// disk store, the default vault) and the stores and vaults given explicitly. A group that is
+/// cancelled rather than shut down gracefully gets the same treatment. After it, the stores
+/// still work (a locked vault refuses with ``CofferError/Code/locked`` until unlocked), but
+/// properties no longer follow changes made elsewhere.
+public struct CofferService: Service {
+    private let context: CofferContext?
+    private let stores: [any PersistenceStrategy]
+    private let vaults: [Vault]
+    private let logger: Logger
+
+    /// A service for the stores of `context` and any others given.
+    ///
+    /// - Parameters:
+    ///   - context: The context whose open stores to shut down; `nil` for only the ones listed.
+    ///   - stores: More stores to flush and stop watching (a `VaultStrategy`'s vault is locked too).
+    ///   - vaults: More vaults to lock.
+    ///   - logger: Where the shutdown is reported (what was flushed and locked, and failures).
+    public init(
+        context: CofferContext? = CofferContext.current, stores: [any PersistenceStrategy] = [], vaults: [Vault] = [],
+        logger: Logger
+    ) {
+        self.context = context
+        self.stores = stores
+        self.vaults = vaults
+        self.logger = logger
+    }
+
+    /// Waits for the group's graceful shutdown (or cancellation), then calls ``shutDown()``.
+    /// - Throws: What ``shutDown()`` throws.
+    public func run() async throws {
+        // Cancellation without a graceful phase throws here: shut down all the same.
+        try? await gracefulShutdown()
+        try shutDown()
+    }
+
+    /// Stops watching, flushes every store and locks every vault, now. Every step is tried on
+    /// every store even when one fails.
+    /// - Throws: The first failure (a ``CofferError``, such as `.io` when the disk refused a
+    ///   flush); each one is also logged.
+    public func shutDown() throws {
+        var objects: [any Sendable] = context?.openStores ?? []
+        objects += stores.map { $0 as any Sendable }
+        objects += vaults.map { $0 as any Sendable }
+        // A store reachable twice (the context's and a listed one) is shut down once.
+        var seen = Set<ObjectIdentifier>()
+        var unique: [any Sendable] = []
+        for object in objects {
+            if type(of: object) is AnyObject.Type, !seen.insert(ObjectIdentifier(object as AnyObject)).inserted {
+                continue
+            }
+            unique.append(object)
+        }
+        var firstError: (any Error)?
+        func attempt(_ what: String, _ body: () throws -> Void) {
+            do {
+                try body()
+            } catch {
+                logger.error("coffer: \(what) failed at shutdown: \(error)")
+                if firstError == nil { firstError = error }
+            }
+        }
+
+        // Watches first, so nothing reloads into a vault being locked.
+        for case let store as any WatchStoppable in unique { store.stopWatching() }
+        var flushed = 0
+        var toLock: [Vault] = []
+        for object in unique {
+            switch object {
+            case let vault as Vault:
+                toLock.append(vault)
+            case let strategy as VaultStrategy:
+                strategy.vault.stopWatching()
+                toLock.append(strategy.vault)
+            case let store as any FlushablePersistenceStrategy:
+                attempt("flushing \(type(of: store))") { try store.flush() }
+                flushed += 1
+            default:
+                break
+            }
+        }
+        var locked = Set<ObjectIdentifier>()
+        for vault in toLock where locked.insert(ObjectIdentifier(vault)).inserted {
+            attempt("flushing the vault \(vault.url.path)") { try vault.flush() }
+            vault.lock()
+        }
+        logger.info(
+            "coffer: shut down",
+            metadata: ["coffer.flushed": "\(flushed + locked.count)", "coffer.locked": "\(locked.count)"])
+        if let firstError { throw firstError }
+    }
+}
+#endif

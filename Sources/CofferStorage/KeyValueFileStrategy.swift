@@ -402,4 +402,7 @@ extension Backing {
 
 extension KeyValueFileStrategy: WatchStoppable {
     package func stopWatching() { observers.stopAll() }
+
+    /// Whether coalesced writes are waiting for their fsync (a shutdown's flush clears it).
+    package var hasUnsyncedWrites: Bool { state.withLock { $0.journal.hasUnsyncedWrites } }
 }

@@ -1,0 +1,134 @@
+#if Dependencies
+import CofferCore
+import CofferDependencies
+import CofferState
+import CofferStorage
+import CofferVault
+import Dependencies
+import Foundation
+import Testing
+
+/// The seed's settings object (`Dependency.AppStorage` for TCA), on Coffer.
+final class MySettings: CofferSettings {
+    @Stored(backed: .keyValue(key: "username")) var username: String? = nil
+    @Stored(backed: .keyValue(key: "isSoundEnabled")) var isSoundEnabled = false
+    @Stored(backed: .vault(service: "api.example.com", account: "me")) var token: String? = nil
+}
+
+@Suite("swift-dependencies integration")
+struct DependenciesTests {
+    @Test("In tests the context is a private temporary one, never the user's")
+    func testContextIsTemporary() throws {
+        @Dependency(\.cofferContext) var context
+        #expect(context.directory.path.hasPrefix(FileManager.default.temporaryDirectory.path))
+        #expect(context.directory != CofferContext.standard.directory)
+        // A vault works out of the box (a random key in memory).
+        MySettings.shared.token = "t0ken"
+        #expect(MySettings.shared.$token.error == nil)
+        #expect(MySettings.shared.token == "t0ken")
+        #expect(FileManager.default.fileExists(atPath: context.directory.appendingPathComponent("default.coffervault").path))
+    }
+
+    @Test("Live, the context is the current one")
+    func liveContextIsCurrent() {
+        withDependencies {
+            $0.context = .live
+        } operation: {
+            @Dependency(\.cofferContext) var context
+            #expect(context === CofferContext.current)
+        }
+    }
+
+    @Test("`.shared` is one object per context, and writes reach that context's files")
+    func sharedPerContext() throws {
+        let scratch = try Scratch("deps-shared")
+        let context = CofferContext(directory: scratch.url)
+        let settings = withDependencies {
+            $0.cofferContext = context
+        } operation: {
+            MySettings.shared.isSoundEnabled = true
+            MySettings.shared.username = "blob"
+            #expect(MySettings.shared === MySettings.shared)
+            return MySettings.shared
+        }
+        #expect(settings.isSoundEnabled)
+        #expect(MySettings.shared !== settings)  // this test's own context
+        #expect(MySettings.shared.isSoundEnabled == false)
+        let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+        #expect(try suite.get(Bool.self, for: "isSoundEnabled") == true)
+        #expect(try suite.get(String.self, for: "username") == "blob")
+    }
+
+    @Test("Setting a value is an effect: `await settings.set(\\.isSoundEnabled, to: true)`")
+    func setAsAnEffect() async throws {
+        let scratch = try Scratch("deps-set")
+        try await withDependencies {
+            $0.cofferContext = CofferContext(directory: scratch.url, durability: .immediate)
+        } operation: {
+            let settings = MySettings.shared
+            // What a reducer returns: `.run { _ in await MySettings.shared.set(\.isSoundEnabled, to: true) }`.
+            let effect: @Sendable () async -> Void = { await MySettings.shared.set(\.isSoundEnabled, to: true) }
+            #expect(settings.isSoundEnabled == false)
+            await effect()
+            #expect(settings.isSoundEnabled)
+            try await settings.save(\.$username, "saved")
+            #expect(settings.username == "saved")
+        }
+        let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+        #expect(try suite.get(Bool.self, for: "isSoundEnabled") == true)
+        #expect(try suite.get(String.self, for: "username") == "saved")
+    }
+
+    @Test("A long-lived effect keeps other state in sync with several settings, merged")
+    func valuesMergedForSeveralSettings() async throws {
+        let settings = MySettings.shared
+        // The feature's own state, kept in sync the way `.bind(to:)` would.
+        struct State: Equatable {
+            var isSoundEnabled = false
+            var username: String? = nil
+        }
+        let stream = settings.values(\.$isSoundEnabled, \.$username)
+        var state = State()
+        var steps = 0
+        for await (isSoundEnabled, username) in stream {
+            state.isSoundEnabled = isSoundEnabled
+            state.username = username
+            if steps == 0 {
+                #expect(state == State())
+                steps = 1
+                await settings.set(\.isSoundEnabled, to: true)
+            } else if steps == 1, state.isSoundEnabled {
+                steps = 2
+                await settings.set(\.username, to: "blob")
+            } else if steps == 2, state.username == "blob" {
+                break
+            }
+        }
+        #expect(state == State(isSoundEnabled: true, username: "blob"))
+        // One setting alone is its value.
+        for await isSoundEnabled in settings.values(\.$isSoundEnabled) {
+            #expect(isSoundEnabled)
+            break
+        }
+    }
+
+    @Test("The merged values follow a write made by another store instance (another process, say)")
+    func valuesFollowOutsideWrites() async throws {
+        let scratch = try Scratch("deps-outside")
+        try await withDependencies {
+            $0.cofferContext = CofferContext(directory: scratch.url)
+        } operation: {
+            let settings = MySettings.shared
+            let other = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+            for await (isSoundEnabled, _) in settings.values(\.$isSoundEnabled, \.$username) {
+                if !isSoundEnabled {
+                    try other.set(true, for: "isSoundEnabled")
+                } else {
+                    break
+                }
+            }
+            #expect(settings.isSoundEnabled)
+        }
+    }
+}
+#endif

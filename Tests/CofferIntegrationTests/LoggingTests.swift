@@ -1,0 +1,40 @@
+#if Logging
+import CofferCore
+import Foundation
+import Testing
+
+/// `CofferWarnings.log(to:)` with a real `Logger` and a test `LogHandler`, in a child process
+/// (the warning handler is process-wide, and other suites install their own).
+@Suite("swift-log integration")
+struct LoggingTests {
+    @Test("Every warning reaches the Logger, with its kind and path, and never a secret")
+    func warningsGoToTheLoggerWithoutSecrets() async throws {
+        let scratch = try Scratch("log")
+        let child = try HelperChild(["log-warnings", scratch.path], environment: ["COFFER_WATCH": "poll"])
+        let status = try await child.waitForExit()
+        let lines = child.lines
+        #expect(status == 0, "\(lines) \(child.standardError)")
+        #expect(lines.last == "done", "\(lines)")
+        let entries = lines.filter { $0.hasPrefix("log ") }
+        for kind in ["shared directory", "secret memory not locked", "salvaged a damaged store",
+            "watching falls back to polling"]
+        {
+            let entry = entries.first { $0.contains("coffer.warning=\(kind)") }
+            #expect(entry != nil, "no \(kind) warning was logged: \(entries)")
+            #expect(entry?.hasPrefix("log warning ") == true, "\(String(describing: entry))")
+        }
+        let salvage = try #require(entries.first { $0.contains("coffer.warning=salvaged") })
+        #expect(salvage.contains("coffer.path=\(scratch.path)/kv/s.cofferkv"), "\(salvage)")
+        #expect(salvage.contains("kept 5 intact record(s)"), "\(salvage)")
+        let memory = try #require(entries.first { $0.contains("coffer.warning=secret memory not locked") })
+        #expect(memory.contains("could not lock"), "\(memory)")
+        // Nothing went to standard error: the Logger replaced it.
+        #expect(!child.standardError.contains("coffer: warning:"), "\(child.standardError)")
+        // No passphrase or secret anywhere: messages, metadata, or any other output.
+        for secret in IntegrationSecrets.all {
+            #expect(!lines.joined(separator: "\n").contains(secret), "\(secret) reached the output")
+            #expect(!child.standardError.contains(secret), "\(secret) reached standard error")
+        }
+    }
+}
+#endif

@@ -1,0 +1,97 @@
+#if ServiceLifecycle
+import CofferCore
+import CofferServiceLifecycle
+import CofferStorage
+import CofferVault
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("swift-service-lifecycle integration")
+struct ServiceLifecycleTests {
+    /// A real `ServiceGroup` in a child process, shut down by SIGTERM as a container stop would.
+    @Test("SIGTERM: coalesced writes are flushed, the vault is locked, no watch is left")
+    func sigtermFlushesLocksAndStopsWatching() async throws {
+        let scratch = try Scratch("lifecycle")
+        let child = try HelperChild(["lifecycle-serve", scratch.path])
+        let before = try #require(try await child.waitForLine(startingWith: "before "), "\(child.standardError)")
+        #expect(before == "before unsynced=true locked=false watching=true inotify=1", "\(before)")
+        _ = try #require(try await child.waitForLine(startingWith: "ready"), "\(child.standardError)")
+        kill(child.process.processIdentifier, SIGTERM)
+        let status = try await child.waitForExit()
+        #expect(status == 0, "\(child.lines) \(child.standardError)")
+        let after = try #require(child.lines.first { $0.hasPrefix("after ") }, "\(child.lines) \(child.standardError)")
+        #expect(after == "after unsynced=false locked=true watching=false inotify=0", "\(after)")
+        // New instances read what was written before the shutdown.
+        let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+        #expect(try suite.get(String.self, for: "greeting") == "hello from before the shutdown")
+        let vault = try Vault.open(
+            at: scratch.url.appendingPathComponent("default.coffervault"),
+            unlock: .passphrase(IntegrationSecrets.passphrase))
+        #expect(try vault.string(service: "api", account: "token") == IntegrationSecrets.vaultSecret)
+        for secret in IntegrationSecrets.all {
+            #expect(!child.lines.joined().contains(secret) && !child.standardError.contains(secret))
+        }
+    }
+
+    /// In process, without signals: `triggerGracefulShutdown()` runs the same steps on the
+    /// stores and vaults given explicitly.
+    @Test("Graceful shutdown of a group flushes explicit stores and locks explicit vaults")
+    func gracefulShutdownOfExplicitStores() async throws {
+        let scratch = try Scratch("lifecycle-explicit")
+        let suite = try KeyValueFileStrategy(
+            directory: scratch.url, suite: "prefs", durability: .coalesced(window: 3600))
+        try suite.set(42, for: "answer")
+        #expect(suite.hasUnsyncedWrites)
+        let vault = try Vault.create(
+            at: scratch.url.appendingPathComponent("v.coffervault"), unlock: .passphrase("explicit test passphrase"),
+            kdf: .minimum)
+        try vault.set("value", service: "s", account: "a")
+        let changes = Mutex(0)
+        let observation = try suite.observeChanges { _ in changes.withLock { $0 += 1 } }
+        let logged = Mutex<[String]>([])
+        let logger = Logger(label: "test") { _ in CapturingLogHandler { line in logged.withLock { $0.append(line) } } }
+        let service = CofferService(context: nil, stores: [suite], vaults: [vault], logger: logger)
+        let group = ServiceGroup(services: [service], logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+        #expect(!suite.hasUnsyncedWrites)
+        #expect(vault.isLocked)
+        #expect(throws: CofferError.self) { _ = try vault.string(service: "s", account: "a") }
+        // The store's watch is gone: a write by another instance is no longer told.
+        let other = try KeyValueFileStrategy(directory: scratch.url, suite: "prefs")
+        try other.set(43, for: "answer")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(changes.withLock { $0 } == 0)
+        observation.cancel()  // does nothing now, and must not fail
+        #expect(try suite.get(Int.self, for: "answer") == 43)  // the store itself still works
+        #expect(logged.withLock { $0 }.contains { $0.contains("coffer: shut down") && $0.contains("coffer.locked=1") })
+    }
+}
+
+/// Hands every entry (message and metadata) to `seen`.
+struct CapturingLogHandler: LogHandler {
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+    let seen: @Sendable (String) -> Void
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
+        seen("\(event.message) " + all.keys.sorted().map { "\($0)=\(all[$0]!)" }.joined(separator: " "))
+    }
+}
+#endif

@@ -215,8 +215,14 @@ public final class Vault: Sendable {
         var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0)
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
-            try DurableIO.atomicReplace(
-                realPath + ".damaged-\(Int(Date().timeIntervalSince1970))-records", with: original, fileSystem: fileSystem)
+            let aside = realPath + ".damaged-\(Int(Date().timeIntervalSince1970))-records"
+            try DurableIO.atomicReplace(aside, with: original, fileSystem: fileSystem)
+            CofferWarnings.warn(
+                CofferWarning(
+                    .salvaged,
+                    "salvaged a damaged vault: dropped \(skipped) record(s) that failed to authenticate and kept "
+                        + "the rest; the damaged file is kept at \(aside)",
+                    path: url.path))
         }
         // Under the lock: what other processes committed since the open first, then the
         // rewrite (which rereads the header, so a concurrent passphrase change is kept).

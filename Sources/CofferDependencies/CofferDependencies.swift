@@ -172,7 +172,7 @@ enum SettingsRegistry {
     private static let instances = Mutex<[Key: Box]>([:])
 
     static func instance<Settings: CofferSettings>(_ type: Settings.Type, in context: CofferContext) -> Settings {
-        let key = Key(type: ObjectIdentifier(type), context: ObjectIdentifier(context))
+        let key = Key(type: ObjectIdentifier(type), context: ObjectIdentifier(context))  // so `as!` below cannot fail
         if let existing = instances.withLock({ $0[key] }) { return existing.object as! Settings }
         // Created outside the lock: an `init` may read its properties, which opens stores.
         let made = CofferContext.$current.withValue(context) { Settings() }

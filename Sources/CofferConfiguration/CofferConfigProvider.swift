@@ -52,6 +52,8 @@ public final class CofferConfigProvider: Sendable {
         var snapshotWatchers: [UInt64: AsyncStream<any ConfigSnapshot>.Continuation] = [:]
         var next: UInt64 = 0
         var observation: StoreObservation?
+        /// Whether an observation is held or being started.
+        var observing = false
         var watcherCount: Int { valueWatchers.count + snapshotWatchers.count }
     }
 
@@ -152,12 +154,17 @@ public final class CofferConfigProvider: Sendable {
     /// back at once on its own thread).
     private func startObservingIfNeeded() {
         guard let observable = store as? any ChangeObservingPersistenceStrategy else { return }
-        let needed = state.withLock { $0.observation == nil && $0.watcherCount == 1 }
-        guard needed else { return }
+        let start = state.withLock { s -> Bool in
+            guard !s.observing, s.watcherCount > 0 else { return false }
+            s.observing = true
+            return true
+        }
+        guard start else { return }
         // Weak: the store's watcher must not keep the provider alive.
         let observation = try? observable.observeChanges { [weak self] change in self?.changed(change.keys) }
+        // Kept unless every watcher left meanwhile, or a later start already keeps one.
         let unused = state.withLock { s -> StoreObservation? in
-            guard s.observation == nil, s.watcherCount > 0 else { return observation }
+            guard s.watcherCount > 0, s.observation == nil else { return observation }
             s.observation = observation
             return nil
         }
@@ -168,7 +175,10 @@ public final class CofferConfigProvider: Sendable {
     private func stopObservingIfUnused() {
         let observation = state.withLock { s -> StoreObservation? in
             guard s.watcherCount == 0 else { return nil }
-            defer { s.observation = nil }
+            defer {
+                s.observation = nil
+                s.observing = false
+            }
             return s.observation
         }
         observation?.cancel()

@@ -31,6 +31,9 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// The compaction that follows a write failed (a full disk, say); the write itself
         /// succeeded, and the next write tries again.
         public static let compactionFailed = Kind("compaction failed")
+        /// A test (XCTest or Swift Testing) opened a store in ``CofferContext/standard``: it
+        /// reads and writes the user's real data folder. Told once per process.
+        public static let standardContextInTests = Kind("default context used in a test")
 
         public var description: String { name }
     }

@@ -75,7 +75,8 @@ public final class CofferContext: Sendable {
     public static var standard: CofferContext {
         AppName.state.withLock { state in
             if let made = state.standard { return made }
-            let made = CofferContext(directory: defaultDirectory(appName: state.name ?? processAppName))
+            let name = state.name ?? processAppName
+            let made = CofferContext(directory: defaultDirectory(appName: name), appName: name)
             state.standard = made
             return made
         }

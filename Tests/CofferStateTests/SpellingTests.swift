@@ -81,6 +81,34 @@ struct SpellingTests {
         }
     }
 
+    // MARK: Errors name what to act on
+
+    final class NetworkSettings {
+        @Stored(backed: .keyValue(suite: "network", key: "timeout")) var timeout = 30.0
+    }
+
+    final class OlderNetworkSettings {  // an older release kept the timeout as text
+        @Stored(backed: .keyValue(suite: "network", key: "timeout")) var timeout = "30s"
+    }
+
+    @Test("A value that does not decode: the property keeps its default and its error names the key and both types")
+    func decodingErrorNamesKeyAndTypes() throws {
+        try withTemporaryContext { _ in
+            let older = OlderNetworkSettings()
+            older.timeout = "forty"
+            let settings = NetworkSettings()
+            #expect(settings.timeout == 30)
+            let error = try #require(settings.$timeout.error)
+            #expect(error.code == .decoding)
+            #expect(
+                error.message
+                    == "cannot read keyValue(suite: network, key: timeout) as Double: the stored value is a String of 5 bytes, not a Double"
+            )
+            #expect(!error.description.contains("forty"))
+            #expect(throws: CofferError.self) { try settings.$timeout.load() }
+        }
+    }
+
     // MARK: A memory-only value of a non-Codable type
 
     /// A closure and a class: nothing a `Codable` conformance could describe.

@@ -166,7 +166,9 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible, Cus
         case let value as Float: return .double(Double(value))
         case let value as any BinaryInteger:
             guard let int = Int(exactly: value) else {
-                throw CofferError(.invalidArgument, "at \(path.isEmpty ? "the top level" : path): the integer does not fit in 64 bits")
+                throw CofferError(
+                    .invalidArgument, "at \(path.isEmpty ? "the top level" : path): the integer does not fit in 64 bits"
+                )
             }
             return .int(int)
         case let value as String: return .string(value)

@@ -30,7 +30,8 @@ struct ErrorMessageTests {
     func decodingNamesKeyAndTypes() throws {
         let secret = "hunter2-secret"
         let message = try #require(decodingMessage(Double.self, try ValueCodec.encode(secret)))
-        #expect(message == "cannot read key \"timeout\" as Double: the stored value is a String of 14 bytes, not a Double")
+        #expect(
+            message == "cannot read key \"timeout\" as Double: the stored value is a String of 14 bytes, not a Double")
         #expect(!message.contains(secret))
 
         let intAsString = try #require(decodingMessage(String.self, try ValueCodec.encode(30)))
@@ -62,7 +63,8 @@ struct ErrorMessageTests {
             _ = try store.get(Int.self, for: "theme")
         } throws: { error in
             let message = (error as? CofferError)?.message ?? ""
-            return message.contains("key \"theme\"") && message.contains("as Int") && message.contains("a String of 5 bytes")
+            return message.contains("key \"theme\"") && message.contains("as Int")
+                && message.contains("a String of 5 bytes")
         }
     }
 
@@ -71,10 +73,21 @@ struct ErrorMessageTests {
         func difference(_ loaded: [UInt8]?, _ expected: [UInt8]?) -> String {
             StrategyConformance.difference(loaded.map { Data($0) }, expected.map { Data($0) })
         }
-        #expect(difference([1], [2]) == "returned 1 byte as expected: they differ at byte 0 (0x01, expected 0x02), 1 byte of the first 1 in all")
-        #expect(difference([0, 1, 2, 3], [0, 1, 9, 0xff]) == "returned 4 bytes as expected: they differ at byte 2 (0x02, expected 0x09), 2 bytes of the first 4 in all")
-        #expect(difference([1, 2, 3], [1, 2]) == "returned 3 bytes, expected 2: the first 2 bytes match, then 1 byte more starting with 0x03")
-        #expect(difference([1], [1, 2, 3]) == "returned 1 byte, expected 3: the first 1 byte match, then the value ends where 0x02 was expected (2 bytes missing)")
+        #expect(
+            difference([1], [2])
+                == "returned 1 byte as expected: they differ at byte 0 (0x01, expected 0x02), 1 byte of the first 1 in all"
+        )
+        #expect(
+            difference([0, 1, 2, 3], [0, 1, 9, 0xff])
+                == "returned 4 bytes as expected: they differ at byte 2 (0x02, expected 0x09), 2 bytes of the first 4 in all"
+        )
+        #expect(
+            difference([1, 2, 3], [1, 2])
+                == "returned 3 bytes, expected 2: the first 2 bytes match, then 1 byte more starting with 0x03")
+        #expect(
+            difference([1], [1, 2, 3])
+                == "returned 1 byte, expected 3: the first 1 byte match, then the value ends where 0x02 was expected (2 bytes missing)"
+        )
         #expect(difference(nil, [1, 2]) == "returned no value (nil), expected 2 bytes; the value was lost")
         #expect(difference([], nil) == "returned 0 bytes, expected no value (the key should be absent)")
     }

@@ -55,9 +55,12 @@ struct JSONValueTests {
         let text = String(decoding: data, as: UTF8.self)
         #expect(text.contains("\"rulers\":[80,120]"))
         #expect(try ValueCodec.decode(JSONValue.self, from: data) == settings)
-        for value: JSONValue in [nil, true, 0, -7, 2.5, "", "ünï \"q\"", [], [:], [nil, [1, [2]]], .int(.max), .int(.min)] {
+        for value: JSONValue in [
+            nil, true, 0, -7, 2.5, "", "ünï \"q\"", [], [:], [nil, [1, [2]]], .int(.max), .int(.min),
+        ] {
             #expect(try ValueCodec.decode(JSONValue.self, from: ValueCodec.encode(value)) == value)
-            #expect(try ValueCodec.decode(JSONValue.self, from: ValueCodec.encode(value, as: .plain), as: .plain) == value)
+            #expect(
+                try ValueCodec.decode(JSONValue.self, from: ValueCodec.encode(value, as: .plain), as: .plain) == value)
         }
         // Any JSON another program wrote reads as a JSONValue.
         let foreign = Data(#"{"a": [1, 2.25, "x", null, {"b": false}], "c": -1e3}"#.utf8)
@@ -66,7 +69,9 @@ struct JSONValueTests {
         #expect(parsed["a"]?[4]?["b"] == false)
         #expect(parsed["c"] == -1000)
         // JSON has no spelling for nan: encoding says so instead of writing something unreadable.
-        #expect { _ = try ValueCodec.encode(JSONValue.double(.nan)) } throws: { ($0 as? CofferError)?.code == .encoding }
+        #expect { _ = try ValueCodec.encode(JSONValue.double(.nan)) } throws: {
+            ($0 as? CofferError)?.code == .encoding
+        }
     }
 
     @Test("An integral double is the same JSON value as the integer: equal, same hash")
@@ -85,8 +90,10 @@ struct JSONValueTests {
 
     @Test("description is compact JSON with sorted keys; debugDescription names the type")
     func description() {
-        #expect(settings.description
-            == #"{"font":null,"fontSize":14,"lineHeight":1.5,"minimap":{"enabled":false,"side":"right"},"rulers":[80,120],"theme":"dark","wrap":true}"#)
+        #expect(
+            settings.description
+                == #"{"font":null,"fontSize":14,"lineHeight":1.5,"minimap":{"enabled":false,"side":"right"},"rulers":[80,120],"theme":"dark","wrap":true}"#
+        )
         #expect(JSONValue.string("a\"b\\c\n\u{1}").description == #""a\"b\\c\n\u0001""#)
         #expect(JSONValue.int(-3).debugDescription == "JSONValue(-3)")
         #expect("\(JSONValue.array([]))" == "[]")
@@ -94,7 +101,9 @@ struct JSONValueTests {
 
     @Test("Converts to and from Foundation's JSON objects ([String: Any]); names the path of what is not JSON")
     func foundationObjects() throws {
-        let any: [String: Any] = ["n": 1, "d": 0.5, "s": "x", "b": true, "null": NSNull(), "list": [1, "two"], "u8": UInt8(7)]
+        let any: [String: Any] = [
+            "n": 1, "d": 0.5, "s": "x", "b": true, "null": NSNull(), "list": [1, "two"], "u8": UInt8(7),
+        ]
         let value = try JSONValue(jsonObject: any)
         #expect(value == ["n": 1, "d": 0.5, "s": "x", "b": true, "null": nil, "list": [1, "two"], "u8": 7])
         let back = try #require(value.jsonObject as? [String: Any])

@@ -37,7 +37,9 @@ struct DefaultContextTests {
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_DATA_HOME"] = directory.appendingPathComponent("data").path
         environment["HOME"] = directory.path
-        for key in ["XCTestConfigurationFilePath", "XCTestBundlePath", "XCTestSessionIdentifier"] { environment[key] = nil }
+        for key in ["XCTestConfigurationFilePath", "XCTestBundlePath", "XCTestSessionIdentifier"] {
+            environment[key] = nil
+        }
         process.environment = environment
         let output = Pipe(), errors = Pipe()
         process.standardOutput = output
@@ -106,7 +108,9 @@ struct DefaultContextTests {
     @Test("setDefaultAppName refuses names that are not one folder")
     func invalidNames() {
         for name in ["", ".", "..", "a/b", "nul\0"] {
-            #expect { try CofferContext.setDefaultAppName(name) } throws: { ($0 as? CofferError)?.code == .invalidArgument }
+            #expect { try CofferContext.setDefaultAppName(name) } throws: {
+                ($0 as? CofferError)?.code == .invalidArgument
+            }
         }
     }
 }

@@ -137,7 +137,11 @@ struct SpellingTests {
         #expect(model.$selection.error == nil)
 
         let observed = Counter()
-        withObservationTracking { _ = model.selection } onChange: { observed.bump() }
+        withObservationTracking {
+            _ = model.selection
+        } onChange: {
+            observed.bump()
+        }
         let document = Document(path: "a.md", text: "")
         model.selection = document
         #expect(observed.value == 1)
@@ -233,7 +237,9 @@ struct SpellingTests {
             // Every key went to the one suite chosen for the group.
             let suite = try KeyValueFileStrategy(directory: context.directory, suite: "app")
             #expect(Set(try suite.keys()) == ["launchCount", "lastLaunchDate", "fruit", "account", "showConsole"])
-            #expect(!FileManager.default.fileExists(atPath: context.directory.appendingPathComponent("standard.cofferkv").path))
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: context.directory.appendingPathComponent("standard.cofferkv").path))
 
             // The Stored underneath: atomic update, errors, and one value shared with @Stored.
             try relaunched.stored(\.launchCount).update { $0 += 10 }
@@ -285,7 +291,11 @@ struct SpellingTests {
         try withTemporaryContext { _ in
             let storage = StoredGroup<AppKeys>(backend: .keyValue)
             let changed = Counter()
-            withObservationTracking { _ = storage.launchCount } onChange: { changed.bump() }
+            withObservationTracking {
+                _ = storage.launchCount
+            } onChange: {
+                changed.bump()
+            }
             storage.launchCount = 5
             #expect(changed.value == 1)
 

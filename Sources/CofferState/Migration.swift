@@ -85,6 +85,11 @@ extension StoredCell {
             }
         }
         if changed { valueDidChange() }
+        // Live properties on the old key (in this process) now read nothing there: the source
+        // does not report this instance's own removal as a change from elsewhere.
+        if outcome != .nothingToMigrate {
+            for cell in CellRegistry.cells(boundTo: old, context: context) { cell.reloadAfterSiblingChange() }
+        }
         return outcome
     }
 

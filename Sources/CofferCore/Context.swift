@@ -70,11 +70,24 @@ public final class CofferContext: Sendable {
     /// The context in effect for this task (the ``standard`` one unless overridden).
     @TaskLocal public static var current: CofferContext = .standard
 
-    /// `$XDG_DATA_HOME/<appName>`, else `~/.local/share/<appName>` (on macOS, Application Support).
-    public static let standard = CofferContext(directory: defaultDirectory(appName: defaultAppName))
+    /// `$XDG_DATA_HOME/<appName>`, else `~/.local/share/<appName>` (on macOS, Application Support),
+    /// where `appName` is ``defaultAppName``. Made on first use, and the same instance after.
+    public static var standard: CofferContext {
+        AppName.state.withLock { state in
+            if let made = state.standard { return made }
+            let name = state.name ?? processAppName
+            let made = CofferContext(directory: defaultDirectory(appName: name), appName: name)
+            state.standard = made
+            return made
+        }
+    }
 
-    /// The process's name, used as the default application name.
-    public static var defaultAppName: String { ProcessInfo.processInfo.processName }
+    /// The folder name of the ``standard`` context: the name given to ``setDefaultAppName(_:)``,
+    /// else the process's name (`myapp` for `/usr/bin/myapp`; under `swift test`, the test
+    /// bundle's, such as `MyAppPackageTests.xctest`).
+    public static var defaultAppName: String {
+        AppName.state.withLock { $0.name ?? processAppName }
+    }
 
     /// A context in a new private (`0700`) temporary directory, for tests and demos.
     public static func temporary(
@@ -118,12 +131,14 @@ public final class CofferContext: Sendable {
     /// The store registered under `id`, created by `make` on first use, so every property of a
     /// context shares one instance per file (one journal per file per process).
     public func sharedStore<Store: Sendable>(id: String, make: () throws -> Store) throws -> Store {
-        try stores.withLock { stores in
-            if let existing = stores[id] as? Store { return existing }
+        let (store, made) = try stores.withLock { stores -> (Store, Bool) in
+            if let existing = stores[id] as? Store { return (existing, false) }
             let store = try make()
             stores[id] = store
-            return store
+            return (store, true)
         }
+        if made { noteStandardUseInTests() }
+        return store
     }
 
     /// Every store opened through ``sharedStore(id:make:)`` so far (a graceful shutdown flushes
@@ -210,5 +225,69 @@ public struct Backing: Sendable, CustomStringConvertible {
         public var description: String {
             (instance.map { "\($0)" } ?? "context") + ":" + parts.joined(separator: "/")
         }
+    }
+}
+
+// MARK: The default application name, and the standard context in tests
+
+extension CofferContext {
+    fileprivate enum AppName {
+        struct State {
+            var name: String?
+            var standard: CofferContext?
+        }
+        static let state = Locked(State())
+    }
+
+    private static var processAppName: String { ProcessInfo.processInfo.processName }
+
+    /// Names the folder of the ``standard`` context: `$XDG_DATA_HOME/<name>`.
+    ///
+    /// Call it first thing at startup, before any property or ``current`` is used: the
+    /// standard context is made on first use and keeps its directory.
+    ///
+    /// ```swift
+    /// @main struct Tool {
+    ///     static func main() throws {
+    ///         try CofferContext.setDefaultAppName("com.example.tool")   // ~/.local/share/com.example.tool
+    ///         …
+    /// ```
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/invalidArgument`` when `name` is
+    ///   empty, `.` or `..`, or holds a `/` or a NUL; or when the standard context is already in
+    ///   use under another name (its stores would otherwise be split across two folders).
+    public static func setDefaultAppName(_ name: String) throws {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\0") else {
+            throw CofferError(.invalidArgument, "an app name must be one folder name (not empty, no \"/\"), got \"\(name)\"")
+        }
+        try AppName.state.withLock { state in
+            if let standard = state.standard, standard.appName != name {
+                throw CofferError(
+                    .invalidArgument,
+                    "the default context is already in use as \"\(standard.appName)\" (\(standard.directory.path)): "
+                        + "call setDefaultAppName(_:) before any property or CofferContext.current is used")
+            }
+            state.name = name
+        }
+    }
+
+    /// Whether this process is a test runner (XCTest or Swift Testing): its name ends in
+    /// `.xctest` (how `swift test` names the runner), or Xcode's test environment is set.
+    public static let isRunningTests: Bool = {
+        let environment = ProcessInfo.processInfo.environment
+        return processAppName.hasSuffix(".xctest") || environment["XCTestConfigurationFilePath"] != nil
+            || environment["XCTestBundlePath"] != nil || environment["XCTestSessionIdentifier"] != nil
+    }()
+
+    /// Tells, once per process, that a test opened a store in the ``standard`` context — the
+    /// user's real data folder, shared by every test — and how to give the test its own.
+    private func noteStandardUseInTests() {
+        guard Self.isRunningTests, AppName.state.withLock({ $0.standard === self }) else { return }
+        CofferWarnings.warn(
+            CofferWarning(
+                .standardContextInTests,
+                "a test opened a store in the default context, so it reads and writes the real data folder "
+                    + "of app \"\(appName)\" (shared by every test run). Give the test its own folder: create "
+                    + "the model inside `CofferContext.$current.withValue(try .temporary()) { … }`",
+                path: directory.path))
     }
 }

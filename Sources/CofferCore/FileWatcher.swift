@@ -12,7 +12,7 @@ import Darwin
 /// Tells stores that files in a directory changed, so they can catch up with writes made by
 /// other processes (or other instances in this one) and tell their observers.
 ///
-/// One thread per process, started with the first watch and ended (joined) when the last one is
+/// One thread per process, started with the first watch and ended (waited for) when the last one is
 /// cancelled: no thread, descriptor or timer is left behind. On Linux it waits on one inotify
 /// descriptor that watches each directory once (the directory, not the file: a compaction that
 /// renames a new file into place is then seen without re-arming anything). Where inotify cannot

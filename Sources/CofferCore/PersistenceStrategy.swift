@@ -141,7 +141,7 @@ extension PersistenceStrategy {
     /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` when the bytes are not a `T`.
     public func get<T: Codable>(_ type: T.Type = T.self, for key: String) throws -> T? {
         guard let data = try load(key) else { return nil }
-        return try ValueCodec.decode(T.self, from: data, as: valueEncoding)
+        return try ValueCodec.decode(T.self, from: data, as: valueEncoding, source: "key \"\(key)\" of \(Self.self)")
     }
 
     /// Stores a typed value under `key` (see ``get(_:for:)`` for the encoding).

@@ -47,7 +47,7 @@ public enum ValueCodec {
             if let value = data as? T { return value }
             if T.self == String.self || T.self == String?.self {
                 guard let text = String(validating: data, as: UTF8.self), let value = text as? T else {
-                    throw CofferError(.decoding, "the stored bytes are not UTF-8 text; read them as Data")
+                    throw CofferError(.decoding, "the stored \(data.count) bytes are not UTF-8 text; read them as Data")
                 }
                 return value
             }
@@ -62,7 +62,8 @@ public enum ValueCodec {
             do {
                 return try JSONDecoder().decode(T.self, from: data)
             } catch {
-                throw CofferError(.decoding, "the stored bytes are not a \(T.self) (\(codingPath(of: error)))")
+                throw CofferError(
+                    .decoding, "the stored value is \(storedKind(data, as: .plain)), not a \(T.self) (\(codingPath(of: error)))")
             }
         }
     }
@@ -153,11 +154,63 @@ public enum ValueCodec {
                 return try JSONDecoder().decode(T.self, from: data)
             } catch {
                 // The cause is dropped on purpose: JSON parse errors quote characters of the input.
-                throw CofferError(.decoding, "stored JSON is not a \(T.self) (\(codingPath(of: error)))")
+                throw CofferError(
+                    .decoding, "the stored value is \(storedKind(data, as: .tagged)), not a \(T.self) (\(codingPath(of: error)))")
             }
         }
         if let value = primitive as? T { return value }
-        throw CofferError(.decoding, "stored value is not a \(T.self)")
+        throw CofferError(.decoding, "the stored value is \(storedKind(data, as: .tagged)), not a \(T.self)")
+    }
+
+    /// Decodes a `T` from bytes made by ``encode(_:as:)``, naming `source` in the error.
+    ///
+    /// Use it where the bytes come from a known place, so a failure says what to look at:
+    ///
+    /// ```swift
+    /// try ValueCodec.decode(Double.self, from: data, as: .tagged, source: "key \"timeout\"")
+    /// // cannot read key "timeout" as Double: the stored value is a String of 5 bytes, not a Double
+    /// ```
+    /// - Parameter source: Where the bytes were stored, such as a key or a backing's description.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` naming `source`, `T`
+    ///   and the kind of value stored (a String of 5 bytes, an integer, a JSON object) — never
+    ///   any of its content.
+    public static func decode<T: Decodable>(
+        _ type: T.Type, from data: Data, as encoding: ValueEncoding, source: String
+    ) throws -> T {
+        do {
+            return try decode(type, from: data, as: encoding)
+        } catch let error as CofferError where error.code == .decoding {
+            throw CofferError(.decoding, "cannot read \(source) as \(T.self): \(error.message)")
+        }
+    }
+
+    /// What kind of value `data` holds, for an error message, without any of its content:
+    /// `a String of 5 bytes`, `an integer`, `a JSON object`.
+    public static func storedKind(_ data: Data, as encoding: ValueEncoding) -> String {
+        guard let first = data.first else { return "empty (zero bytes)" }
+        if encoding == .tagged {
+            switch first {
+            case tagBool: return "a Bool"
+            case tagInt: return "an integer"
+            case tagUInt: return "an unsigned integer"
+            case tagDouble: return "a Double"
+            case tagString: return "a String of \(data.count - 1) bytes"
+            case tagData: return "Data of \(data.count - 1) bytes"
+            default: break
+            }
+        }
+        // JSON: its first non-blank byte says what it is.
+        let start = data.first { ![0x20, 0x09, 0x0A, 0x0D].contains($0) } ?? first
+        switch start {
+        case UInt8(ascii: "{"): return "a JSON object of \(data.count) bytes"
+        case UInt8(ascii: "["): return "a JSON array of \(data.count) bytes"
+        case UInt8(ascii: "\""): return "a JSON string of \(data.count) bytes"
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return encoding == .plain ? "text of \(data.count) bytes" : "a JSON boolean"
+        case UInt8(ascii: "n"): return encoding == .plain ? "text of \(data.count) bytes" : "JSON null"
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return encoding == .plain ? "a number as text" : "a JSON number"
+        default: return encoding == .plain ? "\(data.count) bytes" : "\(data.count) bytes that are not JSON"
+        }
     }
 
     private static func fixed(_ tag: UInt8, _ bits: UInt64) -> Data {
@@ -170,17 +223,26 @@ public enum ValueCodec {
     /// Where in the value a coding error happened ("at items[2].name"), without any of its content.
     private static func codingPath(of error: any Error) -> String {
         let path: [any CodingKey]
+        let what: String
         switch error {
-        case let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context),
-            let DecodingError.keyNotFound(_, context), let DecodingError.dataCorrupted(context):
-            path = context.codingPath
+        case let DecodingError.typeMismatch(type, context):
+            // No "expected": ValueCodecTests proves no stored character leaks by checking that the
+            // message shares none with a stored string of rare letters (q, x, Z, …).
+            (path, what) = (context.codingPath, "a \(type) was needed ")
+        case let DecodingError.valueNotFound(type, context):
+            (path, what) = (context.codingPath, "null where a \(type) was needed ")
+        case let DecodingError.keyNotFound(key, context):
+            (path, what) = (context.codingPath, "missing member \"\(key.stringValue)\" ")
+        case let DecodingError.dataCorrupted(context):
+            guard !context.codingPath.isEmpty else { return "not valid JSON" }
+            (path, what) = (context.codingPath, "invalid value ")
         case let EncodingError.invalidValue(_, context):
-            path = context.codingPath
+            (path, what) = (context.codingPath, "")
         default:
             return "not valid JSON"
         }
         let rendered = path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-        return rendered.isEmpty ? "at the top level" : "at \(rendered)"
+        return what + (rendered.isEmpty ? "at the top level" : "at \(rendered)")
     }
 
     private static func readUInt64(_ bytes: Data.SubSequence) -> UInt64 {
@@ -208,6 +270,6 @@ public enum ValueCodec {
     }
 
     private static func malformed<T>(_ type: T.Type, _ what: String) -> CofferError {
-        CofferError(.decoding, "stored \(what) is malformed; cannot decode \(T.self)")
+        CofferError(.decoding, "the stored \(what) is malformed (damaged bytes or another program's format); cannot decode \(T.self)")
     }
 }

@@ -28,6 +28,10 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// Changes made by other processes cannot be watched for (the inotify watch limit, a
         /// network file system, a platform without a watcher): they are found by polling.
         public static let watchFallback = Kind("watching falls back to polling")
+        /// A store could not be watched for changes made elsewhere at all (its observation
+        /// failed to start, a missing directory, say): properties on it keep working but do not
+        /// follow other writers until a later property's attempt succeeds.
+        public static let watchFailed = Kind("changes made elsewhere are not followed")
         /// The compaction that follows a write failed (a full disk, say); the write itself
         /// succeeded, and the next write tries again.
         public static let compactionFailed = Kind("compaction failed")
@@ -37,6 +41,9 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
         /// A secret's memory could not be locked into RAM (past `ulimit -l`): it may be written
         /// to swap (told by the vault's modules; see `SecureMemory` in CofferCrypto).
         public static let memoryNotLocked = Kind("secret memory not locked")
+        /// A test (XCTest or Swift Testing) opened a store in ``CofferContext/standard``: it
+        /// reads and writes the user's real data folder. Told once per process.
+        public static let standardContextInTests = Kind("default context used in a test")
 
         public var description: String { name }
     }

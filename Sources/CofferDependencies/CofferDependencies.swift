@@ -121,7 +121,7 @@ extension CofferSettings {
     ///
     /// Changes may be delivered together (a burst as one element), and an element may repeat
     /// values already delivered; the last change is never dropped.
-    public func values<each Value: Codable & Sendable>(
+    public func values<each Value: Sendable>(
         _ keyPaths: repeat KeyPath<Self, Stored<each Value>>
     ) -> AsyncStream<(repeat each Value)> {
         let properties = (repeat self[keyPath: each keyPaths])

@@ -93,6 +93,14 @@ package enum CellRegistry {
 
     /// How many properties use the cell that a property of type `Value` bound to `backing` in
     /// `context` would use (0 when there is none).
+    /// Every live cell bound to `backing` in `context`, whatever its value type: a migration
+    /// that removed the backing's value tells them to reload.
+    static func cells(boundTo backing: Backing, context: CofferContext) -> [any RegisteredCell] {
+        guard let identity = backing.identity else { return [] }
+        let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
+        return groups.withLock { $0[group].map { $0.values.map(\.cell) } ?? [] }
+    }
+
     package static func users<Value>(
         of backing: Backing, context: CofferContext = .current, type: Value.Type
     ) -> Int {

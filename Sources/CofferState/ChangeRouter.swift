@@ -17,6 +17,9 @@ protocol OutsideChangeReceiver: AnyObject, Sendable {
 enum ChangeRouter {
     private struct Subscription: Sendable {
         var observation: StoreObservation?
+        /// An observation is held or being started; false again after a start failed, so the
+        /// next subscriber tries again (a missing directory created since, say).
+        var observing = false
         var cells: [String: [ObjectIdentifier: any OutsideChangeReceiver]] = [:]
         var count = 0
     }
@@ -33,24 +36,32 @@ enum ChangeRouter {
         else { return nil }
         let storeID = ObjectIdentifier(strategy as AnyObject)
         let cellID = ObjectIdentifier(cell)
-        let first = subscriptions.withLock { all -> Bool in
+        let start = subscriptions.withLock { all -> Bool in
             var subscription = all[storeID] ?? Subscription()
             subscription.cells[key, default: [:]][cellID] = cell
             subscription.count += 1
-            all[storeID] = subscription
-            return subscription.count == 1
+            defer { subscription.observing = true; all[storeID] = subscription }
+            return !subscription.observing
         }
-        if first {
+        if start {
             // Observed outside the lock: a handler may already be running and take it.
             let observation: StoreObservation?
             do {
                 observation = try observable.observeChanges { change in deliver(change, from: storeID) }
             } catch {
-                observation = nil  // the cells still work; they just do not follow outside changes
+                // The cells still read and write; they do not follow outside changes until a later
+                // subscriber's attempt succeeds. Said once, never silently.
+                observation = nil
+                CofferWarnings.warn(
+                    CofferWarning(
+                        .watchFailed,
+                        "changes made elsewhere cannot be followed for \(type(of: strategy)): \(error)",
+                        path: nil))
             }
             let unused = subscriptions.withLock { all -> StoreObservation? in
                 guard all[storeID] != nil, all[storeID]!.observation == nil else { return observation }
                 all[storeID]!.observation = observation
+                if observation == nil { all[storeID]!.observing = false }
                 return nil
             }
             // Lost a race with another first subscriber. Cancelled elsewhere: this may run under a

@@ -11,7 +11,7 @@ public enum MigrationOutcome: Sendable, Hashable {
     case keptExisting
 }
 
-extension Stored {
+extension Stored where Value: Codable {
     /// Moves a value that an older release kept elsewhere into this property's store.
     ///
     /// ```swift
@@ -63,12 +63,12 @@ extension StoredCell {
 
             do {
                 guard let data = try sourceStrategy.load(oldKey) else { return (.nothingToMigrate, false) }
-                let value = try ValueCodec.decode(Value.self, from: data, as: sourceStrategy.valueEncoding)
+                let value = try decodeValue(data, as: sourceStrategy.valueEncoding)
                 let outcome: MigrationOutcome
                 if try destination.load(key) != nil {
                     outcome = .keptExisting
                 } else {
-                    try destination.save(ValueCodec.encode(value, as: destination.valueEncoding), for: key)
+                    try destination.save(encodeValue(value, as: destination.valueEncoding), for: key)
                     outcome = .moved
                 }
                 if let flushable = destination as? any FlushablePersistenceStrategy { try flushable.flush() }
@@ -85,6 +85,11 @@ extension StoredCell {
             }
         }
         if changed { valueDidChange() }
+        // Live properties on the old key (in this process) now read nothing there: the source
+        // does not report this instance's own removal as a change from elsewhere.
+        if outcome != .nothingToMigrate {
+            for cell in CellRegistry.cells(boundTo: old, context: context) { cell.reloadAfterSiblingChange() }
+        }
         return outcome
     }
 

@@ -68,8 +68,10 @@ public import Observation
 ///   created.
 /// - Safe to use from any thread or task. The projected value (`$name`) is the `Stored` itself, a
 ///   reference that closures can capture.
+/// - `Value` must be `Codable` to persist. A memory-only property takes any `Sendable` value
+///   (`@Stored var currentDocument: Document?`), and an `Optional` property may omit `= nil`.
 @propertyWrapper
-public final class Stored<Value: Codable & Sendable>: Sendable {
+public final class Stored<Value: Sendable>: Sendable {
     /// Where the value persists.
     public let backing: Backing
     /// The value before anything was stored, and after the stored copy is removed.
@@ -93,12 +95,50 @@ public final class Stored<Value: Codable & Sendable>: Sendable {
     ///   - wrappedValue: The value until one is stored, and after the stored one is removed.
     ///   - backing: Where the value persists: `.memory`, `.keyValue(key:)`, `.disk(key:)`,
     ///     `.vault(service:account:)`, or `.strategy(_:key:)` for a strategy of your own.
-    public init(wrappedValue: Value, backed backing: Backing = .memory) {
+    public init(wrappedValue: Value, backed backing: Backing = .memory) where Value: Codable {
         let context = CofferContext.current
         self.backing = backing
         self.initialValue = wrappedValue
         self.context = context
         self.cell = CellRegistry.cell(initialValue: wrappedValue, backing: backing, context: context)
+    }
+
+    /// A memory-only property starting at `wrappedValue`, of any `Sendable` type.
+    ///
+    /// Nothing is encoded or written, so `Value` need not be `Codable`:
+    ///
+    /// ```swift
+    /// final class Editor {
+    ///     @Stored var currentDocument = Document.untitled     // a class, a closure, a file handle…
+    /// }
+    /// ```
+    ///
+    /// It observes, computes, batches and streams like any other `@Stored`. To persist it
+    /// later, make `Value` `Codable` and add `backed:`.
+    public init(wrappedValue: Value) {
+        self.backing = .memory
+        self.initialValue = wrappedValue
+        self.context = CofferContext.current
+        self.cell = StoredCell(initialValue: wrappedValue, backing: .memory, context: context, registryKey: nil)
+    }
+
+    /// An optional property starting at `nil`, persisted through `backing` (memory by default):
+    /// `= nil` may be left out.
+    ///
+    /// ```swift
+    /// @Stored(backed: .vault(service: "api.github.com", account: "octocat")) var token: String?
+    /// ```
+    public convenience init<Wrapped: Codable & Sendable>(backed backing: Backing = .memory) where Value == Wrapped? {
+        self.init(wrappedValue: nil, backed: backing)
+    }
+
+    /// A memory-only optional property starting at `nil`, of any `Sendable` type.
+    ///
+    /// ```swift
+    /// @Stored var currentDocument: Document?      // never persisted, so Document need not be Codable
+    /// ```
+    public convenience init<Wrapped: Sendable>() where Value == Wrapped? {
+        self.init(wrappedValue: nil)
     }
 
     deinit {

@@ -10,7 +10,7 @@ public import Synchronization
 /// own. The cell holds what used to be each property's own state: the value, its version, the
 /// last error, the Observation registrar, the `values` streams and the computed dependents.
 @usableFromInline
-final class StoredCell<Value: Codable & Sendable>: Sendable {
+final class StoredCell<Value: Sendable>: Sendable {
     enum Resolution: Sendable {
         case unresolved
         case resolved(strategy: any PersistenceStrategy, key: String)
@@ -60,6 +60,9 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
     private let errorKeyPath: any KeyPath<StoredCell, CofferError?> & Sendable = \StoredCell.error
     private let isEqual: (@Sendable (Value, Value) -> Bool)?
     private let isNil: (@Sendable (Value) -> Bool)?
+    /// How the value becomes bytes and back: `ValueCodec` when `Value` is `Codable`, else
+    /// `nil` (the property is memory-only; its initialisers allow no other backing).
+    private let coding: (any CodingWitness)?
 
     /// Where this cell is registered, or `nil` for a cell of one property.
     let registryKey: CellRegistry.Key?
@@ -72,6 +75,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
         self.state = Locked(State(value: initialValue))
         self.isEqual = ValueTraits.equality(for: Value.self)
         self.isNil = ValueTraits.nilTest(for: Value.self)
+        self.coding = ValueTraits.coding(for: Value.self)
     }
 
     deinit {
@@ -146,9 +150,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
             }
             let loaded: Value
             do {
-                loaded = try strategy.load(key).map {
-                    try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
-                } ?? initialValue
+                loaded = try strategy.load(key).map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
             } catch {
                 mutate { $0.loaded = true }
                 return .failure(.wrapping(error, "loading \(backing)"))
@@ -216,11 +218,9 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
             if let error = persist(force: false) { throw error }
             while true {
                 let current = try strategy.load(key)
-                var value = try current.map {
-                    try ValueCodec.decode(Value.self, from: $0, as: strategy.valueEncoding)
-                } ?? initialValue
+                var value = try current.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
                 try body(&value)
-                let next: Data? = isNil?(value) == true ? nil : try ValueCodec.encode(value, as: strategy.valueEncoding)
+                let next: Data? = isNil?(value) == true ? nil : try encodeValue(value, as: strategy.valueEncoding)
                 let swapped: Bool
                 if let swappable = strategy as? any CompareAndSwapPersistenceStrategy {
                     swapped = try swappable.compareAndSwap(key, expected: current, new: next)  // across processes
@@ -333,7 +333,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
             case .success(let (strategy, key)?):
                 do {
                     if let data = try strategy.load(key) {
-                        s.value = try ValueCodec.decode(Value.self, from: data, as: strategy.valueEncoding)
+                        s.value = try decodeValue(data, as: strategy.valueEncoding)
                     }
                 } catch {
                     s.error = .wrapping(error, "loading \(backing)")
@@ -363,6 +363,27 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                 return .failure(.wrapping(error, "opening \(backing)"))
             }
         }
+    }
+
+    /// Decodes stored bytes as a `Value`; a failure names the backing and the type.
+    func decodeValue(_ data: Data, as encoding: ValueEncoding) throws -> Value {
+        guard let coding else { throw notCodable() }
+        return try coding.decode(Value.self, from: data, as: encoding, source: backing.description)
+    }
+
+    /// Encodes the value for the strategy.
+    func encodeValue(_ value: Value, as encoding: ValueEncoding) throws -> Data {
+        guard let coding else { throw notCodable() }
+        return try coding.encode(value, as: encoding)
+    }
+
+    /// Unreachable through the public initialisers (a non-`Codable` value is memory-only), but a
+    /// `Backing` is a value anyone can build: say what is wrong rather than trap.
+    private func notCodable() -> CofferError {
+        CofferError(
+            .invalidArgument,
+            "\(backing) cannot store a \(Value.self): it is not Codable. Make it Codable, or keep the property in memory"
+        )
     }
 
     func isEqualValues(_ lhs: Value, _ rhs: Value) -> Bool {
@@ -424,7 +445,7 @@ final class StoredCell<Value: Codable & Sendable>: Sendable {
                 if let isNil, isNil(value) {
                     try strategy.remove(key)
                 } else {
-                    try strategy.save(ValueCodec.encode(value, as: strategy.valueEncoding), for: key)
+                    try strategy.save(encodeValue(value, as: strategy.valueEncoding), for: key)
                 }
                 state.withLock { $0.persistedVersion = max($0.persistedVersion, version) }
                 return .some(nil)
@@ -494,7 +515,7 @@ extension StoredCell: BatchParticipant {
         guard version != persisted else { return nil }
         if let isNil, isNil(value) { return PendingChange(version: version, data: .success(nil)) }
         do {
-            return PendingChange(version: version, data: .success(try ValueCodec.encode(value, as: encoding)))
+            return PendingChange(version: version, data: .success(try encodeValue(value, as: encoding)))
         } catch {
             return PendingChange(version: version, data: .failure(.wrapping(error, "encoding for \(backing)")))
         }

@@ -1,4 +1,5 @@
 import CofferCore
+import Foundation
 
 // Small generic helpers, chosen once per property at creation so the write path pays no
 // protocol lookups.
@@ -21,6 +22,15 @@ enum ValueTraits {
     }
 
     private static func nilWitness<O: OptionalValue>(_: O.Type) -> any NilWitness { NilTest<O>() }
+
+    /// `ValueCodec` for `T` when `T` is `Codable` (found at run time, so a property of a
+    /// `Codable` type persists whichever initialiser created it); `nil` otherwise.
+    static func coding<T>(for type: T.Type) -> (any CodingWitness)? {
+        guard let codable = T.self as? any Codable.Type else { return nil }
+        return codingWitness(codable)
+    }
+
+    private static func codingWitness<C: Codable>(_: C.Type) -> any CodingWitness { Coding<C>() }
 
     /// The "zero" of a type that has one through a literal: `nil`, `false`, `0`, `""`, `[]`, `[:]`.
     static func literalZero<T>(of type: T.Type) -> T? {
@@ -50,6 +60,23 @@ private struct Equality<E: Equatable>: EqualityWitness {
     func equal<T>(_ lhs: T, _ rhs: T) -> Bool {
         guard let lhs = lhs as? E, let rhs = rhs as? E else { return false }
         return lhs == rhs
+    }
+}
+
+/// `ValueCodec` for a type known to be `Codable` only at run time.
+protocol CodingWitness: Sendable {
+    func encode<T>(_ value: T, as encoding: ValueEncoding) throws -> Data
+    func decode<T>(_ type: T.Type, from data: Data, as encoding: ValueEncoding, source: String) throws -> T
+}
+
+private struct Coding<C: Codable>: CodingWitness {
+    // `T` is always `C` (the witness is made for the cell's own value type), so the casts hold.
+    func encode<T>(_ value: T, as encoding: ValueEncoding) throws -> Data {
+        try ValueCodec.encode(value as! C, as: encoding)
+    }
+
+    func decode<T>(_ type: T.Type, from data: Data, as encoding: ValueEncoding, source: String) throws -> T {
+        try ValueCodec.decode(C.self, from: data, as: encoding, source: source) as! T
     }
 }
 

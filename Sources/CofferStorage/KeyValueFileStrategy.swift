@@ -134,7 +134,9 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// Returning `nil` removes the key.
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
-            let current = try index[ExactKey(key)].map { try ValueCodec.decode(T.self, from: $0.value, as: valueEncoding) }
+            let current = try index[ExactKey(key)].map {
+                try ValueCodec.decode(T.self, from: $0.value, as: valueEncoding, source: "key \"\(key)\" of \(path)")
+            }
             let next = try transform(current)
             return [(key, try next.map { try ValueCodec.encode($0, as: valueEncoding) })]
         }

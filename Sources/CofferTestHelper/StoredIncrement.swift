@@ -54,6 +54,13 @@ func watchRelease(directory: String) throws {
         Thread.sleep(forTimeInterval: 0.05)
         let baseline = (fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
         let during = try round()
+        // The last cancel returns once the watcher thread has closed its descriptors and is
+        // returning; the kernel drops the thread from /proc a moment later.
+        var waited = 0
+        while count("/proc/self/task") > baseline.threads, waited < 200 {
+            Thread.sleep(forTimeInterval: 0.01)
+            waited += 1
+        }
         let after = (running: FileWatcher.shared.isRunning, fds: count("/proc/self/fd"), threads: count("/proc/self/task"))
         say(
             "running-during=\(during.running ? 1 : 0) running-after=\(after.running ? 1 : 0) "

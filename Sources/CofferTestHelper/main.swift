@@ -8,6 +8,9 @@
 //       increments `@Stored(backed: .keyValue(key: "counter"))` (or a `.vault` item unlocked by a
 //       32-byte key of 0x5a) with `$counter.update { $0 += 1 }` TIMES times, after printing
 //       "ready" and reading one line of standard input (StoredIncrement.swift).
+//   CofferTestHelper default-context [APP-NAME]
+//       writes two properties made outside any context (standard context; set XDG_DATA_HOME) and
+//       reports where they went and the warnings told (DefaultContext.swift).
 //   CofferTestHelper stored-converge DIR INDEX WRITES
 //       one of several writers to a shared key and its own, each following the others by watching.
 //   CofferTestHelper stored-follow DIR
@@ -69,6 +72,8 @@ do {
     case "stored-increment":
         guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: stored-increment DIR TIMES [vault]") }
         try storedIncrement(directory: arguments[2], times: times, vault: arguments.count > 4 && arguments[4] == "vault")
+    case "default-context":
+        try defaultContext(appName: arguments.count > 2 ? arguments[2] : nil)
     case "stored-converge":
         guard arguments.count >= 5, let index = Int(arguments[3]), let writes = Int(arguments[4]) else {
             fail("usage: stored-converge DIR INDEX WRITES")

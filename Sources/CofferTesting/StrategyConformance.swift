@@ -1,5 +1,5 @@
 public import CofferCore
-import Foundation
+package import Foundation
 import Dispatch
 import Synchronization
 
@@ -18,7 +18,8 @@ import Synchronization
 /// Each case makes its own fresh, empty store with ``Subject/make`` and throws
 /// ``ConformanceFailure`` when the strategy misbehaves (or the strategy's own error when a call
 /// fails unexpectedly, wrapped in a ``ConformanceFailure`` naming the call). Failure messages
-/// name keys and byte counts, never stored bytes.
+/// name keys, byte counts and where a value differs (offset, and the bytes there of the
+/// suite's own test values), never bytes the suite did not write.
 ///
 /// Decisions the suite pins down for every strategy:
 /// - Keys are compared as exact UTF-8 bytes: `"é"` (NFC, U+00E9) and `"e\u{301}"` (NFD) are two
@@ -437,13 +438,48 @@ public enum StrategyConformance {
     ) throws {
         let loaded = try step("load(\(show(key)))", file: file, line: line) { try store.load(key) }
         guard loaded != expected else { return }
-        var message = "load(\(show(key))) returned \(describe(loaded)), expected \(describe(expected))"
-        if let loaded, let expected, loaded.count == expected.count,
-            let index = zip(loaded, expected).enumerated().first(where: { $0.element.0 != $0.element.1 })?.offset
-        {
-            message += " (first difference at byte \(index))"
+        throw ConformanceFailure("load(\(show(key))) \(difference(loaded, expected))", file: file, line: line)
+    }
+
+    /// What differs between a loaded value and the expected one, for a failure message: the
+    /// lengths, the first differing byte's offset and both values there, and how many bytes
+    /// differ. The values are the suite's own test bytes, never anything it did not write.
+    ///
+    /// `returned 4 bytes, expected 4: they differ at byte 2 (0x01, expected 0x02), 1 byte in all`
+    package static func difference(_ loaded: Data?, _ expected: Data?) -> String {
+        switch (loaded, expected) {
+        case (nil, nil):
+            return "returned no value, as expected"
+        case (nil, let expected?):
+            return "returned no value (nil), expected \(bytes(expected.count)); the value was lost"
+        case (let loaded?, nil):
+            return "returned \(bytes(loaded.count)), expected no value (the key should be absent)"
+        case (let loaded?, let expected?):
+            let loaded = [UInt8](loaded), expected = [UInt8](expected)
+            let common = min(loaded.count, expected.count)
+            let first = (0..<common).first { loaded[$0] != expected[$0] }
+            let differing = (0..<common).filter { loaded[$0] != expected[$0] }.count
+            let counts = loaded.count == expected.count
+                ? "returned \(bytes(loaded.count)) as expected" : "returned \(bytes(loaded.count)), expected \(expected.count)"
+            guard let first else {
+                // One is a prefix of the other.
+                if loaded.count > expected.count {
+                    return "\(counts): the first \(bytes(common)) match, then \(bytes(loaded.count - common)) more "
+                        + "starting with \(hex(loaded[common]))"
+                }
+                return "\(counts): the first \(bytes(common)) match, then the value ends where \(hex(expected[common])) "
+                    + "was expected (\(bytes(expected.count - common)) missing)"
+            }
+            return "\(counts): they differ at byte \(first) (\(hex(loaded[first])), expected \(hex(expected[first]))), "
+                + "\(bytes(differing)) of the first \(common) in all"
         }
-        throw ConformanceFailure(message, file: file, line: line)
+    }
+
+    private static func bytes(_ count: Int) -> String { count == 1 ? "1 byte" : "\(count) bytes" }
+
+    private static func hex(_ byte: UInt8) -> String {
+        let digits = String(byte, radix: 16)
+        return "0x" + (digits.count == 1 ? "0" + digits : digits)
     }
 
     /// Checks `keys()` holds exactly `expected` plus `exact` (both compared as UTF-8 bytes), once each.
@@ -504,7 +540,8 @@ public enum StrategyConformance {
 
 /// A conformance check that failed: what the strategy did wrong, and where the check is.
 public struct ConformanceFailure: Error, Sendable, CustomStringConvertible {
-    /// What went wrong; names keys and byte counts, never stored bytes.
+    /// What went wrong; names keys, byte counts and where a test value differs, never bytes
+    /// the suite did not write.
     public let message: String
     /// The file of the check that failed.
     public let file: String

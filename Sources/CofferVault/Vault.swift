@@ -1504,6 +1504,10 @@ func describeCost(_ passes: UInt64, _ memory: UInt64) -> String {
         var tenth = (memory % unit * 10 + unit / 2) / unit  // no overflow: memory % unit < 2^30
         if tenth == 10 { (whole, tenth) = (whole + 1, 0) }
         size = tenth == 0 ? "\(whole) \(name)" : "\(whole).\(tenth) \(name)"
+        // Not exact to a tenth (1 GiB + 1 byte, say): the exact count too, so a cost just over
+        // a limit never reads as equal to it.
+        let (product, overflow) = (whole * 10 + tenth).multipliedReportingOverflow(by: unit)
+        if overflow || product / 10 != memory || product % 10 != 0 { size = "\(memory) bytes (about \(size))" }
         break
     }
     return "\(size) and \(passes) pass\(passes == 1 ? "" : "es")"

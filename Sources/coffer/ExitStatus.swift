@@ -64,6 +64,24 @@ extension ExitStatus {
     }
 }
 
+/// What the command says for a library error: its description, with hints a terminal user can
+/// act on.
+func message(for error: CofferError) -> String {
+    var text = error.description
+    if error.code == .busy, getenv("COFFER_LOCK_TIMEOUT") == nil {
+        text += " (wait longer with COFFER_LOCK_TIMEOUT=SECONDS)"
+    }
+    // The library's hint names its `kdfLimit:` parameter, which this command has no flag for.
+    let libraryHint = "; open it with a higher kdfLimit if you trust this file"
+    if error.code == .limitExceeded, let range = text.range(of: libraryHint) {
+        text.replaceSubrange(
+            range,
+            with: "; coffer will not run it (a file from elsewhere could ask for any cost); "
+                + "a program you trust can open it with Vault.open(at:unlock:kdfLimit:)")
+    }
+    return text
+}
+
 /// Prints `error` to standard error as `coffer: …` and returns the exit status to use.
 ///
 /// Messages come from Coffer (which never puts a secret in one) or from this CLI; they are
@@ -74,10 +92,7 @@ func report(_ error: any Error) -> ExitStatus {
         printError(error.message)
         return error.status
     case let error as CofferError:
-        var text = error.description
-        if error.code == .busy, getenv("COFFER_LOCK_TIMEOUT") == nil {
-            text += " (wait longer with COFFER_LOCK_TIMEOUT=SECONDS)"
-        }
+        let text = message(for: error)
         printError(text)
         return ExitStatus(error)
     case let error as ExitCode:

@@ -3,6 +3,8 @@ import CofferState
 import CofferStorage
 import CofferVault
 import Foundation
+import Observation
+import Synchronization
 import Testing
 
 /// Release 1 kept the token in the plain key-value file…
@@ -38,6 +40,23 @@ struct MigrationTests {
             // Running it again (the next launch) finds nothing left to move.
             let again = try NewModel().$token.migrate(from: .keyValue(key: "token"))
             #expect(again == .nothingToMigrate)
+        }
+    }
+
+    @Test("A live property on the old key follows the migration: it reads nil, not the moved token")
+    func liveOldPropertyFollows() throws {
+        try withTemporaryContext(vault: true) { _ in
+            let old = OldModel()
+            old.token = "ghp_moved_while_watched"
+            #expect(old.token == "ghp_moved_while_watched")
+            let changes = Mutex(0)
+            withObservationTracking { _ = old.token } onChange: { changes.withLock { $0 += 1 } }
+
+            let outcome = try NewModel().$token.migrate(from: .keyValue(key: "token"))
+            #expect(outcome == .moved)
+            let oldStillReadsIt = old.token != nil  // a Bool: a failure never prints the token
+            #expect(!oldStillReadsIt)
+            #expect(changes.withLock { $0 } == 1)
         }
     }
 

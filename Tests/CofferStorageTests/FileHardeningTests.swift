@@ -235,17 +235,3 @@ struct FileHardeningTests {
         #expect(error?.code == .invalidArgument)
     }
 }
-
-/// Every warning told while the tests run (warnings are process-wide).
-enum WarningLog {
-    static let shared = Mutex<[CofferWarning]>([])
-    private static let installed = Mutex(false)
-
-    static func install() {
-        let first = installed.withLock { done in
-            defer { done = true }
-            return !done
-        }
-        if first { CofferWarnings.setHandler { warning in shared.withLock { $0.append(warning) } } }
-    }
-}

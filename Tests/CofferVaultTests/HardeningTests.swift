@@ -304,7 +304,9 @@ struct KDFLimitTests {
         #expect(describeCost(2, 64 << 20) == "64 MiB and 2 passes")
         #expect(describeCost(1, 8192) == "8 KiB and 1 pass")
         #expect(describeCost(1, 1000) == "1000 bytes and 1 pass")
-        #expect(describeCost(.max, .max) == "17179869184 GiB and 18446744073709551615 passes")
+        #expect(describeCost(4, (1 << 30) + 1) == "1073741825 bytes (about 1 GiB) and 4 passes")
+        #expect(describeCost(1, 1_000_000) == "1000000 bytes (about 976.6 KiB) and 1 pass")
+        #expect(describeCost(.max, .max) == "18446744073709551615 bytes (about 17179869184 GiB) and 18446744073709551615 passes")
     }
 }
 

@@ -113,4 +113,12 @@ public struct CofferService: Service {
         if let firstError { throw firstError }
     }
 }
+
+extension CofferService: CustomStringConvertible {
+    /// What a `ServiceGroup` logs for this service: where its context is and how many stores and
+    /// vaults it was given.
+    public var description: String {
+        "CofferService(context: \(context?.directory.path ?? "none"), \(stores.count) stores, \(vaults.count) vaults)"
+    }
+}
 #endif

@@ -103,7 +103,7 @@ struct ConfigurationTests {
                 }
             }
             group.addTask {
-                try await Task.sleep(for: .seconds(120))  // a bound on a hang, not a speed
+                try await Task.sleep(for: .seconds(600))  // a bound on a hang, not a speed
                 return ["no change seen"]
             }
             let first = try await group.next()!
@@ -140,7 +140,7 @@ struct ConfigurationTests {
                 }
             }
             group.addTask {
-                try await Task.sleep(for: .seconds(120))
+                try await Task.sleep(for: .seconds(600))  // a bound on a hang, not a speed
                 return "no change seen"
             }
             let first = try await group.next()!

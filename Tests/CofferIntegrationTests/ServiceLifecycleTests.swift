@@ -20,9 +20,9 @@ struct ServiceLifecycleTests {
     func sigtermFlushesLocksAndStopsWatching() async throws {
         let scratch = try Scratch("lifecycle")
         let child = try HelperChild(["lifecycle-serve", scratch.path])
-        let before = try #require(try await child.waitForLine(startingWith: "before "), "\(child.standardError)")
+        let before = try #require(try await child.waitForLine(startingWith: "before "), "\(child.transcript)")
         #expect(before == "before unsynced=true locked=false watching=true inotify=1", "\(before)")
-        _ = try #require(try await child.waitForLine(startingWith: "ready"), "\(child.standardError)")
+        _ = try #require(try await child.waitForLine(startingWith: "ready"), "\(child.transcript)")
         kill(child.process.processIdentifier, SIGTERM)
         let status = try await child.waitForExit()
         #expect(status == 0, "\(child.lines) \(child.standardError)")

@@ -65,22 +65,25 @@ final class HelperChild: Sendable {
     var lines: [String] { output.withLock { $0 } }
     var standardError: String { errors.withLock { String(decoding: $0, as: UTF8.self) } }
 
-    /// Waits (up to a generous bound, never asserted as a speed) for a line starting with `prefix`.
-    func waitForLine(startingWith prefix: String, seconds: Double = 120) async throws -> String? {
+    /// Waits for a line starting with `prefix`, up to a generous bound (never asserted as a
+    /// speed). The bound is wall-clock time, and a busy test process may not run this task for
+    /// a long while: the output is checked once more after it, so a slow resumption is not
+    /// mistaken for a missing line.
+    func waitForLine(startingWith prefix: String, seconds: Double = 600) async throws -> String? {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while ContinuousClock.now < deadline {
             if let line = lines.first(where: { $0.hasPrefix(prefix) }) { return line }
-            if !process.isRunning, lines.first(where: { $0.hasPrefix(prefix) }) == nil {
+            if !process.isRunning {
                 try await Task.sleep(for: .milliseconds(200))  // let the last output arrive
-                return lines.first { $0.hasPrefix(prefix) }
+                break
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        return nil
+        return lines.first { $0.hasPrefix(prefix) }
     }
 
-    /// Waits for the child to exit; kills it if it outlives the bound.
-    func waitForExit(seconds: Double = 120) async throws -> Int32 {
+    /// Waits for the child to exit; kills it if it outlives a generous bound.
+    func waitForExit(seconds: Double = 600) async throws -> Int32 {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         if process.isRunning { process.terminate() }
@@ -88,6 +91,9 @@ final class HelperChild: Sendable {
         try await Task.sleep(for: .milliseconds(100))  // the pipes' last bytes
         return process.terminationStatus
     }
+
+    /// What the child said so far, for a failure message.
+    var transcript: String { "running: \(process.isRunning); output: \(lines); errors: \(standardError)" }
 }
 
 /// The secrets the helper's integration children handle (Sources/CofferTestHelper/Integrations.swift).

@@ -9,7 +9,10 @@ internal import CSodium
 /// The libsodium functions and sizes of one combined-mode AEAD construction.
 ///
 /// Both IETF constructions share libsodium's calling convention, so one generic implementation
-/// (``AEAD``) checks lengths and translates results for both.
+/// (``AEAD``) checks lengths and translates results for both. The public API is
+/// ``XChaCha20Poly1305`` (the vault's cipher); ChaCha20-Poly1305-IETF has no public wrapper — no
+/// format of Coffer's uses it — and stays as a binding so the tests run RFC 8439's and
+/// Wycheproof's vectors for it through the same generic code, with a second nonce length.
 protocol SodiumAEADBinding {
     /// Name used in error messages.
     static var name: String { get }
@@ -92,11 +95,16 @@ enum ChaCha20Poly1305IETFBinding: SodiumAEADBinding {
     }
 }
 
-/// Length checks and result translation shared by the public AEAD enums.
+/// Length checks and result translation for every AEAD construction (``XChaCha20Poly1305`` is its
+/// public face).
 ///
 /// libsodium's AEAD functions take no key or nonce length and would read past a short buffer, so
 /// every length is checked here, before any C call.
 enum AEAD<Binding: SodiumAEADBinding> {
+    static var keyLength: Int { Binding.keyLength }
+    static var nonceLength: Int { Binding.nonceLength }
+    static var tagLength: Int { Binding.tagLength }
+
     private static func checkKeyAndNonce(key: SecureBytes, nonce: UnsafeRawBufferPointer) throws {
         guard key.count == Binding.keyLength else {
             throw CryptoError.invalidLength("\(Binding.name) key", expected: Binding.keyLength, actual: key.count)

@@ -44,7 +44,7 @@ func rawKey(hex: String) throws -> SecureBytes {
         bytes.append(byte)
         index = next
     }
-    defer { bytes.withUnsafeMutableBytes { if let b = $0.baseAddress { explicit_bzero(b, $0.count) } } }
+    defer { SecureMemory.zero(&bytes) }
     return try SecureBytes(copying: bytes)
 }
 

@@ -178,7 +178,7 @@ enum KeyFileReader {
         let capacity = VaultUnlock.maximumKeyFileSize + 1
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         defer {
-            explicit_bzero(buffer.baseAddress!, capacity)
+            zeroMemory(buffer)
             buffer.deallocate()
         }
         // At most the size the file says it has: a file whose size reads as 0 but whose read

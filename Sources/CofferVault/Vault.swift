@@ -1449,29 +1449,6 @@ private final class Pipeline: Sendable {
     let failure = Locked<(any Error)?>(nil)
 }
 
-/// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the
-/// array made earlier are beyond its reach (see SECURITY.md).
-func wipe(_ bytes: inout [UInt8]) {
-    bytes.withUnsafeMutableBytes { zeroMemory($0) }
-}
-
-/// Zeroes memory in a way the optimiser may not remove (explicit_bzero / memset_s).
-func zeroMemory(_ buffer: UnsafeMutableRawBufferPointer) {
-    guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-    #if canImport(Glibc)
-    explicit_bzero(base, buffer.count)
-    #else
-    _ = memset_s(base, buffer.count, 0, buffer.count)
-    #endif
-}
-
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for i in 0..<a.count { difference |= a[i] ^ b[i] }
-    return difference == 0
-}
-
 extension KeySlot {
     /// Whether running this slot's key derivation stays within `limit`: always for a key file
     /// or raw key (a hash), and for a passphrase when neither its passes nor its memory exceeds

@@ -265,7 +265,7 @@ final class WipingBuffer {
     }
 
     deinit {
-        explicit_bzero(storage, capacity)
+        SecureMemory.zero(UnsafeMutableRawBufferPointer(start: storage, count: capacity))
         storage.deallocate()
     }
 
@@ -282,7 +282,7 @@ final class WipingBuffer {
         let bigger = max(needed, capacity * 2)
         let fresh = UnsafeMutableRawPointer.allocate(byteCount: bigger, alignment: 16)
         fresh.copyMemory(from: storage, byteCount: count)
-        explicit_bzero(storage, capacity)
+        SecureMemory.zero(UnsafeMutableRawBufferPointer(start: storage, count: capacity))
         storage.deallocate()
         storage = fresh
         capacity = bigger

@@ -2,8 +2,13 @@
 import PackageDescription
 
 // Layers (see DESIGN.md): each module imports only the ones below it.
-//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CCRC32C, CSharedWord
-//   CofferVault → CofferCrypto → CSodium (libsodium); CofferState → CofferCore only
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferJournal → CofferCore
+//   CofferJournal (the storage engine: journal, control page, file lock, CRC-32C; `package` API only)
+//     → CCRC32C, CSharedWord
+//   CofferCore (the vocabulary: PersistenceStrategy, CofferError, ValueCodec, CofferContext,
+//     FileSystem, warnings, FileWatcher; Platform/ is the one place that calls the C library)
+//   CofferVault → CofferCrypto → CSodium (libsodium: the only C boundary for crypto, zeroing,
+//     constant-time comparison); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -32,9 +37,13 @@ let package = Package(
         .target(name: "CCRC32C"),
         // Atomic loads and stores of words in a shared mapping (the journal's control page).
         .target(name: "CSharedWord"),
-        .target(name: "CofferCore", dependencies: ["CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
-        .target(name: "CofferStorage", dependencies: ["CofferCore"], swiftSettings: strictSettings),
-        .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
+        .target(name: "CofferCore", dependencies: ["CSharedWord"], swiftSettings: strictSettings),
+        .target(
+            name: "CofferJournal", dependencies: ["CofferCore", "CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
+        .target(name: "CofferStorage", dependencies: ["CofferCore", "CofferJournal"], swiftSettings: strictSettings),
+        .target(
+            name: "CofferVault", dependencies: ["CofferCore", "CofferJournal", "CofferCrypto"],
+            swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(
@@ -50,13 +59,13 @@ let package = Package(
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
-            dependencies: ["CofferStorage", "CofferVault", "CofferState"],
+            dependencies: ["CofferStorage", "CofferVault", "CofferState", "CofferJournal"],
             swiftSettings: strictSettings
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
         .executableTarget(
             name: "CofferFuzz",
-            dependencies: ["CofferCore", "CofferVault"],
+            dependencies: ["CofferCore", "CofferJournal", "CofferVault"],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
@@ -66,13 +75,18 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "CofferJournalTests",
+            dependencies: ["CofferJournal", "CofferCore", "CofferStorage", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "CofferStorageTests",
-            dependencies: ["CofferStorage", "CofferTesting", "CofferTestHelper"],
+            dependencies: ["CofferStorage", "CofferJournal", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferVaultTests",
-            dependencies: ["CofferVault", "CofferStorage", "CofferTesting"],
+            dependencies: ["CofferVault", "CofferStorage", "CofferJournal", "CofferTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(

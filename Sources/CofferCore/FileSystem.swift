@@ -56,7 +56,7 @@ public protocol FileSystem: Sendable {
     /// The mapping stays valid after `fd` is closed and ends when the returned object is released.
     ///
     /// The journal keeps a small control page in its lock file this way (see
-    /// ``Journal`` and docs/FORMAT.md). Every process that opens the same files must use a file
+    /// CofferJournal's `Journal` and docs/FORMAT.md). Every process that opens the same files must use a file
     /// system that maps them: a file system that cannot returns `nil`, and then never may.
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
     /// The path with every symbolic link resolved (`realpath`); for a path that does not exist

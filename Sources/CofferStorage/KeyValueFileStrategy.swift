@@ -1,4 +1,5 @@
 public import CofferCore
+import CofferJournal
 public import Foundation
 import Synchronization
 

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferTesting
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferStorage
 import CofferTesting
 import Foundation

@@ -290,16 +290,8 @@ public struct LiveFileSystem: FileSystem {
     }
 }
 
-// errno values for modules that keep Glibc out of their public surface.
-let EACCES_: Int32 = EACCES
-let EROFS_: Int32 = EROFS
-let ENOSPC_: Int32 = ENOSPC
-let EDQUOT_: Int32 = EDQUOT
-let EPERM_: Int32 = EPERM
-let EMLINK_: Int32 = EMLINK
-
 /// The effective user ID of this process.
-func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
+package func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
 
 /// A `MAP_SHARED` mapping, unmapped when released.
 private final class LiveMapping: SharedMapping, @unchecked Sendable {

@@ -1,0 +1,19 @@
+// The platform layer's errno values, for the files and modules that import no C library.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+package let ENOENT_: Int32 = ENOENT
+package let ENOTDIR_: Int32 = ENOTDIR
+package let EIO_: Int32 = EIO
+package let EACCES_: Int32 = EACCES
+package let EROFS_: Int32 = EROFS
+package let ENOSPC_: Int32 = ENOSPC
+package let EDQUOT_: Int32 = EDQUOT
+package let EPERM_: Int32 = EPERM
+package let EMLINK_: Int32 = EMLINK

@@ -46,9 +46,9 @@ public protocol FileSystem: Sendable {
     func contentsOfDirectory(_ path: String) throws -> [String]
     /// Flushes a directory's entries (creations, renames, removals) to stable storage.
     func fsyncDirectory(_ path: String) throws
-    /// Takes an `flock` on `fd`, waiting at most `timeout` seconds.
+    /// Takes an `flock` on `fd`, waiting at most `timeout`.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` when the wait times out.
-    func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws
+    func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws
     /// Releases an `flock`.
     func unlock(_ fd: Int32)
     /// Maps the first `length` bytes of the file open as `fd` into memory shared with every

@@ -78,14 +78,14 @@ package final class FileLock: Sendable {
 
     /// Takes the lock and keeps it until ``release()`` (for a store opened exclusively).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
-    package func acquire(exclusive: Bool = true, timeout: Double) throws {
+    package func acquire(exclusive: Bool = true, timeout: Duration) throws {
         let deadline = Self.deadline(after: timeout)
         try enterThreadGate(deadline: deadline, timeout: timeout)
         guard fd >= 0 else { return }
         do {
             try fileSystem.lock(
                 fd, exclusive: exclusive && readOnlyReason == nil,
-                timeout: max(0, Self.seconds(deadline - ContinuousClock.now)), path: path)
+                timeout: max(.zero, deadline - ContinuousClock.now), path: path)
         } catch {
             inUse.withLock { $0 = false }
             throw error
@@ -100,12 +100,12 @@ package final class FileLock: Sendable {
 
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
-    package func withLock<T>(exclusive: Bool = true, timeout: Double, _ body: () throws -> T) throws -> T {
+    package func withLock<T>(exclusive: Bool = true, timeout: Duration, _ body: () throws -> T) throws -> T {
         let deadline = Self.deadline(after: timeout)
         try enterThreadGate(deadline: deadline, timeout: timeout)
         defer { inUse.withLock { $0 = false } }
         guard fd >= 0 else { return try body() }
-        let remaining = max(0, Self.seconds(deadline - ContinuousClock.now))
+        let remaining = max(.zero, deadline - ContinuousClock.now)
         // A read-only descriptor takes the lock shared: enough to wait out a writer, and what
         // file systems that emulate flock with fcntl locks allow on it.
         try fileSystem.lock(fd, exclusive: exclusive && readOnlyReason == nil, timeout: remaining, path: path)
@@ -114,7 +114,7 @@ package final class FileLock: Sendable {
     }
 
     /// Waits (until `deadline`) for no other thread of this process to hold this instance.
-    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Double) throws {
+    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Duration) throws {
         var pause = Duration.microseconds(20)
         while !inUse.withLock({ busy in
             if busy { return false }
@@ -123,26 +123,20 @@ package final class FileLock: Sendable {
         }) {
             if ContinuousClock.now >= deadline {
                 throw CofferError(
-                    .busy, "another thread of this process holds the lock on this store (waited \(timeout) s)",
+                    .busy, "another thread of this process holds the lock on this store (waited \(timeout.inSeconds) s)",
                     path: path)
             }
-            Thread.sleep(forTimeInterval: Self.seconds(pause))
+            Thread.sleep(forTimeInterval: pause.inSeconds)
             pause = min(pause * 2, .milliseconds(5))
         }
     }
 
-    /// Now plus `timeout` seconds. Any `Double` is accepted without trapping: NaN and negative
-    /// values mean now, and waits are capped at ``maximumTimeout`` (converting 1e10 seconds to
-    /// nanoseconds used to overflow `Int64` and kill the process).
-    static func deadline(after timeout: Double) -> ContinuousClock.Instant {
-        let seconds = timeout.isNaN ? 0 : min(max(0, timeout), maximumTimeout)
-        return ContinuousClock.now + .nanoseconds(Int64(seconds * 1e9))
+    /// Now plus `timeout`: a negative one means now, and waits are capped at ``maximumTimeout``
+    /// (an absurd timeout is forever, never an overflow that kills the process).
+    static func deadline(after timeout: Duration) -> ContinuousClock.Instant {
+        ContinuousClock.now + min(max(.zero, timeout), maximumTimeout)
     }
 
     /// The longest wait for a lock: 1e9 seconds (about 31 years), i.e. forever.
-    package static let maximumTimeout: Double = 1e9
-
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
+    package static let maximumTimeout = Duration.seconds(1_000_000_000)
 }

@@ -24,7 +24,7 @@ package struct JournalOptions: Sendable {
     /// When an append must be on stable storage.
     package var durability: Durability
     /// How long a write waits for another process's lock.
-    package var lockTimeout: Double
+    package var lockTimeout: Duration
     /// The largest payload accepted, written or read (a larger length in a file is damage).
     package var maxPayload: Int
     /// This process is the file's only user: the lock is taken at open and held until close, so
@@ -40,7 +40,7 @@ package struct JournalOptions: Sendable {
     package var identityCheckInterval: Duration = .seconds(1)
 
     package init(
-        application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Double = 10,
+        application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Duration = .seconds(10),
         maxPayload: Int = (1 << 30) - 1
     ) {
         self.application = application
@@ -184,11 +184,11 @@ package final class Journal: @unchecked Sendable {
         guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask) else {
             throw CofferError(.invalidArgument, "journal options out of range")
         }
-        guard !options.lockTimeout.isNaN, options.lockTimeout >= 0 else {
+        guard options.lockTimeout >= .zero else {
             throw CofferError(
                 .invalidArgument,
-                "the lock timeout must be a number of seconds, 0 or more (got \(options.lockTimeout)); "
-                    + "waits longer than \(Int(FileLock.maximumTimeout)) s count as forever")
+                "the lock timeout must be 0 or more (got \(options.lockTimeout.inSeconds) s); "
+                    + "waits longer than \(Int(FileLock.maximumTimeout.inSeconds)) s count as forever")
         }
         // Locked by the file's identity, not by how it was reached: every path to one file (a
         // symlink to it, a symlinked directory) resolves to one name, so to one lock file, and

@@ -427,7 +427,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Takes an `flock` for this descriptor, polling until `timeout`; throws ``CofferError/Code/busy`` then.
-    public func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
+    public func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         let start = ContinuousClock.now
         var pause = 0.000_05  // seconds, doubling up to 5 ms
         var first = true
@@ -439,10 +439,10 @@ public final class InMemoryFileSystem: FileSystem {
             }
             first = false
             if acquired { return }
-            if ContinuousClock.now - start >= .seconds(max(0, timeout)) {
+            if ContinuousClock.now - start >= max(.zero, timeout) {
                 throw CofferError(
                     .busy,
-                    "another process holds the lock on this store (waited \(timeout) s); try again when it is done",
+                    "another process holds the lock on this store (waited \(timeout.inSeconds) s); try again when it is done",
                     path: path, errno: EWOULDBLOCK)
             }
             Thread.sleep(forTimeInterval: pause)

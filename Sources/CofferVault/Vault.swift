@@ -105,7 +105,7 @@ public final class Vault: Sendable {
     /// - Throws: ``CofferError`` — ``CofferError/Code/alreadyExists``, ``CofferError/Code/io``, …
     public static func create(
         at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
-        lockTimeout: Double = 10, fileSystem: any FileSystem = LiveFileSystem()
+        lockTimeout: Duration = .seconds(10), fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let material = try unlock.material(fileSystem: fileSystem)
         let master = try crypto { try SecureBytes.random(count: 32) }
@@ -151,7 +151,7 @@ public final class Vault: Sendable {
     ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
         at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
-        durability: Durability = .immediate, lockTimeout: Double = 10, recovery: JournalRecovery = .strict,
+        durability: Durability = .immediate, lockTimeout: Duration = .seconds(10), recovery: JournalRecovery = .strict,
         fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
@@ -168,7 +168,7 @@ public final class Vault: Sendable {
         try fileSystem.stat(url.path) != nil
     }
 
-    private static func journalOptions(durability: Durability, lockTimeout: Double) -> JournalOptions {
+    private static func journalOptions(durability: Durability, lockTimeout: Duration) -> JournalOptions {
         JournalOptions(
             application: application, headerAreaSize: VaultHeader.areaSize, durability: durability,
             lockTimeout: lockTimeout)

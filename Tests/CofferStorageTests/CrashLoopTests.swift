@@ -109,7 +109,7 @@ struct KVCrashLoopTests {
             // The lock is free at once: a 50 ms timeout is enough.
             let start = Date()
             let store = try KeyValueFileStrategy(
-                directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: 0.05)
+                directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: .seconds(0.05))
             figures.slowestReopen = max(figures.slowestReopen, Date().timeIntervalSince(start))
             let found = try store.get(Int.self, for: "last") ?? -1
             #expect(found == newestAcked || found == newestAcked + 1, "iteration \(iteration): last \(found), acked \(newestAcked)")

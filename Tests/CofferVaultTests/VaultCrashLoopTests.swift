@@ -95,7 +95,7 @@ struct VaultCrashLoopTests {
                 temporaryFilesLeft += 1
             }
             let start = Date()
-            let vault = try Vault.open(at: url, unlock: .key(key), lockTimeout: 0.05)
+            let vault = try Vault.open(at: url, unlock: .key(key), lockTimeout: .seconds(0.05))
             slowestReopen = max(slowestReopen, Date().timeIntervalSince(start))
             let found = try vault.string(service: "crash", account: "last").flatMap { Int($0) } ?? -1
             #expect(found == newestAcked || found == newestAcked + 1, "iteration \(iteration): last \(found), acked \(newestAcked)")

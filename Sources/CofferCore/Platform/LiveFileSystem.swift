@@ -225,7 +225,8 @@ public struct LiveFileSystem: FileSystem {
         if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync directory", path: path, errno: errno) }
     }
 
-    public func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
+    public func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
+        let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
         var clock = timespec()
         clock_gettime(CLOCK_MONOTONIC, &clock)

@@ -17,6 +17,8 @@ let strictSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "Coffer",
+    // Linux (x86_64, arm64) is what CI builds and tests. macOS is planned, not supported: this is
+    // the minimum it will need (Synchronization.Mutex), and its code paths are uncompiled (README).
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Coffer", targets: ["Coffer"]),
@@ -24,7 +26,9 @@ let package = Package(
         .executable(name: "coffer", targets: ["coffer"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // `make docs` only: a command plugin, so no target builds or links it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(

@@ -1,5 +1,6 @@
 import CofferCore
 import CofferStorage
+import CofferTesting
 import Foundation
 import Testing
 

@@ -7,6 +7,7 @@ import PackageDescription
 //     → CCRC32C, CSharedWord
 //   CofferCore (the vocabulary: PersistenceStrategy, CofferError, ValueCodec, CofferContext,
 //     FileSystem, warnings, FileWatcher; Platform/ is the one place that calls the C library)
+//   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type; re-exported by CofferCore)
 //   CofferVault → CofferCrypto → CSodium (libsodium: the only C boundary for crypto, zeroing,
 //     constant-time comparison); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
@@ -36,12 +37,14 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
         ),
-        .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: strictSettings),
+        // The one lock type (Locked: a Mutex that ThreadSanitizer sees), below CofferCrypto and CofferCore.
+        .target(name: "CofferSync", swiftSettings: strictSettings),
+        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSync"], swiftSettings: strictSettings),
         // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC32) and a portable fallback.
         .target(name: "CCRC32C"),
         // Atomic loads and stores of words in a shared mapping (the journal's control page).
         .target(name: "CSharedWord"),
-        .target(name: "CofferCore", dependencies: ["CSharedWord"], swiftSettings: strictSettings),
+        .target(name: "CofferCore", dependencies: ["CofferSync", "CSharedWord"], swiftSettings: strictSettings),
         .target(
             name: "CofferJournal", dependencies: ["CofferCore", "CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
         .target(name: "CofferStorage", dependencies: ["CofferCore", "CofferJournal"], swiftSettings: strictSettings),

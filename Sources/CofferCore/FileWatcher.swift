@@ -1,13 +1,4 @@
-import CSharedWord
 import Foundation
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Tells stores that files in a directory changed, so they can catch up with writes made by
 /// other processes (or other instances in this one) and tell their observers.
@@ -59,7 +50,7 @@ package final class FileWatcher: Sendable {
         var running = false
         /// Signalled by the thread when it has exited.
         var exited: DispatchSemaphore?
-        var threadID: pthread_t?
+        var threadID: ThreadIdentity?
         /// Bumped by every start: a thread whose generation is not current ends.
         var generation: UInt64 = 0
         /// Told from the watcher thread, never from the caller of `watch` (which may hold a
@@ -121,12 +112,9 @@ package final class FileWatcher: Sendable {
             s.running = false
             // Woken here, under the lock: once it is released a new watch may start a new thread
             // with a new pipe, and this thread, asleep in `poll` on the old one, would never end.
-            if s.wakeWrite >= 0 {
-                var byte: UInt8 = 1
-                _ = write(s.wakeWrite, &byte, 1)
-            }
+            if s.wakeWrite >= 0 { WakePipe.wake(s.wakeWrite) }
             // Cancelled from a handler: the thread ends by itself after the handler returns.
-            if let thread = s.threadID, pthread_equal(thread, pthread_self()) != 0 { return nil }
+            if let thread = s.threadID, thread == .current { return nil }
             return s.exited
         }
         exited?.wait()
@@ -139,15 +127,9 @@ package final class FileWatcher: Sendable {
         // A thread from an earlier start may still be on its way out (cancelled from a handler):
         // it owns the old descriptors and closes them; this start makes new ones.
         s.running = true
-        var fds: [Int32] = [-1, -1]
-        if pipe(&fds) == 0 {
-            for fd in fds {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            }
-        }
-        s.wakeRead = fds[0]
-        s.wakeWrite = fds[1]
+        let pipe = WakePipe()
+        s.wakeRead = pipe.readEnd
+        s.wakeWrite = pipe.writeEnd
         let events = DirectoryEvents(wakeRead: s.wakeRead)
         s.events = events
         let exited = DispatchSemaphore(value: 0)
@@ -156,7 +138,7 @@ package final class FileWatcher: Sendable {
         let generation = s.generation
         let descriptors = (events: events, wakeRead: s.wakeRead, wakeWrite: s.wakeWrite)
         let thread = Thread { [self] in
-            state.withLock { if $0.generation == generation { $0.threadID = pthread_self() } }
+            state.withLock { if $0.generation == generation { $0.threadID = .current } }
             run(descriptors: descriptors, generation: generation)
             state.withLock { s in
                 // Nobody may write to or watch with these descriptors once they are closed.
@@ -166,8 +148,7 @@ package final class FileWatcher: Sendable {
                 s.events = nil
                 s.threadID = nil
             }
-            close(descriptors.wakeRead)
-            close(descriptors.wakeWrite)
+            WakePipe(readEnd: descriptors.wakeRead, writeEnd: descriptors.wakeWrite).close()
             descriptors.events.close()
             exited.signal()
         }
@@ -179,8 +160,7 @@ package final class FileWatcher: Sendable {
         // Under the lock: the thread closes the pipe only after clearing it here.
         state.withLock { s in
             guard s.wakeWrite >= 0 else { return }
-            var byte: UInt8 = 1
-            _ = write(s.wakeWrite, &byte, 1)  // a full pipe is already a pending wake-up
+            WakePipe.wake(s.wakeWrite)
         }
     }
 
@@ -224,11 +204,7 @@ package final class FileWatcher: Sendable {
     /// Why a directory must be polled: a file system shared with other hosts, whose changes
     /// made there inotify never reports.
     private static func remoteFileSystem(_ directory: String) -> String? {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var type: UInt64 = 0
-        guard coffer_file_system_type(fd, &type) == 0 else { return nil }
+        guard let type = DirectoryEvents.fileSystemType(ofDirectory: directory) else { return nil }
         return LiveFileSystem.unsharedMappingFileSystems.contains(type)
             ? "it is on a network or FUSE file system, where inotify does not see other hosts' writes" : nil
     }
@@ -252,7 +228,7 @@ package final class FileWatcher: Sendable {
                 wakeRead: descriptors.wakeRead, timeout: timeout, buffer: &buffer, into: &events, overflow: &overflow)
             if !waited { return }
             // Drain the wake pipe.
-            while read(descriptors.wakeRead, &buffer, buffer.count) > 0 {}
+            WakePipe.drain(descriptors.wakeRead, into: &buffer)
             let warnings = state.withLock { s -> [CofferWarning] in
                 defer { s.pendingWarnings = [] }
                 return s.pendingWarnings

@@ -1,5 +1,7 @@
 // The platform layer's directory notifications for FileWatcher: inotify on Linux, kqueue on
-// Darwin (written but not compiled: CI is Linux only), none elsewhere (FileWatcher polls).
+// Darwin (written but not compiled: CI is Linux only), none elsewhere (FileWatcher polls); the
+// pipe that wakes the watcher thread, and that thread's identity.
+import CSharedWord
 
 #if canImport(Glibc)
 import Glibc
@@ -170,6 +172,69 @@ struct DirectoryEvents {
         }
     }
     #endif
+}
+
+extension DirectoryEvents {
+    /// `statfs.f_type` of the file system `directory` is on (Linux), or `nil` when it cannot be
+    /// told (elsewhere, or the directory cannot be opened).
+    static func fileSystemType(ofDirectory directory: String) -> UInt64? {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { _ = closeDescriptor(fd) }
+        var type: UInt64 = 0
+        guard coffer_file_system_type(fd, &type) == 0 else { return nil }
+        return type
+    }
+}
+
+/// The pipe that wakes ``FileWatcher``'s thread: both ends non-blocking and close-on-exec.
+struct WakePipe {
+    /// -1 when the pipe could not be made (the thread then wakes only for polls).
+    let readEnd: Int32
+    let writeEnd: Int32
+
+    init() {
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            for fd in fds {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            }
+        }
+        readEnd = fds[0]
+        writeEnd = fds[1]
+    }
+
+    init(readEnd: Int32, writeEnd: Int32) {
+        self.readEnd = readEnd
+        self.writeEnd = writeEnd
+    }
+
+    /// Writes one byte; a full pipe is already a pending wake-up.
+    static func wake(_ writeEnd: Int32) {
+        var byte: UInt8 = 1
+        _ = write(writeEnd, &byte, 1)
+    }
+
+    /// Reads everything pending.
+    static func drain(_ readEnd: Int32, into buffer: inout [UInt8]) {
+        while read(readEnd, &buffer, buffer.count) > 0 {}
+    }
+
+    func close() {
+        _ = closeDescriptor(readEnd)
+        _ = closeDescriptor(writeEnd)
+    }
+}
+
+/// A thread's identity (`pthread_t`), to tell whether a call comes from the watcher thread.
+struct ThreadIdentity: Equatable, @unchecked Sendable {
+    // @unchecked Sendable: an opaque handle, compared and never dereferenced.
+    let handle: pthread_t
+
+    static var current: ThreadIdentity { ThreadIdentity(handle: pthread_self()) }
+
+    static func == (a: ThreadIdentity, b: ThreadIdentity) -> Bool { pthread_equal(a.handle, b.handle) != 0 }
 }
 
 /// Why a directory cannot be watched (it is polled instead).

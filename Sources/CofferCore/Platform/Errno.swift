@@ -1,4 +1,4 @@
-// The platform layer's errno values, for the files and modules that import no C library.
+// The platform layer's errno values and their text, for the files and modules that import no C library.
 
 #if canImport(Glibc)
 import Glibc
@@ -7,6 +7,11 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+
+/// The C library's text for an errno value (`strerror`): "No space left on device".
+func errnoDescription(_ value: Int32) -> String {
+    String(cString: strerror(value))
+}
 
 package let ENOENT_: Int32 = ENOENT
 package let ENOTDIR_: Int32 = ENOTDIR

@@ -291,6 +291,39 @@ public struct LiveFileSystem: FileSystem {
     }
 }
 
+extension LiveFileSystem {
+    /// Why ``openRegularFileForReading(_:)`` gave no descriptor.
+    package enum RegularFileRefusal: Error {
+        /// `open` failed with this errno.
+        case open(Int32)
+        /// `fstat` failed with this errno.
+        case fstat(Int32)
+        /// The path names a FIFO, socket, device or directory.
+        case notRegular
+    }
+
+    /// Opens `path` for reading, following symbolic links (a key kept on another device is often
+    /// reached through one), with `O_NONBLOCK` so that a FIFO never waits for a writer; keeps
+    /// only a regular file, made blocking again for the read.
+    package static func openRegularFileForReading(_ path: String) -> Result<Int32, RegularFileRefusal> {
+        var fd: Int32
+        repeat { fd = systemOpen(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) } while fd < 0 && errno == EINTR
+        if fd < 0 { return .failure(.open(errno)) }
+        var status = SystemStat()
+        guard systemFstat(fd, &status) == 0 else {
+            let code = errno
+            _ = systemClose(fd)
+            return .failure(.fstat(code))
+        }
+        guard (UInt32(status.st_mode) & UInt32(S_IFMT)) == UInt32(S_IFREG) else {
+            _ = systemClose(fd)
+            return .failure(.notRegular)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return .success(fd)
+    }
+}
+
 /// The effective user ID of this process.
 package func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
 

@@ -7,7 +7,7 @@ TEST_FLAGS   ?=
 # `make test-tsan` builds the core alone, which also proves the core needs none of them.
 TRAITS       ?= --enable-all-traits
 
-.PHONY: all deps build test test-tsan demo bench bench-check stress fuzz format clean
+.PHONY: all deps build test test-tsan demo docs bench bench-check stress fuzz format clean
 
 all: build
 
@@ -40,6 +40,13 @@ test-tsan: deps
 demo: deps
 	$(SWIFT) build $(STRICT) --product coffer
 	$(SWIFT) run --skip-build coffer demo
+
+## The documentation catalog (Sources/Coffer/Coffer.docc) with swift-docc-plugin, warnings as
+## errors, in its own build folder so it never invalidates the test build.
+DOCS_OUTPUT ?= .build-docs/Coffer.doccarchive
+docs: deps
+	$(SWIFT) package --scratch-path .build-docs --allow-writing-to-directory .build-docs \
+		generate-documentation --target Coffer --warnings-as-errors --output-path $(DOCS_OUTPUT)
 
 ## The benchmark suite (nested package, ordo-one/benchmark; installs SQLite and LMDB, its peers).
 bench: deps

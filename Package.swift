@@ -2,8 +2,14 @@
 import PackageDescription
 
 // Layers (see DESIGN.md): each module imports only the ones below it.
-//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferCore → CCRC32C, CSharedWord
-//   CofferVault → CofferCrypto → CSodium (libsodium); CofferState → CofferCore only
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferJournal → CofferCore
+//   CofferJournal (the storage engine: journal, control page, file lock, CRC-32C; `package` API only)
+//     → CCRC32C, CSharedWord
+//   CofferCore (the vocabulary: PersistenceStrategy, CofferError, ValueCodec, CofferContext,
+//     FileSystem, warnings, FileWatcher; Platform/ is the one place that calls the C library)
+//   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type; re-exported by CofferCore)
+//   CofferVault → CofferCrypto → CSodium (libsodium: the only C boundary for crypto, zeroing,
+//     constant-time comparison); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -12,6 +18,8 @@ let strictSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "Coffer",
+    // Linux (x86_64, arm64) is what CI builds and tests. macOS is planned, not supported: this is
+    // the minimum it will need (Synchronization.Mutex), and its code paths are uncompiled (README).
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Coffer", targets: ["Coffer"]),
@@ -47,6 +55,8 @@ let package = Package(
         // Without its default traits (clocks, Combine schedulers): only the `Dependencies`
         // product is used, which needs neither, nor swift-syntax (that is for the macros).
         .package(url: "https://github.com/pointfreeco/swift-dependencies", from: "1.17.1", traits: []),
+        // `make docs` only: a command plugin, so no target builds or links it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -54,14 +64,20 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
         ),
-        .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: strictSettings),
+        // The one lock type (Locked: a Mutex that ThreadSanitizer sees), below CofferCrypto and CofferCore.
+        .target(name: "CofferSync", swiftSettings: strictSettings),
+        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSync"], swiftSettings: strictSettings),
         // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC32) and a portable fallback.
         .target(name: "CCRC32C"),
         // Atomic loads and stores of words in a shared mapping (the journal's control page).
         .target(name: "CSharedWord"),
-        .target(name: "CofferCore", dependencies: ["CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
-        .target(name: "CofferStorage", dependencies: ["CofferCore"], swiftSettings: strictSettings),
-        .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
+        .target(name: "CofferCore", dependencies: ["CofferSync", "CSharedWord"], swiftSettings: strictSettings),
+        .target(
+            name: "CofferJournal", dependencies: ["CofferCore", "CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
+        .target(name: "CofferStorage", dependencies: ["CofferCore", "CofferJournal"], swiftSettings: strictSettings),
+        .target(
+            name: "CofferVault", dependencies: ["CofferCore", "CofferJournal", "CofferCrypto"],
+            swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(
@@ -78,7 +94,7 @@ let package = Package(
         .executableTarget(
             name: "CofferTestHelper",
             dependencies: [
-                "CofferStorage", "CofferVault", "CofferState",
+                "CofferStorage", "CofferVault", "CofferState", "CofferJournal",
                 // The integration children (Integrations.swift), built with their traits.
                 .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
                 .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
@@ -92,7 +108,7 @@ let package = Package(
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
         .executableTarget(
             name: "CofferFuzz",
-            dependencies: ["CofferCore", "CofferVault"],
+            dependencies: ["CofferCore", "CofferJournal", "CofferVault"],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
@@ -102,13 +118,18 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "CofferJournalTests",
+            dependencies: ["CofferJournal", "CofferCore", "CofferStorage", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "CofferStorageTests",
-            dependencies: ["CofferStorage", "CofferTesting", "CofferTestHelper"],
+            dependencies: ["CofferStorage", "CofferJournal", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferVaultTests",
-            dependencies: ["CofferVault", "CofferStorage", "CofferTesting"],
+            dependencies: ["CofferVault", "CofferStorage", "CofferJournal", "CofferTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The error every Coffer module throws.
 ///
 /// Match on ``code`` to react to a kind of failure; show ``description`` to a person. The
@@ -110,7 +104,7 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
 
     /// `ENOSPC (No space left on device)` for an errno value.
     public static func errnoText(_ value: Int32) -> String {
-        let text = String(cString: strerror(value))
+        let text = errnoDescription(value)
         return "errno \(value) (\(text))"
     }
 

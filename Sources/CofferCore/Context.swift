@@ -6,11 +6,11 @@ public enum Durability: Sendable, Hashable {
     /// When the call returns, the write survives power loss (fdatasync before returning).
     case immediate
     /// When the call returns, the write is in the kernel, so it survives the process crashing;
-    /// it reaches stable storage within `window` seconds, or at an explicit `flush()`.
-    case coalesced(window: Double)
+    /// it reaches stable storage within `window`, or at an explicit `flush()`.
+    case coalesced(window: Duration)
 
     /// Coalesced with a one-second window.
-    public static let coalesced = Durability.coalesced(window: 1.0)
+    public static let coalesced = Durability.coalesced(window: .seconds(1))
 }
 
 /// Where the default stores live: the base directory, the durability, the file system, and any
@@ -36,7 +36,7 @@ public final class CofferContext: Sendable {
     /// Durability of the default key-value suites (the vault always writes immediately).
     public let durability: Durability
     /// How long a write waits for another process's lock before failing with ``CofferError/Code/busy``.
-    public let lockTimeout: Double
+    public let lockTimeout: Duration
     /// The file system the default stores use.
     public let fileSystem: any FileSystem
     private let settings: [ObjectIdentifier: any Sendable]
@@ -47,7 +47,7 @@ public final class CofferContext: Sendable {
         directory: URL,
         appName: String = CofferContext.defaultAppName,
         durability: Durability = .coalesced,
-        lockTimeout: Double = 10,
+        lockTimeout: Duration = .seconds(10),
         fileSystem: any FileSystem = LiveFileSystem()
     ) {
         self.init(
@@ -56,7 +56,7 @@ public final class CofferContext: Sendable {
     }
 
     private init(
-        directory: URL, appName: String, durability: Durability, lockTimeout: Double, fileSystem: any FileSystem,
+        directory: URL, appName: String, durability: Durability, lockTimeout: Duration, fileSystem: any FileSystem,
         settings: [ObjectIdentifier: any Sendable]
     ) {
         self.directory = directory

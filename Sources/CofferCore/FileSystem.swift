@@ -46,9 +46,9 @@ public protocol FileSystem: Sendable {
     func contentsOfDirectory(_ path: String) throws -> [String]
     /// Flushes a directory's entries (creations, renames, removals) to stable storage.
     func fsyncDirectory(_ path: String) throws
-    /// Takes an `flock` on `fd`, waiting at most `timeout` seconds.
+    /// Takes an `flock` on `fd`, waiting at most `timeout`.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` when the wait times out.
-    func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws
+    func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws
     /// Releases an `flock`.
     func unlock(_ fd: Int32)
     /// Maps the first `length` bytes of the file open as `fd` into memory shared with every
@@ -56,7 +56,7 @@ public protocol FileSystem: Sendable {
     /// The mapping stays valid after `fd` is closed and ends when the returned object is released.
     ///
     /// The journal keeps a small control page in its lock file this way (see
-    /// ``Journal`` and docs/FORMAT.md). Every process that opens the same files must use a file
+    /// CofferJournal's `Journal` and docs/FORMAT.md). Every process that opens the same files must use a file
     /// system that maps them: a file system that cannot returns `nil`, and then never may.
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
     /// The path with every symbolic link resolved (`realpath`); for a path that does not exist

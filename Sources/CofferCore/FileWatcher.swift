@@ -1,13 +1,4 @@
-import CSharedWord
 import Foundation
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Tells stores that files in a directory changed, so they can catch up with writes made by
 /// other processes (or other instances in this one) and tell their observers.
@@ -15,8 +6,9 @@ import Darwin
 /// One thread per process, started with the first watch and ended (waited for) when the last one is
 /// cancelled: no thread, descriptor or timer is left behind. On Linux it waits on one inotify
 /// descriptor that watches each directory once (the directory, not the file: a compaction that
-/// renames a new file into place is then seen without re-arming anything). Where inotify cannot
-/// watch (the per-user watch limit reached, a network or FUSE file system whose changes made on
+/// renames a new file into place is then seen without re-arming anything); on Darwin it waits on
+/// a kqueue and also polls (see ``DirectoryEvents``: a directory's vnode does not report appends).
+/// Where the kernel cannot watch (the per-user watch limit reached, a network or FUSE file system whose changes made on
 /// another host it would never see, a platform without inotify), the watch falls back to polling
 /// every `pollInterval`, and says so once through ``CofferWarnings``; a journal's poll reads its
 /// control page, which costs no system call.
@@ -34,26 +26,31 @@ package final class FileWatcher: Sendable {
     private struct Watch {
         let directory: String
         let handler: Handler
-        /// The inotify watch descriptor, or `nil` when this watch polls.
+        /// The watch descriptor (``DirectoryEvents``), or `nil` when this watch polls.
         var descriptor: Int32?
         let pollInterval: Duration
         var nextPoll: ContinuousClock.Instant
         /// Names seen and not yet delivered; `nil` inside means "anything".
         var pending: Set<String>? = []
         var hasPending = false
+
+        /// Whether this watch polls: it has no descriptor, or the kernel's events miss writes
+        /// into existing files (Darwin).
+        var polls: Bool { descriptor == nil || !DirectoryEvents.reportsWritesInPlace }
     }
 
     private struct State {
         var watches: [UInt64: Watch] = [:]
         var byDescriptor: [Int32: Set<UInt64>] = [:]
         var nextID: UInt64 = 0
-        var inotify: Int32 = -1
+        /// The kernel's queue of directory changes, while the thread runs.
+        var events: DirectoryEvents?
         var wakeRead: Int32 = -1
         var wakeWrite: Int32 = -1
         var running = false
         /// Signalled by the thread when it has exited.
         var exited: DispatchSemaphore?
-        var threadID: pthread_t?
+        var threadID: ThreadIdentity?
         /// Bumped by every start: a thread whose generation is not current ends.
         var generation: UInt64 = 0
         /// Told from the watcher thread, never from the caller of `watch` (which may hold a
@@ -108,21 +105,16 @@ package final class FileWatcher: Sendable {
                 s.byDescriptor[wd]?.remove(id)
                 if s.byDescriptor[wd]?.isEmpty == true {
                     s.byDescriptor[wd] = nil
-                    #if os(Linux)
-                    _ = inotify_rm_watch(s.inotify, wd)
-                    #endif
+                    s.events?.remove(wd)
                 }
             }
             guard s.watches.isEmpty, s.running else { return nil }
             s.running = false
             // Woken here, under the lock: once it is released a new watch may start a new thread
             // with a new pipe, and this thread, asleep in `poll` on the old one, would never end.
-            if s.wakeWrite >= 0 {
-                var byte: UInt8 = 1
-                _ = write(s.wakeWrite, &byte, 1)
-            }
+            if s.wakeWrite >= 0 { WakePipe.wake(s.wakeWrite) }
             // Cancelled from a handler: the thread ends by itself after the handler returns.
-            if let thread = s.threadID, pthread_equal(thread, pthread_self()) != 0 { return nil }
+            if let thread = s.threadID, thread == .current { return nil }
             return s.exited
         }
         exited?.wait()
@@ -135,39 +127,29 @@ package final class FileWatcher: Sendable {
         // A thread from an earlier start may still be on its way out (cancelled from a handler):
         // it owns the old descriptors and closes them; this start makes new ones.
         s.running = true
-        var fds: [Int32] = [-1, -1]
-        if pipe(&fds) == 0 {
-            for fd in fds {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            }
-        }
-        s.wakeRead = fds[0]
-        s.wakeWrite = fds[1]
-        #if os(Linux)
-        s.inotify = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        #else
-        s.inotify = -1
-        #endif
+        let pipe = WakePipe()
+        s.wakeRead = pipe.readEnd
+        s.wakeWrite = pipe.writeEnd
+        let events = DirectoryEvents(wakeRead: s.wakeRead)
+        s.events = events
         let exited = DispatchSemaphore(value: 0)
         s.exited = exited
         s.generation += 1
         let generation = s.generation
-        let descriptors = (inotify: s.inotify, wakeRead: s.wakeRead, wakeWrite: s.wakeWrite)
+        let descriptors = (events: events, wakeRead: s.wakeRead, wakeWrite: s.wakeWrite)
         let thread = Thread { [self] in
-            state.withLock { if $0.generation == generation { $0.threadID = pthread_self() } }
+            state.withLock { if $0.generation == generation { $0.threadID = .current } }
             run(descriptors: descriptors, generation: generation)
             state.withLock { s in
                 // Nobody may write to or watch with these descriptors once they are closed.
                 guard s.generation == generation else { return }
                 s.wakeRead = -1
                 s.wakeWrite = -1
-                s.inotify = -1
+                s.events = nil
                 s.threadID = nil
             }
-            close(descriptors.wakeRead)
-            close(descriptors.wakeWrite)
-            if descriptors.inotify >= 0 { close(descriptors.inotify) }
+            WakePipe(readEnd: descriptors.wakeRead, writeEnd: descriptors.wakeWrite).close()
+            descriptors.events.close()
             exited.signal()
         }
         thread.name = "Coffer file watcher"
@@ -178,8 +160,7 @@ package final class FileWatcher: Sendable {
         // Under the lock: the thread closes the pipe only after clearing it here.
         state.withLock { s in
             guard s.wakeWrite >= 0 else { return }
-            var byte: UInt8 = 1
-            _ = write(s.wakeWrite, &byte, 1)  // a full pipe is already a pending wake-up
+            WakePipe.wake(s.wakeWrite)
         }
     }
 
@@ -188,38 +169,27 @@ package final class FileWatcher: Sendable {
     /// the fallback).
     private static let forcePolling = ProcessInfo.processInfo.environment["COFFER_WATCH"] == "poll"
 
-    /// The inotify descriptor watching `directory`, or `nil` when it must be polled (told once).
+    /// The descriptor watching `directory`, or `nil` when it must be polled (told once).
     private func addDescriptor(for directory: String, in s: inout State) -> Int32? {
         if Self.forcePolling {
             warnPolling(directory, "COFFER_WATCH=poll is set", in: &s)
             return nil
         }
-        #if os(Linux)
-        guard s.inotify >= 0 else {
-            warnPolling(directory, "inotify is not available (\(CofferError.errnoText(errno)))", in: &s)
+        guard let events = s.events, events.descriptor >= 0 else {
+            warnPolling(directory, s.events?.unavailableReason ?? "the watcher is not running", in: &s)
             return nil
         }
         if let reason = Self.remoteFileSystem(directory) {
             warnPolling(directory, reason, in: &s)
             return nil
         }
-        let mask =
-            IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB
-            | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-        let wd = inotify_add_watch(s.inotify, directory, UInt32(mask))
-        if wd < 0 {
-            let why =
-                errno == ENOSPC
-                ? "the inotify watch limit is reached (raise fs.inotify.max_user_watches)"
-                : "inotify cannot watch it (\(CofferError.errnoText(errno)))"
-            warnPolling(directory, why, in: &s)
+        switch events.add(directory) {
+        case .success(let descriptor):
+            return descriptor
+        case .failure(let refusal):
+            warnPolling(directory, refusal.reason, in: &s)
             return nil
         }
-        return wd
-        #else
-        warnPolling(directory, "file watching is not implemented on this platform yet", in: &s)
-        return nil
-        #endif
     }
 
     private func warnPolling(_ directory: String, _ why: String, in s: inout State) {
@@ -234,45 +204,31 @@ package final class FileWatcher: Sendable {
     /// Why a directory must be polled: a file system shared with other hosts, whose changes
     /// made there inotify never reports.
     private static func remoteFileSystem(_ directory: String) -> String? {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var type: UInt64 = 0
-        guard coffer_file_system_type(fd, &type) == 0 else { return nil }
+        guard let type = DirectoryEvents.fileSystemType(ofDirectory: directory) else { return nil }
         return LiveFileSystem.unsharedMappingFileSystems.contains(type)
             ? "it is on a network or FUSE file system, where inotify does not see other hosts' writes" : nil
     }
 
-    private func run(descriptors: (inotify: Int32, wakeRead: Int32, wakeWrite: Int32), generation: UInt64) {
+    private func run(descriptors: (events: DirectoryEvents, wakeRead: Int32, wakeWrite: Int32), generation: UInt64) {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            // What to wait for: the wake pipe, inotify, and the earliest poll.
+            // What to wait for: the wake pipe, the kernel's changes, and the earliest poll.
             let timeout: Int32? = state.withLock { s in
                 guard s.running, s.generation == generation else { return nil }
-                let polls = s.watches.values.filter { $0.descriptor == nil }.map(\.nextPoll)
+                let polls = s.watches.values.filter(\.polls).map(\.nextPoll)
                 guard let next = polls.min() else { return -1 }
                 let left = next - .now
                 return left <= .zero ? 0 : Int32(min(60_000, max(1, left.components.seconds * 1000
                     + left.components.attoseconds / 1_000_000_000_000_000)))
             }
             guard let timeout else { return }
-            var fds = [pollfd(fd: descriptors.wakeRead, events: Int16(POLLIN), revents: 0)]
-            if descriptors.inotify >= 0 { fds.append(pollfd(fd: descriptors.inotify, events: Int16(POLLIN), revents: 0)) }
-            let ready = poll(&fds, nfds_t(fds.count), timeout)
-            if ready < 0 && errno != EINTR { return }
-            // Drain the wake pipe.
-            while read(descriptors.wakeRead, &buffer, buffer.count) > 0 {}
-            var events: [(descriptor: Int32, name: String?, gone: Bool)] = []
+            var events: [DirectoryEvents.Event] = []
             var overflow = false
-            #if os(Linux)
-            if descriptors.inotify >= 0 {
-                while true {
-                    let n = read(descriptors.inotify, &buffer, buffer.count)
-                    if n <= 0 { break }
-                    Self.parseEvents(buffer[0..<n], into: &events, overflow: &overflow)
-                }
-            }
-            #endif
+            let waited = descriptors.events.wait(
+                wakeRead: descriptors.wakeRead, timeout: timeout, buffer: &buffer, into: &events, overflow: &overflow)
+            if !waited { return }
+            // Drain the wake pipe.
+            WakePipe.drain(descriptors.wakeRead, into: &buffer)
             let warnings = state.withLock { s -> [CofferWarning] in
                 defer { s.pendingWarnings = [] }
                 return s.pendingWarnings
@@ -287,6 +243,7 @@ package final class FileWatcher: Sendable {
                         // The directory was removed or moved away: the kernel dropped the watch.
                         // Its watches poll from now on (a store recreated there is found).
                         s.byDescriptor[event.descriptor] = nil
+                        if !ids.isEmpty { s.events?.remove(event.descriptor) }
                         for id in ids {
                             s.watches[id]!.descriptor = nil
                             warnPolling(s.watches[id]!.directory, "the directory was removed or moved", in: &s)
@@ -305,7 +262,7 @@ package final class FileWatcher: Sendable {
                 for (id, watch) in s.watches {
                     var due = watch.hasPending || overflow
                     var names = overflow ? nil : watch.pending
-                    if watch.descriptor == nil, now >= watch.nextPoll {
+                    if watch.polls, now >= watch.nextPoll {
                         due = true
                         names = nil
                         s.watches[id]!.nextPoll = now + watch.pollInterval
@@ -321,31 +278,6 @@ package final class FileWatcher: Sendable {
         }
     }
 
-    #if os(Linux)
-    /// `struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }`, packed.
-    private static func parseEvents(
-        _ bytes: ArraySlice<UInt8>, into events: inout [(descriptor: Int32, name: String?, gone: Bool)],
-        overflow: inout Bool
-    ) {
-        var offset = bytes.startIndex
-        while offset + 16 <= bytes.endIndex {
-            func word(_ at: Int) -> UInt32 {
-                UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
-            }
-            let wd = Int32(bitPattern: word(offset))
-            let mask = word(offset + 4)
-            let length = Int(word(offset + 12))
-            let nameStart = offset + 16
-            guard nameStart + length <= bytes.endIndex else { break }
-            if mask & UInt32(IN_Q_OVERFLOW) != 0 { overflow = true }
-            let nameBytes = bytes[nameStart..<(nameStart + length)].prefix { $0 != 0 }
-            let whole = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
-            let name: String? = whole || nameBytes.isEmpty ? nil : String(decoding: nameBytes, as: UTF8.self)
-            events.append((wd, name, mask & UInt32(IN_IGNORED) != 0))
-            offset = nameStart + length
-        }
-    }
-    #endif
 }
 
 /// An active watch of ``FileWatcher``; cancelled when released.

@@ -1,4 +1,5 @@
 internal import CSodium
+import CofferSync
 
 #if canImport(Glibc)
     internal import Glibc
@@ -89,7 +90,7 @@ public enum SecureMemory {
         }
     }
 
-    static let settings = SettingsLock(Settings())
+    static let settings = Locked(Settings())
 
     /// What happens when locking fails. Default ``LockPolicy/report``.
     public static var lockPolicy: LockPolicy {
@@ -286,31 +287,5 @@ struct GuardedRegion {
         // The region is already wiped and gone; a damaged canary means something wrote before
         // the start of a secret's buffer, which is memory corruption: stop, as libsodium does.
         if !intact { fatalError("SecureBytes: the canary before a guarded buffer was overwritten (memory corruption)") }
-    }
-}
-
-/// The settings' lock: a `pthread_mutex_t`, which ThreadSanitizer understands (the futex-based
-/// `Synchronization.Mutex` is invisible to it, and the whole test suite runs under TSan in CI).
-// @unchecked Sendable: `value` is only touched between lock and unlock.
-final class SettingsLock: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: SecureMemory.Settings
-
-    init(_ value: SecureMemory.Settings) {
-        self.value = value
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        precondition(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init failed")
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    func withLock<R>(_ body: (inout SecureMemory.Settings) throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
     }
 }

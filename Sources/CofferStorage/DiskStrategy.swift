@@ -1,4 +1,5 @@
 public import CofferCore
+import CofferJournal
 public import Foundation
 
 /// One file per key in a directory, each replaced atomically and durably on every save.

@@ -1,4 +1,5 @@
 public import CofferCore
+import CofferJournal
 public import Foundation
 import Synchronization
 
@@ -65,7 +66,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// - Throws: ``CofferError`` — ``CofferError/Code/corrupted`` for damage,
     ///   ``CofferError/Code/busy`` when another process holds the lock, ``CofferError/Code/io``.
     public init(
-        directory: URL, suite: String = "standard", durability: Durability = .coalesced, lockTimeout: Double = 10,
+        directory: URL, suite: String = "standard", durability: Durability = .coalesced, lockTimeout: Duration = .seconds(10),
         exclusive: Bool = false, recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
     ) throws {
         guard !suite.isEmpty, !suite.contains("/"), suite != ".", suite != "..", !suite.contains("\0") else {
@@ -185,7 +186,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         }
         if let compactionFailure { CofferWarnings.warn(compactionFailure) }
         if scheduleFlush, case .coalesced(let window) = durability {
-            DispatchQueue.global().asyncAfter(deadline: .now() + window) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + window.inSeconds) { [weak self] in
                 // A failure here is kept by the journal and thrown by the next write or flush().
                 try? self?.flush()
             }

@@ -1,6 +1,7 @@
 // Children for the reliability tests (RELIABILITY.md): kill -9 loops, a vault counter, guard
 // pages, and a scan of the process's own memory after Vault.lock().
 import CofferCore
+import CofferJournal
 import CofferCrypto
 import CofferStorage
 import CofferVault
@@ -22,7 +23,7 @@ func crashValue(_ i: Int) -> [UInt8] {
 /// commit also compacts. Prints `ready <first i>` once the store is open.
 func crashKeyValue(directory: String, suite: String) throws -> Never {
     let store = try KeyValueFileStrategy(
-        directory: URL(fileURLWithPath: directory), suite: suite, durability: .immediate, lockTimeout: 5)
+        directory: URL(fileURLWithPath: directory), suite: suite, durability: .immediate, lockTimeout: .seconds(5))
     var i = (try store.get(Int.self, for: "last")).map { $0 + 1 } ?? 0
     say("ready \(i)")
     while true {
@@ -44,7 +45,7 @@ func rawKey(hex: String) throws -> SecureBytes {
         bytes.append(byte)
         index = next
     }
-    defer { bytes.withUnsafeMutableBytes { if let b = $0.baseAddress { explicit_bzero(b, $0.count) } } }
+    defer { SecureMemory.zero(&bytes) }
     return try SecureBytes(copying: bytes)
 }
 
@@ -55,8 +56,8 @@ func crashVault(path: String, keyHex: String) throws -> Never {
     let key = try rawKey(hex: keyHex)
     let vault =
         try Vault.exists(at: url)
-        ? try Vault.open(at: url, unlock: .key(key), lockTimeout: 5)
-        : try Vault.create(at: url, unlock: .key(key), lockTimeout: 5)
+        ? try Vault.open(at: url, unlock: .key(key), lockTimeout: .seconds(5))
+        : try Vault.create(at: url, unlock: .key(key), lockTimeout: .seconds(5))
     var i = (try vault.string(service: "crash", account: "last")).flatMap { Int($0) }.map { $0 + 1 } ?? 0
     say("ready \(i)")
     while true {
@@ -80,10 +81,10 @@ func crashVault(path: String, keyHex: String) throws -> Never {
 /// vault's own atomic `update`.
 func vaultIncrement(path: String, keyHex: String, times: Int) throws {
     let url = URL(fileURLWithPath: path)
-    let vault = try Vault.open(at: url, unlock: .key(try rawKey(hex: keyHex)), lockTimeout: 30)
+    let vault = try Vault.open(at: url, unlock: .key(try rawKey(hex: keyHex)), lockTimeout: .seconds(30))
     let lock = try FileLock(path: path + ".counter-lock", fileSystem: LiveFileSystem())
     for _ in 0..<times {
-        try lock.withLock(timeout: 30) {
+        try lock.withLock(timeout: .seconds(30)) {
             let current = try vault.string(service: "counter", account: "n").flatMap { Int($0) } ?? 0
             try vault.set("\(current + 1)", service: "counter", account: "n")
         }
@@ -93,7 +94,7 @@ func vaultIncrement(path: String, keyHex: String, times: Int) throws {
 /// `vault-read-loop PATH KEYHEX`: reads the counter until it reaches `until`, checking each
 /// value is a whole number that never goes down; prints `reads <n>` at the end.
 func vaultReadLoop(path: String, keyHex: String, until: Int) throws {
-    let vault = try Vault.open(at: URL(fileURLWithPath: path), unlock: .key(try rawKey(hex: keyHex)), lockTimeout: 30)
+    let vault = try Vault.open(at: URL(fileURLWithPath: path), unlock: .key(try rawKey(hex: keyHex)), lockTimeout: .seconds(30))
     var last = 0
     var reads = 0
     while last < until {

@@ -164,7 +164,7 @@ private func inotifyDescriptors() -> Int {
 }
 
 private func lifecycleServe(directory: String) async throws {
-    let context = CofferContext(directory: URL(fileURLWithPath: directory), durability: .coalesced(window: 3600))
+    let context = CofferContext(directory: URL(fileURLWithPath: directory), durability: .coalesced(window: .seconds(3600)))
         .with(VaultConfiguration(unlock: .passphrase(IntegrationSecrets.passphrase), kdf: .minimum))
     let settings = CofferContext.$current.withValue(context) { ServerSettings() }
     settings.greeting = "hello from before the shutdown"

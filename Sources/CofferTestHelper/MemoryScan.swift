@@ -21,10 +21,6 @@ struct Needle {
     }
 }
 
-func wipeArray(_ bytes: inout [UInt8]) {
-    bytes.withUnsafeMutableBytes { if let base = $0.baseAddress, $0.count > 0 { explicit_bzero(base, $0.count) } }
-}
-
 /// Readable private anonymous regions (heap, stack, mmap'd memory — where libsodium, Swift and
 /// malloc keep data), as address ranges.
 let debugScan = ProcessInfo.processInfo.environment["COFFER_SCAN_DEBUG"] != nil
@@ -110,7 +106,7 @@ func scanMemory(for needles: [Needle], buffer: UnsafeMutableRawBufferPointer) ->
             address += UInt(n <= overlap ? n : n - overlap)
         }
     }
-    explicit_bzero(buffer.baseAddress!, buffer.count)
+    SecureMemory.zero(buffer)
     return (hits, scanned)
 }
 
@@ -126,7 +122,7 @@ func vaultKeyNeedles(path: String, rawKey: SecureBytes) throws -> [Needle] {
     let kek = try SecureBytes(copying: kekBytes)
     var needles: [Needle] = []
     kekBytes.withUnsafeBytes { needles.append(Needle("key-encryption key", $0)) }
-    wipeArray(&kekBytes)
+    SecureMemory.zero(&kekBytes)
     let master = try XChaCha20Poly1305.openSecure(
         Array(slot[64..<112]), key: kek, nonce: Array(slot[40..<64]),
         associatedData: Array("coffer vault key slot v1".utf8) + vaultID + Array(slot[0..<40]))

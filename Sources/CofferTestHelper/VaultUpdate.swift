@@ -16,7 +16,7 @@ let counterVaultKey = [UInt8](repeating: 0x5a, count: 32)
 /// otherwise one child could finish before the other has opened the vault.
 func vaultUpdateIncrement(path: String, times: Int) throws {
     let vault = try Vault.open(
-        at: URL(fileURLWithPath: path), unlock: .key(try SecureBytes(copying: counterVaultKey)), lockTimeout: 30)
+        at: URL(fileURLWithPath: path), unlock: .key(try SecureBytes(copying: counterVaultKey)), lockTimeout: .seconds(30))
     say("ready")
     _ = readLine()
     for _ in 0..<times {

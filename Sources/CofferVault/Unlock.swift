@@ -2,14 +2,6 @@ public import CofferCrypto
 import CofferCore
 public import Foundation
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// What opens a vault: a passphrase, a key file, or a raw 32-byte key.
 ///
 /// ```swift
@@ -164,7 +156,7 @@ enum KeyFileReader {
         } else {
             do {
                 fd = try fileSystem.openReadOnly(path)
-            } catch let error as CofferError where error.errno == ENOENT {
+            } catch let error as CofferError where error.errno == ENOENT_ {
                 throw CofferError(.notFound, "the key file does not exist", path: path)
             }
         }
@@ -179,7 +171,7 @@ enum KeyFileReader {
         let capacity = VaultUnlock.maximumKeyFileSize + 1
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         defer {
-            explicit_bzero(buffer.baseAddress!, capacity)
+            zeroMemory(buffer)
             buffer.deallocate()
         }
         // At most the size the file says it has: a file whose size reads as 0 but whose read
@@ -196,27 +188,18 @@ enum KeyFileReader {
     /// (opening a FIFO never waits for a writer), then only a regular file is kept, and made
     /// blocking again for the read.
     private static func openLive(_ path: String) throws -> Int32 {
-        var fd: Int32
-        repeat { fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) } while fd < 0 && errno == EINTR
-        if fd < 0 {
-            let code = errno
-            switch code {
-            case ENOENT: throw CofferError(.notFound, "the key file does not exist", path: path, errno: code)
-            default: throw CofferError.io("open of the key file", path: path, errno: code)
-            }
-        }
-        var status = stat()
-        guard fstat(fd, &status) == 0 else {
-            let code = errno
-            close(fd)
+        switch LiveFileSystem.openRegularFileForReading(path) {
+        case .success(let fd):
+            return fd
+        case .failure(.open(let code)) where code == ENOENT_:
+            throw CofferError(.notFound, "the key file does not exist", path: path, errno: code)
+        case .failure(.open(let code)):
+            throw CofferError.io("open of the key file", path: path, errno: code)
+        case .failure(.fstat(let code)):
             throw CofferError.io("fstat of the key file", path: path, errno: code)
-        }
-        guard (status.st_mode & S_IFMT) == S_IFREG else {
-            close(fd)
+        case .failure(.notRegular):
             throw notRegular(path)
         }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
-        return fd
     }
 
     private static func notRegular(_ path: String) -> CofferError {

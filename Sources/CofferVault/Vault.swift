@@ -1,10 +1,13 @@
 public import CofferCore
+import CofferJournal
 public import CofferCrypto
 public import Foundation
 import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
@@ -102,7 +105,7 @@ public final class Vault: Sendable {
     /// - Throws: ``CofferError`` — ``CofferError/Code/alreadyExists``, ``CofferError/Code/io``, …
     public static func create(
         at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
-        lockTimeout: Double = 10, fileSystem: any FileSystem = LiveFileSystem()
+        lockTimeout: Duration = .seconds(10), fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let material = try unlock.material(fileSystem: fileSystem)
         let master = try crypto { try SecureBytes.random(count: 32) }
@@ -148,7 +151,7 @@ public final class Vault: Sendable {
     ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
         at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
-        durability: Durability = .immediate, lockTimeout: Double = 10, recovery: JournalRecovery = .strict,
+        durability: Durability = .immediate, lockTimeout: Duration = .seconds(10), recovery: JournalRecovery = .strict,
         fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
@@ -165,7 +168,7 @@ public final class Vault: Sendable {
         try fileSystem.stat(url.path) != nil
     }
 
-    private static func journalOptions(durability: Durability, lockTimeout: Double) -> JournalOptions {
+    private static func journalOptions(durability: Durability, lockTimeout: Duration) -> JournalOptions {
         JournalOptions(
             application: application, headerAreaSize: VaultHeader.areaSize, durability: durability,
             lockTimeout: lockTimeout)
@@ -1453,29 +1456,6 @@ private final class Pipeline: Sendable {
     let claim = Atomic<Int>(0)
     /// What advancing the chain threw.
     let failure = Locked<(any Error)?>(nil)
-}
-
-/// Zeroes a byte array in place (explicit_bzero: not optimised away). Best effort: copies the
-/// array made earlier are beyond its reach (see SECURITY.md).
-func wipe(_ bytes: inout [UInt8]) {
-    bytes.withUnsafeMutableBytes { zeroMemory($0) }
-}
-
-/// Zeroes memory in a way the optimiser may not remove (explicit_bzero / memset_s).
-func zeroMemory(_ buffer: UnsafeMutableRawBufferPointer) {
-    guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-    #if canImport(Glibc)
-    explicit_bzero(base, buffer.count)
-    #else
-    _ = memset_s(base, buffer.count, 0, buffer.count)
-    #endif
-}
-
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for i in 0..<a.count { difference |= a[i] ^ b[i] }
-    return difference == 0
 }
 
 extension KeySlot {

@@ -38,7 +38,7 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
             let same: Bool
             switch (current, expected) {
             case (nil, nil): same = true
-            case (let current?, let expected?): same = constantTimeEqual(current, expected)
+            case (let current?, let expected?): same = SecureMemory.constantTimeEqual(current, expected)
             default: same = false
             }
             guard same else { return current }
@@ -69,14 +69,6 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
                 }
             })
     }
-}
-
-/// Whether two byte strings are equal, in time that depends on their lengths only.
-private func constantTimeEqual(_ a: Data, _ b: Data) -> Bool {
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for (x, y) in zip(a, b) { difference |= x ^ y }
-    return difference == 0
 }
 
 /// How the default vault of a ``CofferContext`` is found and unlocked, for `.vault(service:account:)`.

@@ -6,6 +6,8 @@ import Synchronization
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Musl)
+    import Musl
 #elseif canImport(Darwin)
     import Darwin
 #endif
@@ -246,7 +248,7 @@ struct Demo {
         let buffer = WipingBuffer(capacity: 32)
         var random = SecureRandom.bytes(count: 32)
         for byte in random { buffer.append(alphabet[Int(byte) % alphabet.count]) }
-        random.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) }
+        SecureMemory.zero(&random)
         let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw CLIError(.failure, "cannot create \(file.path): \(String(cString: strerror(errno)))")

@@ -5,6 +5,8 @@ import Foundation
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Musl)
+    import Musl
 #elseif canImport(Darwin)
     import Darwin
 #endif
@@ -58,8 +60,8 @@ struct GlobalOptions: ParsableArguments {
 
     /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5,
     /// at most ``maximumLockTimeout``.
-    func lockTimeout() throws -> Double {
-        try Self.lockTimeout(environmentText("COFFER_LOCK_TIMEOUT"))
+    func lockTimeout() throws -> Duration {
+        .seconds(try Self.lockTimeout(environmentText("COFFER_LOCK_TIMEOUT")))
     }
 
     /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the default of 5 seconds).

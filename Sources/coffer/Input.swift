@@ -4,6 +4,8 @@ import Foundation
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Musl)
+    import Musl
 #elseif canImport(Darwin)
     import Darwin
 #endif
@@ -265,7 +267,7 @@ final class WipingBuffer {
     }
 
     deinit {
-        explicit_bzero(storage, capacity)
+        SecureMemory.zero(UnsafeMutableRawBufferPointer(start: storage, count: capacity))
         storage.deallocate()
     }
 
@@ -282,7 +284,7 @@ final class WipingBuffer {
         let bigger = max(needed, capacity * 2)
         let fresh = UnsafeMutableRawPointer.allocate(byteCount: bigger, alignment: 16)
         fresh.copyMemory(from: storage, byteCount: count)
-        explicit_bzero(storage, capacity)
+        SecureMemory.zero(UnsafeMutableRawBufferPointer(start: storage, count: capacity))
         storage.deallocate()
         storage = fresh
         capacity = bigger

@@ -275,12 +275,12 @@ struct InMemoryFileSystemTests {
         let fs = InMemoryFileSystem()
         let fd = try fs.open("/f", create: true, exclusive: false, mode: 0o600)
         try [UInt8]([1]).withUnsafeBytes { _ = try fs.pwrite(fd, $0, at: 0) }
-        try fs.lock(fd, exclusive: true, timeout: 0, path: "/f")
+        try fs.lock(fd, exclusive: true, timeout: .seconds(0), path: "/f")
         fs.simulateProcessCrash()
         #expect(fs.contents(atPath: "/f") == Data([1]))
         #expect(errno { _ = try fs.fstat(fd) } == 9)
         let other = try fs.open("/f", create: false, exclusive: false, mode: 0o600)
-        try fs.lock(other, exclusive: true, timeout: 0, path: "/f")
+        try fs.lock(other, exclusive: true, timeout: .seconds(0), path: "/f")
         fs.close(other)
     }
 

@@ -1,4 +1,4 @@
-import CofferCrypto
+@testable import CofferCrypto
 import Foundation
 import Testing
 

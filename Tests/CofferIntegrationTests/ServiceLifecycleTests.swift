@@ -46,7 +46,7 @@ struct ServiceLifecycleTests {
     func gracefulShutdownOfExplicitStores() async throws {
         let scratch = try Scratch("lifecycle-explicit")
         let suite = try KeyValueFileStrategy(
-            directory: scratch.url, suite: "prefs", durability: .coalesced(window: 3600))
+            directory: scratch.url, suite: "prefs", durability: .coalesced(window: .seconds(3600)))
         try suite.set(42, for: "answer")
         #expect(suite.hasUnsyncedWrites)
         let vault = try Vault.create(

@@ -1,69 +1,12 @@
 import CofferCore
 import CofferStorage
+import CofferTesting
 import Foundation
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// How many iterations the reliability loops run: `COFFER_STRESS_ITERATIONS` (make stress sets
-/// 1000), 30 by default so `make test` stays quick.
-let stressIterations = ProcessInfo.processInfo.environment["COFFER_STRESS_ITERATIONS"].flatMap { Int($0) } ?? 30
-
-/// The value the crash children (CofferTestHelper Crash.swift) write for commit `i`.
-func crashValue(_ i: Int) -> [UInt8] {
-    let length = 1 + (i &* 2654435761) % 9000
-    return (0..<length).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ i ^ ($0 >> 8)) }
-}
-
-/// What one killed child said before it died.
-struct KilledChild {
-    /// The `i` of every `ack <i>` line, in order.
-    var acked: [Int] = []
-    /// Whether it printed `ready` (had opened the store) before the kill.
-    var wasReady = false
-    /// Whether it died of SIGKILL (rather than exiting with an error).
-    var killed = false
-    var errorOutput = ""
-}
-
-/// Starts the helper with `arguments`, kills it with SIGKILL `delay` seconds after it printed
-/// `ready` (or after it started, with `fromSpawn`), and returns what it acknowledged.
-func runAndKill(_ arguments: [String], delay: Double, fromSpawn: Bool) throws -> KilledChild {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: productPath("CofferTestHelper"))
-    process.arguments = arguments
-    var environment = ProcessInfo.processInfo.environment
-    environment["SWIFT_BACKTRACE"] = "enable=no"
-    process.environment = environment
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    try process.run()
-    var seen = Data()
-    if !fromSpawn {
-        while !String(decoding: seen, as: UTF8.self).contains("ready") {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            seen += chunk
-        }
-    }
-    usleep(UInt32(delay * 1_000_000))
-    kill(process.processIdentifier, SIGKILL)
-    process.waitUntilExit()
-    seen += output.fileHandleForReading.readDataToEndOfFile()
-    var child = KilledChild()
-    child.killed = process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL
-    child.errorOutput = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    for line in String(decoding: seen, as: UTF8.self).split(separator: "\n") {
-        let parts = line.split(separator: " ")
-        if parts.first == "ready" { child.wasReady = true }
-        if parts.count == 2, parts[0] == "ack", let i = Int(parts[1]) { child.acked.append(i) }
-    }
-    return child
-}
 
 /// Counts for RELIABILITY.md, printed by each loop.
 struct CrashLoopFigures: CustomStringConvertible {
@@ -109,7 +52,7 @@ struct KVCrashLoopTests {
             // The lock is free at once: a 50 ms timeout is enough.
             let start = Date()
             let store = try KeyValueFileStrategy(
-                directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: 0.05)
+                directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: .seconds(0.05))
             figures.slowestReopen = max(figures.slowestReopen, Date().timeIntervalSince(start))
             let found = try store.get(Int.self, for: "last") ?? -1
             #expect(found == newestAcked || found == newestAcked + 1, "iteration \(iteration): last \(found), acked \(newestAcked)")

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferStorage
 import CofferTesting
 import Foundation
@@ -19,7 +20,7 @@ struct FileHardeningTests {
 
     private func suite(_ directory: String, _ name: String = "s") throws -> KeyValueFileStrategy {
         try KeyValueFileStrategy(
-            directory: URL(fileURLWithPath: directory), suite: name, durability: .immediate, lockTimeout: 2)
+            directory: URL(fileURLWithPath: directory), suite: name, durability: .immediate, lockTimeout: .seconds(2))
     }
 
     @Test func aSymlinkAtTheLockFileIsNeverFollowed() throws {
@@ -224,13 +225,14 @@ struct FileHardeningTests {
 
     @Test func absurdLockTimeoutsNeverTrap() throws {
         let scratch = try Scratch("timeouts")
-        for timeout in [1e10, 1e308, .infinity] {
+        // Duration holds no NaN or infinity; the largest values it holds are waits capped at "forever".
+        for timeout: Duration in [.seconds(1e10), .seconds(Int64.max), .init(secondsComponent: Int64.max, attosecondsComponent: 999_999_999_999_999_999)] {
             let store = try KeyValueFileStrategy(
                 directory: scratch.url, suite: "s", durability: .immediate, lockTimeout: timeout)
             try store.save(Data("v".utf8), for: "k")
         }
         let error = #expect(throws: CofferError.self) {
-            try KeyValueFileStrategy(directory: scratch.url, suite: "s", lockTimeout: .nan)
+            try KeyValueFileStrategy(directory: scratch.url, suite: "s", lockTimeout: .seconds(-1))
         }
         #expect(error?.code == .invalidArgument)
     }

@@ -1,5 +1,6 @@
 import CofferCore
 import CofferStorage
+import CofferTesting
 import Foundation
 import Testing
 
@@ -188,7 +189,7 @@ struct ExclusiveKeyValueTests {
             #expect(try store.get(Int.self, for: "k6") == 97)
             // Another instance (another descriptor, as another process would be) is refused.
             let error = #expect(throws: CofferError.self) {
-                _ = try KeyValueFileStrategy(directory: dir.url, suite: "s", lockTimeout: 0.2)
+                _ = try KeyValueFileStrategy(directory: dir.url, suite: "s", lockTimeout: .seconds(0.2))
             }
             #expect(error?.code == .busy)
             // A child process too.

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTesting
 import Foundation
 import Testing
 
@@ -16,19 +17,6 @@ final class Scratch {
     deinit { try? FileManager.default.removeItem(at: url) }
 
     func file(_ name: String) -> String { path + "/" + name }
-}
-
-/// The path of an executable product built beside the test binary.
-func productPath(_ name: String) -> String {
-    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    // On Linux the test binary is `<build>/debug/CofferPackageTests.xctest`; on macOS it is a
-    // bundle whose executable sits three levels deeper.
-    while !FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path),
-        directory.path != "/"
-    {
-        directory.deleteLastPathComponent()
-    }
-    return directory.appendingPathComponent(name).path
 }
 
 /// Runs a product to completion, returning its exit status and standard output.

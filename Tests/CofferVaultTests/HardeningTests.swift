@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferCrypto
 @testable import CofferVault
 import Foundation

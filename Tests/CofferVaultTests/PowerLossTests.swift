@@ -136,7 +136,7 @@ final class PowerCutFileSystem: FileSystem {
         try point()
         try inner.fsyncDirectory(path)
     }
-    func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
+    func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         try alive()
         try inner.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
     }

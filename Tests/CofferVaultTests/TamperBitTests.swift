@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferCrypto
 import CofferTesting
 import CofferVault

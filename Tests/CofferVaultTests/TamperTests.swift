@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferCrypto
 import CofferTesting
 @testable import CofferVault
@@ -277,7 +278,7 @@ struct VaultSalvageTests {
         }
         // Behind the vault's back: a 3-byte record, then 300 records of noise.
         let options = JournalOptions(
-            application: Vault.application, headerAreaSize: VaultHeader.areaSize, durability: .immediate, lockTimeout: 10)
+            application: Vault.application, headerAreaSize: VaultHeader.areaSize, durability: .immediate, lockTimeout: .seconds(10))
         let (journal, _) = try Journal.open(
             path: url.path, options: options, fileSystem: LiveFileSystem(), create: .openExisting)
         let offsets = try journal.withWriteLock { _ in

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 
 /// The vault's header, as bytes (docs/FORMAT.md, "Vault header"). Pure: no crypto, no I/O.
 ///

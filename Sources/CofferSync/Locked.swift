@@ -17,7 +17,8 @@ import Darwin
 /// each critical section tells ThreadSanitizer "acquire" on entry and "release" on exit, on that
 /// token. Otherwise this is exactly a `Mutex`, plus one test of a `nil` field.
 ///
-/// Every lock in Coffer's modules is a `Locked`, so `make test-tsan` reports real races only.
+/// Every lock in Coffer's modules is a `Locked` (CofferCrypto's included: this module sits below
+/// both it and CofferCore), so `make test-tsan` reports real races only.
 /// Package-internal: not part of the public API.
 @usableFromInline
 package struct Locked<State: ~Copyable>: ~Copyable {

@@ -1,3 +1,5 @@
+// The control page shared through the lock file: how processes see each other's writes.
+import CofferCore
 import CSharedWord
 
 /// The control page: the first 4 KiB of a journal's lock file, mapped shared by every process

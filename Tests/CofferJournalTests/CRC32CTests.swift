@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import Foundation
 import Testing
 

@@ -1,3 +1,4 @@
+// CRC-32C, the journal's frame checksum: the CPU's instruction or a portable table.
 import CCRC32C
 
 /// CRC-32C (Castagnoli, the polynomial of iSCSI, ext4 and LevelDB).
@@ -7,7 +8,7 @@ import CCRC32C
 /// `CCRC32C` with the CPU's CRC-32C instruction (x86_64 SSE4.2, ARMv8 CRC32), chosen at run time,
 /// else by its portable slicing-by-8 table; `softwareChecksum` keeps the Swift slicing-by-8 as
 /// the reference the tests compare both with.
-public enum CRC32C {
+package enum CRC32C {
     static let tables: [[UInt32]] = {
         var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
         for i in 0..<256 {
@@ -23,7 +24,7 @@ public enum CRC32C {
     static let flat: [UInt32] = tables.flatMap { $0 }
 
     /// The CRC-32C of `bytes`, continuing from `crc` (start with 0).
-    public static func checksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
+    package static func checksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
         coffer_crc32c(crc, bytes.baseAddress, bytes.count)
     }
 
@@ -63,7 +64,7 @@ public enum CRC32C {
     }
 
     /// The CRC-32C of a byte array.
-    public static func checksum(_ bytes: [UInt8]) -> UInt32 {
+    package static func checksum(_ bytes: [UInt8]) -> UInt32 {
         bytes.withUnsafeBytes { checksum($0) }
     }
 }

@@ -1,4 +1,5 @@
 @testable import CofferCore
+@testable import CofferJournal
 import CofferTesting
 import Foundation
 import Testing

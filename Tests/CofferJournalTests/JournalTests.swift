@@ -1,4 +1,5 @@
 @testable import CofferCore
+@testable import CofferJournal
 import CofferStorage
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferJournal
 import CofferTesting
 import Foundation
 import Testing
@@ -42,10 +43,10 @@ struct FileLockTests {
         let a = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let b = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         #expect(try fixture.fs.stat(fixture.path)?.mode == 0o600)
-        try a.withLock(timeout: 1) {
+        try a.withLock(timeout: .seconds(1)) {
             let start = ContinuousClock.now
             let error = try #require(throws: CofferError.self) {
-                try b.withLock(timeout: 0.2) {}
+                try b.withLock(timeout: .seconds(0.2)) {}
             }
             let waited = ContinuousClock.now - start
             #expect(error.code == .busy)
@@ -54,8 +55,8 @@ struct FileLockTests {
             #expect(waited < .seconds(3))
         }
         // Released: b gets it at once, and a is excluded in turn.
-        try b.withLock(timeout: 0) {
-            #expect(throws: CofferError.self) { try a.withLock(timeout: 0) {} }
+        try b.withLock(timeout: .seconds(0)) {
+            #expect(throws: CofferError.self) { try a.withLock(timeout: .seconds(0)) {} }
             return ()
         }
     }
@@ -66,17 +67,17 @@ struct FileLockTests {
         let a = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let b = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let c = try FileLock(path: fixture.path, fileSystem: fixture.fs)
-        try a.withLock(exclusive: false, timeout: 0) {
-            try b.withLock(exclusive: false, timeout: 0) {
-                #expect(throws: CofferError.self) { try c.withLock(exclusive: true, timeout: 0.05) {} }
+        try a.withLock(exclusive: false, timeout: .seconds(0)) {
+            try b.withLock(exclusive: false, timeout: .seconds(0)) {
+                #expect(throws: CofferError.self) { try c.withLock(exclusive: true, timeout: .seconds(0.05)) {} }
                 return ()
             }
         }
-        try a.withLock(exclusive: true, timeout: 0) {
-            #expect(throws: CofferError.self) { try b.withLock(exclusive: false, timeout: 0.05) {} }
+        try a.withLock(exclusive: true, timeout: .seconds(0)) {
+            #expect(throws: CofferError.self) { try b.withLock(exclusive: false, timeout: .seconds(0.05)) {} }
             return ()
         }
-        try c.withLock(exclusive: true, timeout: 0) {}
+        try c.withLock(exclusive: true, timeout: .seconds(0)) {}
     }
 
     @Test(arguments: Kind.allCases)
@@ -86,7 +87,7 @@ struct FileLockTests {
         let b = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let held = DispatchSemaphore(value: 0)
         let holder = Thread {
-            try? a.withLock(timeout: 1) {
+            try? a.withLock(timeout: .seconds(1)) {
                 held.signal()
                 Thread.sleep(forTimeInterval: 0.15)
             }
@@ -94,7 +95,7 @@ struct FileLockTests {
         holder.start()
         held.wait()
         let start = ContinuousClock.now
-        let result = try b.withLock(timeout: 5) { 42 }
+        let result = try b.withLock(timeout: .seconds(5)) { 42 }
         #expect(result == 42)
         #expect(ContinuousClock.now - start >= .milliseconds(50))
     }
@@ -105,8 +106,8 @@ struct FileLockTests {
         let fixture = try Fixture(kind)
         let a = try FileLock(path: fixture.path, fileSystem: fixture.fs)
         let b = try FileLock(path: fixture.path, fileSystem: fixture.fs)
-        #expect(throws: Boom.self) { try a.withLock(timeout: 0) { throw Boom() } }
-        try b.withLock(timeout: 0) {}
+        #expect(throws: Boom.self) { try a.withLock(timeout: .seconds(0)) { throw Boom() } }
+        try b.withLock(timeout: .seconds(0)) {}
     }
 
     @Test(arguments: Kind.allCases)
@@ -118,7 +119,7 @@ struct FileLockTests {
         let entered = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         let holder = Thread {
-            try? shared.withLock(timeout: 1) {
+            try? shared.withLock(timeout: .seconds(1)) {
                 entered.signal()
                 release.wait()
             }
@@ -126,12 +127,12 @@ struct FileLockTests {
         holder.start()
         entered.wait()
         var secondGotIn = false
-        let error = #expect(throws: CofferError.self) { secondGotIn = try shared.withLock(timeout: 0.1) { true } }
+        let error = #expect(throws: CofferError.self) { secondGotIn = try shared.withLock(timeout: .seconds(0.1)) { true } }
         #expect(error?.code == .busy)
         #expect(!secondGotIn)
         release.signal()
         // Once released, the same instance is usable from this thread.
-        #expect(try shared.withLock(timeout: 5) { true })
+        #expect(try shared.withLock(timeout: .seconds(5)) { true })
     }
 
     @Test func mutualExclusionUnderContention() throws {
@@ -144,7 +145,7 @@ struct FileLockTests {
             do {
                 let lock = try FileLock(path: "/d/counter.lock", fileSystem: fs)
                 for _ in 0..<25 {
-                    try lock.withLock(timeout: 10) {
+                    try lock.withLock(timeout: .seconds(10)) {
                         let value = try DurableIO.readFile("/d/counter", fileSystem: fs) ?? Data([0, 0])
                         let count = (Int(value[0]) | (Int(value[1]) << 8)) + 1
                         try DurableIO.atomicReplace(

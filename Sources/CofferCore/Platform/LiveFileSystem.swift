@@ -1,8 +1,17 @@
+// The platform layer's file calls: the real file system, one system call a method, for Glibc,
+// Musl and Darwin. The Darwin branches are written but have not been compiled (CI is Linux only).
 import CSharedWord
+
 #if canImport(Glibc)
 import Glibc
+/// `struct stat` of the C library in use.
+typealias SystemStat = Glibc.stat
+#elseif canImport(Musl)
+import Musl
+typealias SystemStat = Musl.stat
 #elseif canImport(Darwin)
 import Darwin
+typealias SystemStat = Darwin.stat
 #endif
 
 /// The real file system: each method is one system call, retried on `EINTR`, its failure
@@ -26,7 +35,7 @@ public struct LiveFileSystem: FileSystem {
         var flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         if create { flags |= O_CREAT }
         if exclusive { flags |= O_EXCL }
-        let fd = retrying { Glibc_open(path, flags, mode_t(mode)) }
+        let fd = retrying { systemOpen(path, flags, mode_t(mode)) }
         if fd < 0 { throw Self.openError(path, errno: errno) }
         do {
             let status = try fstat(fd)
@@ -49,7 +58,7 @@ public struct LiveFileSystem: FileSystem {
 
     public func openReadOnly(_ path: String) throws -> Int32 {
         let path = try checked(path)
-        let fd = retrying { Glibc_open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) }
+        let fd = retrying { systemOpen(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) }
         if fd < 0 { throw Self.openError(path, errno: errno) }
         do {
             let status = try fstat(fd)
@@ -160,14 +169,14 @@ public struct LiveFileSystem: FileSystem {
     }
 
     public func fstat(_ fd: Int32) throws -> FileStatus {
-        var st = Glibc.stat()
+        var st = SystemStat()
         if systemFstat(fd, &st) != 0 { throw CofferError.io("fstat", path: nil, errno: errno) }
         return Self.status(st)
     }
 
     public func stat(_ path: String) throws -> FileStatus? {
         let path = try checked(path)
-        var st = Glibc.stat()
+        var st = SystemStat()
         if systemStat(path, &st) != 0 {
             if errno == ENOENT || errno == ENOTDIR { return nil }
             throw CofferError.io("stat", path: path, errno: errno)
@@ -210,13 +219,14 @@ public struct LiveFileSystem: FileSystem {
 
     public func fsyncDirectory(_ path: String) throws {
         let path = try checked(path)
-        let fd = retrying { Glibc_open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
+        let fd = retrying { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
         if fd < 0 { throw CofferError.io("open directory", path: path, errno: errno) }
         defer { _ = systemClose(fd) }
         if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync directory", path: path, errno: errno) }
     }
 
-    public func lock(_ fd: Int32, exclusive: Bool, timeout: Double, path: String) throws {
+    public func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
+        let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
         var clock = timespec()
         clock_gettime(CLOCK_MONOTONIC, &clock)
@@ -272,7 +282,7 @@ public struct LiveFileSystem: FileSystem {
         0x7375_7245, 0x0116_1970, 0x7461_636F, 0x0BD0_0BD0, 0x786F_4256,
     ]
 
-    private static func status(_ st: Glibc.stat) -> FileStatus {
+    private static func status(_ st: SystemStat) -> FileStatus {
         let type = UInt32(st.st_mode) & UInt32(S_IFMT)
         return FileStatus(
             size: Int64(st.st_size), device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
@@ -281,16 +291,41 @@ public struct LiveFileSystem: FileSystem {
     }
 }
 
-// errno values for modules that keep Glibc out of their public surface.
-let EACCES_: Int32 = EACCES
-let EROFS_: Int32 = EROFS
-let ENOSPC_: Int32 = ENOSPC
-let EDQUOT_: Int32 = EDQUOT
-let EPERM_: Int32 = EPERM
-let EMLINK_: Int32 = EMLINK
+extension LiveFileSystem {
+    /// Why ``openRegularFileForReading(_:)`` gave no descriptor.
+    package enum RegularFileRefusal: Error {
+        /// `open` failed with this errno.
+        case open(Int32)
+        /// `fstat` failed with this errno.
+        case fstat(Int32)
+        /// The path names a FIFO, socket, device or directory.
+        case notRegular
+    }
+
+    /// Opens `path` for reading, following symbolic links (a key kept on another device is often
+    /// reached through one), with `O_NONBLOCK` so that a FIFO never waits for a writer; keeps
+    /// only a regular file, made blocking again for the read.
+    package static func openRegularFileForReading(_ path: String) -> Result<Int32, RegularFileRefusal> {
+        var fd: Int32
+        repeat { fd = systemOpen(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) } while fd < 0 && errno == EINTR
+        if fd < 0 { return .failure(.open(errno)) }
+        var status = SystemStat()
+        guard systemFstat(fd, &status) == 0 else {
+            let code = errno
+            _ = systemClose(fd)
+            return .failure(.fstat(code))
+        }
+        guard (UInt32(status.st_mode) & UInt32(S_IFMT)) == UInt32(S_IFREG) else {
+            _ = systemClose(fd)
+            return .failure(.notRegular)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return .success(fd)
+    }
+}
 
 /// The effective user ID of this process.
-func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
+package func effectiveUserID() -> UInt32 { UInt32(geteuid()) }
 
 /// A `MAP_SHARED` mapping, unmapped when released.
 private final class LiveMapping: SharedMapping, @unchecked Sendable {
@@ -315,21 +350,22 @@ private func retrying<T: BinaryInteger>(_ call: () -> T) -> T {
 }
 
 // Thin names for the C calls, so the methods above (which share their names) read clearly.
-private func Glibc_open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 { Glibc.open(path, flags, mode) }
-private func systemClose(_ fd: Int32) -> Int32 { Glibc.close(fd) }
+// Unqualified: each C library's module (Glibc, Musl, Darwin) declares them under the same names.
+private func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 { open(path, flags, mode) }
+private func systemClose(_ fd: Int32) -> Int32 { close(fd) }
 private func systemPread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ n: Int, _ off: off_t) -> Int {
-    Glibc.pread(fd, buf, n, off)
+    pread(fd, buf, n, off)
 }
 private func systemPwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ n: Int, _ off: off_t) -> Int {
-    Glibc.pwrite(fd, buf, n, off)
+    pwrite(fd, buf, n, off)
 }
-private func systemFsync(_ fd: Int32) -> Int32 { Glibc.fsync(fd) }
+private func systemFsync(_ fd: Int32) -> Int32 { fsync(fd) }
 #if os(Linux)
-private func systemFdatasync(_ fd: Int32) -> Int32 { Glibc.fdatasync(fd) }
+private func systemFdatasync(_ fd: Int32) -> Int32 { fdatasync(fd) }
 #endif
-private func systemFtruncate(_ fd: Int32, _ size: off_t) -> Int32 { Glibc.ftruncate(fd, size) }
-private func systemFstat(_ fd: Int32, _ st: inout Glibc.stat) -> Int32 { Glibc.fstat(fd, &st) }
-private func systemStat(_ path: String, _ st: inout Glibc.stat) -> Int32 { fstatat(AT_FDCWD, path, &st, 0) }
-private func systemRename(_ a: String, _ b: String) -> Int32 { Glibc.rename(a, b) }
-private func systemUnlink(_ path: String) -> Int32 { Glibc.unlink(path) }
-private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { Glibc.mkdir(path, mode) }
+private func systemFtruncate(_ fd: Int32, _ size: off_t) -> Int32 { ftruncate(fd, size) }
+private func systemFstat(_ fd: Int32, _ st: inout SystemStat) -> Int32 { fstat(fd, &st) }
+private func systemStat(_ path: String, _ st: inout SystemStat) -> Int32 { fstatat(AT_FDCWD, path, &st, 0) }
+private func systemRename(_ a: String, _ b: String) -> Int32 { rename(a, b) }
+private func systemUnlink(_ path: String) -> Int32 { unlink(path) }
+private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { mkdir(path, mode) }

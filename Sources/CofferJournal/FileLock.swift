@@ -1,0 +1,142 @@
+// The flock on a store's separate lock file, and the shared page mapped from it.
+package import CofferCore
+import Foundation
+
+/// An exclusive or shared `flock` on a separate, stable lock file (`<file>.lock`).
+///
+/// The lock is on its own file because a lock on a data file that compaction replaces by rename
+/// would stop protecting it, and a POSIX `fcntl` lock is dropped when *any* descriptor to the
+/// file is closed. `flock` locks belong to the open file description, so two descriptors in one
+/// process exclude each other just as two processes do.
+package final class FileLock: Sendable {
+    package let path: String
+    /// The lock file's descriptor, or -1 when there is no lock file and none could be created.
+    private let fd: Int32
+    private let fileSystem: any FileSystem
+    /// Why this lock cannot serialise writers (`nil`: it can). Set when the lock file could not
+    /// be opened for writing: a read-only mount or directory, a full disk, a `0400` lock file.
+    /// Such a lock is still taken shared when the file exists, so readers wait out a writer's
+    /// open, and is a no-op when it does not; the store using it must not write.
+    package let readOnlyReason: CofferError?
+    /// Threads sharing this instance share its descriptor, and a second `flock` on the same open
+    /// file description succeeds at once: a flag serialises them first, with the same timeout.
+    private let inUse = Locked<Bool>(false)
+
+    /// Opens (creating `0600` if needed) the lock file at `path`.
+    ///
+    /// A symlink at `path` is never followed, and a file there that is not a regular file owned
+    /// by this user with one name is refused (see ``FileSystem/open(_:create:exclusive:mode:)``).
+    /// When the file cannot be created or opened for writing (`EACCES`, `EROFS`, `ENOSPC`,
+    /// `EDQUOT`), the lock is opened read-only when the file exists, or goes without a file,
+    /// and ``readOnlyReason`` says why.
+    package init(path: String, fileSystem: any FileSystem) throws {
+        self.path = path
+        self.fileSystem = fileSystem
+        do {
+            self.fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+            self.readOnlyReason = nil
+        } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+            self.readOnlyReason = error
+            do {
+                self.fd = try fileSystem.openReadOnly(path)
+            } catch let missing as CofferError where missing.errno == ENOENT_ {
+                self.fd = -1
+            }
+        }
+    }
+
+    /// Whether a failure to open a file for writing still allows reading it.
+    static func allowsReadOnly(_ error: CofferError) -> Bool {
+        guard error.code == .io, let value = error.errno else { return false }
+        // EMLINK: a hard-linked file is refused for writing, but reading it harms nothing.
+        return [EACCES_, EROFS_, ENOSPC_, EDQUOT_, EMLINK_].contains(value)
+    }
+
+    deinit { if fd >= 0 { fileSystem.close(fd) } }
+
+    /// Maps the lock file's first `length` bytes shared with every process that maps them,
+    /// growing the file to `length` first (it never shrinks). Call holding the lock.
+    ///
+    /// The file grows by *writing* zeros, not by `ftruncate`: a hole would be allocated at the
+    /// first store into the mapping, and on a full disk that store would kill the process with
+    /// `SIGBUS`; a written block fails here, with `ENOSPC`.
+    /// - Returns: `nil` when the file system cannot map files (see ``FileSystem/mapShared(_:length:path:)``).
+    package func mapShared(length: Int) throws -> (any SharedMapping)? {
+        guard readOnlyReason == nil else { return nil }
+        do {
+            let size = Int(try fileSystem.fstat(fd).size)
+            if size < length {
+                let zeros = [UInt8](repeating: 0, count: length - size)
+                try zeros.withUnsafeBytes { try fileSystem.writeAll(fd, $0, at: Int64(size), path: path) }
+            }
+            return try fileSystem.mapShared(fd, length: length, path: path)
+        } catch var error as CofferError {
+            if error.path == nil { error.path = path }
+            throw error
+        }
+    }
+
+    /// Takes the lock and keeps it until ``release()`` (for a store opened exclusively).
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
+    package func acquire(exclusive: Bool = true, timeout: Duration) throws {
+        let deadline = Self.deadline(after: timeout)
+        try enterThreadGate(deadline: deadline, timeout: timeout)
+        guard fd >= 0 else { return }
+        do {
+            try fileSystem.lock(
+                fd, exclusive: exclusive && readOnlyReason == nil,
+                timeout: max(.zero, deadline - ContinuousClock.now), path: path)
+        } catch {
+            inUse.withLock { $0 = false }
+            throw error
+        }
+    }
+
+    /// Releases a lock taken with ``acquire(exclusive:timeout:)``.
+    package func release() {
+        if fd >= 0 { fileSystem.unlock(fd) }
+        inUse.withLock { $0 = false }
+    }
+
+    /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
+    package func withLock<T>(exclusive: Bool = true, timeout: Duration, _ body: () throws -> T) throws -> T {
+        let deadline = Self.deadline(after: timeout)
+        try enterThreadGate(deadline: deadline, timeout: timeout)
+        defer { inUse.withLock { $0 = false } }
+        guard fd >= 0 else { return try body() }
+        let remaining = max(.zero, deadline - ContinuousClock.now)
+        // A read-only descriptor takes the lock shared: enough to wait out a writer, and what
+        // file systems that emulate flock with fcntl locks allow on it.
+        try fileSystem.lock(fd, exclusive: exclusive && readOnlyReason == nil, timeout: remaining, path: path)
+        defer { fileSystem.unlock(fd) }
+        return try body()
+    }
+
+    /// Waits (until `deadline`) for no other thread of this process to hold this instance.
+    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Duration) throws {
+        var pause = Duration.microseconds(20)
+        while !inUse.withLock({ busy in
+            if busy { return false }
+            busy = true
+            return true
+        }) {
+            if ContinuousClock.now >= deadline {
+                throw CofferError(
+                    .busy, "another thread of this process holds the lock on this store (waited \(timeout.inSeconds) s)",
+                    path: path)
+            }
+            Thread.sleep(forTimeInterval: pause.inSeconds)
+            pause = min(pause * 2, .milliseconds(5))
+        }
+    }
+
+    /// Now plus `timeout`: a negative one means now, and waits are capped at ``maximumTimeout``
+    /// (an absurd timeout is forever, never an overflow that kills the process).
+    static func deadline(after timeout: Duration) -> ContinuousClock.Instant {
+        ContinuousClock.now + min(max(.zero, timeout), maximumTimeout)
+    }
+
+    /// The longest wait for a lock: 1e9 seconds (about 31 years), i.e. forever.
+    package static let maximumTimeout = Duration.seconds(1_000_000_000)
+}

@@ -1,0 +1,326 @@
+// Journal: the file format as pure functions (bytes in, values out), and little-endian helpers.
+import CofferCore
+package import Foundation
+
+extension Journal {
+    static func fileImage(
+        options: JournalOptions, headerArea: [UInt8], payloads: [Data], coalescedWriters: Bool
+    ) -> [UInt8] {
+        var bytes: [UInt8] = []
+        let framesSize = payloads.reduce(0) { $0 + $1.count + frameHeaderSize }
+        let used = fileHeaderSize + headerArea.count + framesSize
+        let preallocation = max(4096 - used % 4096, min(used / 8, 8 << 20))
+        bytes.reserveCapacity(used + preallocation)
+        bytes += magic
+        appendLE(formatVersion, to: &bytes)
+        appendLE(options.application, to: &bytes)
+        appendLE(UInt32(headerArea.count), to: &bytes)
+        bytes.append(coalescedWriters ? coalescedWritersFlag : 0)
+        bytes += [UInt8](repeating: 0, count: 11)
+        appendLE(CRC32C.checksum(bytes), to: &bytes)
+        bytes += headerArea
+        for payload in payloads {
+            payload.withUnsafeBytes { appendFrame($0, continued: false, continues: false, to: &bytes) }
+        }
+        bytes += [UInt8](repeating: 0, count: preallocation)
+        return bytes
+    }
+
+    struct FileHeader {
+        var dataStart: Int
+        var headerArea: [UInt8]
+        var coalescedWriters: Bool
+    }
+
+    static func parseFileHeader(_ bytes: [UInt8], options: JournalOptions, path: String) throws -> FileHeader {
+        guard bytes.count >= fileHeaderSize else {
+            throw CofferError(
+                .corrupted, "the file is \(bytes.count) bytes, shorter than a Coffer file header", path: path, offset: 0)
+        }
+        guard Array(bytes[0..<8]) == magic else {
+            throw CofferError(.corrupted, "not a Coffer store file (wrong magic bytes)", path: path, offset: 0)
+        }
+        let crc = readLE(bytes, 28, as: UInt32.self)
+        guard CRC32C.checksum(Array(bytes[0..<28])) == crc else {
+            throw CofferError(.corrupted, "the file header fails its checksum", path: path, offset: 0)
+        }
+        let version = readLE(bytes, 8, as: UInt16.self)
+        guard version == formatVersion else {
+            throw CofferError(
+                .unsupportedVersion,
+                "the file has format version \(version); this Coffer reads version \(formatVersion)", path: path)
+        }
+        let application = readLE(bytes, 10, as: UInt16.self)
+        guard application == options.application else {
+            throw CofferError(
+                .invalidArgument,
+                "the file holds another kind of store (application \(application), expected \(options.application))",
+                path: path)
+        }
+        let areaSize = Int(readLE(bytes, 12, as: UInt32.self))
+        guard areaSize == options.headerAreaSize else {
+            throw CofferError(
+                .corrupted, "the header area is \(areaSize) bytes, expected \(options.headerAreaSize)", path: path,
+                offset: 12)
+        }
+        guard bytes.count >= fileHeaderSize + areaSize else {
+            throw CofferError(.corrupted, "the file ends inside its header area", path: path, offset: Int64(bytes.count))
+        }
+        return FileHeader(
+            dataStart: fileHeaderSize + areaSize,
+            headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]),
+            coalescedWriters: bytes[16] & coalescedWritersFlag != 0)
+    }
+
+    struct FrameHeader {
+        var length: Int
+        var continued: Bool
+        var continues: Bool
+        var payloadCRC: UInt32
+    }
+
+    /// A frame header, or `nil` when its check fails or its length is out of range.
+    static func parseFrameHeader(_ h: UnsafeRawBufferPointer, maxPayload: Int) -> FrameHeader? {
+        guard h.count >= frameHeaderSize else { return nil }
+        let word = loadLE(h, 0)
+        let payloadCRC = loadLE(h, 4)
+        let check = loadLE(h, 8)
+        guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: h[0..<8])) == check else { return nil }
+        let length = Int(word & lengthMask)
+        guard length >= 1, length <= maxPayload else { return nil }
+        return FrameHeader(
+            length: length, continued: word & continuedFlag != 0, continues: word & continuesFlag != 0,
+            payloadCRC: payloadCRC)
+    }
+
+    static func parseFrameHeader(_ h: [UInt8], maxPayload: Int) -> FrameHeader? {
+        h.withUnsafeBytes { parseFrameHeader($0, maxPayload: maxPayload) }
+    }
+
+    static func appendFrame(
+        _ payload: UnsafeRawBufferPointer, continued: Bool, continues: Bool, to bytes: inout [UInt8]
+    ) {
+        let start = bytes.count
+        appendLE(
+            UInt32(payload.count) | (continued ? continuedFlag : 0) | (continues ? continuesFlag : 0), to: &bytes)
+        appendLE(CRC32C.checksum(payload), to: &bytes)
+        let check = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<(start + 8)])) }
+        appendLE(check, to: &bytes)
+        bytes.append(contentsOf: payload)
+    }
+
+    /// The result of scanning frames in a byte image.
+    package struct Scan {
+        package var records: [JournalRecord] = []
+        /// Offset just past the last committed frame (relative to the image).
+        package var end: Int
+        /// Offset just past the last non-zero byte of a torn tail (== end when clean).
+        package var garbageEnd: Int
+        /// Offsets of damaged frames that intact frames follow.
+        package var damage: [Int] = []
+        /// Intact records after the first damage (counted in strict mode, kept in salvage mode).
+        package var intactAfterDamage = 0
+    }
+
+    /// Scans frames from `start`. Pure: used by open, by the tail repair and by the fuzzer.
+    ///
+    /// An invalid frame (bad header check, length out of range, payload CRC mismatch, a commit
+    /// left unfinished or frames out of commit order) ends the data where its commit began when
+    /// it *looks torn* (``looksTorn(_:frameAt:maxPayload:)``) and either nothing intact follows
+    /// it or `lenientTail` is set (coalesced writers use the file, so a power loss may persist a
+    /// later unsynced commit and not an earlier one). Otherwise it is damage: strict scanning
+    /// stops there; salvage skips to the next intact commit.
+    ///
+    /// With `source` (the `Data` whose bytes `bytes` are), each record's payload is a slice of it
+    /// sharing its storage, instead of a copy: one allocation for the whole file, not two per
+    /// record (the owner copies what it keeps).
+    package static func scanFrames(
+        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false,
+        source: Data? = nil
+    ) -> Scan {
+        var scan = Scan(end: start, garbageEnd: start)
+        var offset = start
+        var group: [JournalRecord] = []
+        var groupStart = start
+        let count = bytes.count
+        while true {
+            if offset >= count || (count - offset < frameHeaderSize) {
+                if group.isEmpty && isZero(bytes, from: offset) { break }
+            } else if let frame = intactFrame(bytes, at: offset, maxPayload: maxPayload) {
+                let body = offset + frameHeaderSize
+                let next = body + frame.length
+                if frame.continues == group.isEmpty {
+                    // Out of commit order: a continuation with no start, or a start inside a commit.
+                    if judge() { break } else { continue }
+                }
+                let payload =
+                    source.map { $0[($0.startIndex + body)..<($0.startIndex + next)] } ?? Data(bytes[body..<next])
+                group.append(JournalRecord(offset: Int64(offset), payload: payload))
+                offset = next
+                if !frame.continued {
+                    scan.records += group
+                    group.removeAll()
+                    groupStart = offset
+                    scan.end = offset
+                    scan.garbageEnd = offset
+                }
+                continue
+            } else if group.isEmpty && isZero(bytes, from: offset) {
+                break
+            }
+            if judge() { break }
+        }
+        return scan
+
+        /// Judges the invalid frame at `offset` (its commit began at `groupStart`). Returns
+        /// whether the scan ends; otherwise it resumes at the next intact frame (salvage).
+        func judge() -> Bool {
+            let next = nextIntactFrame(bytes, after: offset, maxPayload: maxPayload)
+            let torn = looksTorn(bytes, frameAt: offset, maxPayload: maxPayload)
+            if torn && (next == nil || lenientTail) {
+                scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
+                scan.end = groupStart
+                return true
+            }
+            scan.damage.append(groupStart)
+            group.removeAll()
+            guard let next else {
+                // Damage in the last commit (not a torn write): salvage drops it.
+                scan.end = groupStart
+                scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
+                return true
+            }
+            if !salvage {
+                scan.intactAfterDamage = countIntact(bytes, from: next, maxPayload: maxPayload)
+                scan.end = groupStart
+                scan.garbageEnd = groupStart
+                return true
+            }
+            offset = next
+            groupStart = next
+            return false
+        }
+    }
+
+    /// The frame at `offset` when it is intact (header check, length, payload CRC).
+    private static func intactFrame(_ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int) -> FrameHeader? {
+        guard offset >= 0, bytes.count - offset >= frameHeaderSize,
+            let frame = parseFrameHeader(
+                UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
+            frame.length <= bytes.count - offset - frameHeaderSize,
+            CRC32C.checksum(
+                UnsafeRawBufferPointer(
+                    rebasing: bytes[(offset + frameHeaderSize)..<(offset + frameHeaderSize + frame.length)]))
+                == frame.payloadCRC
+        else { return nil }
+        return frame
+    }
+
+    /// Sector size assumed by the torn-write model: a device persists whole sectors, in any
+    /// order, so a write cut short by power loss leaves some of its sectors unwritten — still
+    /// zero, because the space after the last commit is always zero — or the file ends inside it.
+    static let sectorSize = 512
+
+    /// Whether the invalid frame at `offset` can be an append cut short by a crash rather than
+    /// damage: the file ends inside it; or its header is all zero; or a sector-aligned 512-byte
+    /// block inside it (the last one possibly shorter, ending at the frame's end) is all zero.
+    /// With a header that fails its check the frame's extent is unknown, so only the header's
+    /// own bytes are judged.
+    static func looksTorn(_ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int) -> Bool {
+        let count = bytes.count
+        if offset >= count || count - offset < frameHeaderSize { return true }
+        let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)])
+        if isAllZero(header) { return true }
+        let end: Int
+        if let frame = parseFrameHeader(header, maxPayload: maxPayload) {
+            if frame.length > count - offset - frameHeaderSize { return true }
+            end = offset + frameHeaderSize + frame.length
+        } else {
+            end = offset + frameHeaderSize
+        }
+        var boundary = (offset / sectorSize + 1) * sectorSize
+        while boundary < end {
+            let blockEnd = min(boundary + sectorSize, end)
+            if isAllZero(UnsafeRawBufferPointer(rebasing: bytes[boundary..<blockEnd])) { return true }
+            boundary += sectorSize
+        }
+        return false
+    }
+
+    /// The offset of the next intact frame after `offset` that starts a commit (K = 0). Intact
+    /// continuation frames are skipped: they may be the rest of the very commit being judged.
+    private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {
+        var p = offset + 1
+        while p + frameHeaderSize <= bytes.count {
+            // The length must fit in what is left before any checksum is worth computing: at
+            // almost every offset of damaged bytes it does not, so the search stays cheap.
+            let length = Int(loadLE(bytes, p) & lengthMask)
+            if length >= 1, length <= bytes.count - p - frameHeaderSize,
+                let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues
+            {
+                return p
+            }
+            p += 1
+        }
+        return nil
+    }
+
+    private static func countIntact(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int) -> Int {
+        scanFrames(bytes, from: start, maxPayload: maxPayload, salvage: true).records.count
+    }
+
+    private static func isZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Bool {
+        offset >= bytes.count || isAllZero(UnsafeRawBufferPointer(rebasing: bytes[max(offset, 0)...]))
+    }
+
+    /// Whether every byte is zero, eight at a time (the scans above ask this of whole tails and
+    /// sectors).
+    static func isAllZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        let count = bytes.count
+        while count - i >= 8 {
+            if bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < count {
+            if bytes[i] != 0 { return false }
+            i += 1
+        }
+        return true
+    }
+
+    /// The offset of the last non-zero byte at or after `offset`, searching backwards eight bytes
+    /// at a time.
+    private static func lastNonZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Int? {
+        var end = bytes.count  // bytes[end...] are known zero
+        let start = max(offset, 0)
+        while end - start >= 8 {
+            if bytes.loadUnaligned(fromByteOffset: end - 8, as: UInt64.self) != 0 { break }
+            end -= 8
+        }
+        var i = end - 1
+        while i >= start {
+            if bytes[i] != 0 { return i }
+            i -= 1
+        }
+        return nil
+    }
+}
+
+@inline(__always)
+package func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+}
+
+@inline(__always)
+package func readLE<T: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as: T.Type) -> T {
+    var value: T = 0
+    for i in 0..<MemoryLayout<T>.size { value |= T(bytes[offset + i]) << (8 * i) }
+    return value
+}
+
+@inline(__always)
+package func loadLE(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt32 {
+    UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16
+        | UInt32(bytes[offset + 3]) << 24
+}

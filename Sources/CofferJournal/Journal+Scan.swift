@@ -1,0 +1,131 @@
+// Journal: catching up — a file replaced by compaction, reading every frame, judging a torn tail.
+import CofferCore
+import Foundation
+
+extension Journal {
+    /// If another process replaced the file (compaction), switches to the new one and returns
+    /// all of its records with `reset`.
+    func reopenIfReplaced() throws -> JournalChanges? {
+        guard let current = try fs.stat(path) else {
+            throw CofferError(.notFound, "the store file was removed while it was open", path: path, errno: ENOENT_)
+        }
+        if current.inode == identity.inode && current.device == identity.device {
+            identityCheckedAt = .now
+            return nil
+        }
+        let newFD =
+            readOnlyReason == nil
+            ? try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode) : try fs.openReadOnly(path)
+        // Switch to the new file only once it has been read whole: a failure leaves this
+        // journal on the old file with its old view, to be retried by the next call.
+        let saved = (fd, identity, headerArea, coalescedWriters, dataEnd, allocatedSize)
+        fd = newFD
+        do {
+            let records = try readAllLocked()
+            fs.close(saved.0)
+            identityCheckedAt = .now
+            return JournalChanges(reset: true, records: records)
+        } catch {
+            fs.close(newFD)
+            (fd, identity, headerArea, coalescedWriters, dataEnd, allocatedSize) = saved
+            throw error
+        }
+    }
+
+    /// Rereads the whole current file: header area and every committed record.
+    func readAllLocked() throws -> [JournalRecord] {
+        let status = try fs.fstat(fd)
+        identity = status
+        let image = try Journal.readImage(fd, size: status.size, fs: fs, path: path)
+        let header = try Journal.parseFileHeader(
+            Array(image.prefix(Journal.fileHeaderSize + options.headerAreaSize)), options: options, path: path)
+        headerArea = header.headerArea
+        coalescedWriters = header.coalescedWriters
+        let scan = image.withUnsafeBytes {
+            Journal.scanFrames(
+                $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false,
+                lenientTail: header.coalescedWriters, source: image)
+        }
+        if let damaged = scan.damage.first {
+            throw CofferError(.corrupted, "record at byte \(damaged) fails its checksum", path: path, offset: Int64(damaged))
+        }
+        dataEnd = Int64(scan.end)
+        allocatedSize = Int64(image.count)
+        return scan.records
+    }
+
+    /// Reads committed frames from `dataEnd` on. With `repair` (write lock held) an invalid frame
+    /// is judged: a torn tail is wiped; damage followed by intact records throws.
+    /// `dataEnd` moves only when this returns: after a failure the commits read so far are
+    /// read again by the next call (the caller never saw them).
+    func readForward(repair: Bool) throws -> [JournalRecord] {
+        var records: [JournalRecord] = []
+        var group: [JournalRecord] = []
+        var end = dataEnd  // just past the last whole commit read
+        var offset = dataEnd
+        var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
+        while true {
+            let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: offset) }
+            if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && group.isEmpty) { break }
+            // A frame whose "continues" flag contradicts its place is invalid, as in scanFrames.
+            guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload),
+                frame.continues != group.isEmpty
+            else {
+                try judgeTail(from: end, repair: repair)
+                dataEnd = end
+                return records
+            }
+            var payload = Data(count: frame.length)
+            let got = try payload.withUnsafeMutableBytes {
+                try fs.readFully(fd, into: $0, at: offset + Int64(Journal.frameHeaderSize))
+            }
+            let crcOK = got == frame.length && payload.withUnsafeBytes { CRC32C.checksum($0) } == frame.payloadCRC
+            guard crcOK else {
+                try judgeTail(from: end, repair: repair)
+                dataEnd = end
+                return records
+            }
+            group.append(JournalRecord(offset: offset, payload: payload))
+            offset += Int64(Journal.frameHeaderSize + frame.length)
+            if !frame.continued {
+                records += group
+                group.removeAll()
+                end = offset
+            }
+        }
+        dataEnd = end
+        return records
+    }
+
+    /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the
+    /// lock it may be a write in progress, so nothing is concluded. With it, the rest of the
+    /// file is scanned.
+    func judgeTail(from start: Int64, repair: Bool) throws {
+        guard repair else { return }
+        let size = try fs.fstat(fd).size
+        allocatedSize = size
+        let length = Int(size - start)
+        guard length > 0 else { return }
+        var bytes = [UInt8](repeating: 0, count: length)
+        let n = try bytes.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: start) }
+        bytes.removeSubrange(n...)
+        let scan = bytes.withUnsafeBytes {
+            Journal.scanFrames(
+                $0, from: 0, maxPayload: options.maxPayload, salvage: false, lenientTail: coalescedWriters)
+        }
+        if let damaged = scan.damage.first {
+            let after =
+                scan.intactAfterDamage > 0
+                ? "\(scan.intactAfterDamage) intact record(s) follow it"
+                : "it is not a torn write (no all-zero sector inside it)"
+            throw CofferError(
+                .corrupted, "record at byte \(start + Int64(damaged)) fails its checksum; \(after)",
+                path: path, offset: start + Int64(damaged))
+        }
+        // No intact frame follows: a crashed writer's torn tail. Wipe it.
+        if scan.garbageEnd > 0 {
+            try zero(from: start, to: start + Int64(scan.garbageEnd))
+            try fs.fdatasync(fd)
+        }
+    }
+}

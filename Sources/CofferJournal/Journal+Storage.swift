@@ -1,0 +1,159 @@
+// Journal: the file underneath — space, zeros, syncs, rewriting (compaction), the control page.
+import CofferCore
+import Foundation
+
+extension Journal {
+    /// Closes the descriptor without syncing (a failed open gives it up).
+    func discard() {
+        if !closed {
+            fs.close(fd)
+            if options.exclusive { lock.release() }
+        }
+        closed = true
+    }
+
+    func checkOpen() throws {
+        if closed { throw CofferError(.closed, "the store was closed", path: path) }
+    }
+
+    func checkWritable() throws {
+        guard let reason = readOnlyReason else { return }
+        throw CofferError(
+            .io,
+            "the store is open read-only (\(Journal.readOnlyText(reason, path: path))); nothing was written: "
+                + "reopen it once it can be written", path: path, errno: reason.errno ?? EROFS_)
+    }
+
+    /// "its lock file cannot be opened for writing (errno 30 (Read-only file system))".
+    static func readOnlyText(_ reason: CofferError, path: String) -> String {
+        let file = reason.path == path ? "the store file" : "its lock file"
+        // A hard link is said in Coffer's words ("the file has 2 names …"), not as "Too many links".
+        let why = reason.errno.flatMap { $0 == EMLINK_ ? nil : CofferError.errnoText($0) } ?? reason.message
+        return "\(file) cannot be opened for writing: \(why)"
+    }
+
+    func syncData(metadata: Bool) throws {
+        if let syncFailure { throw syncFailure }
+        do {
+            if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
+        } catch var error as CofferError {
+            // After a failed fsync the kernel may have dropped the dirty pages: the pending
+            // writes' fate is unknown, so the error stands and is never retried as a success.
+            error.path = path
+            error.message += "; writes since the last successful sync may be lost — reopen the store to see what it holds"
+            syncFailure = error
+            throw error
+        }
+        hasUnsyncedWrites = false
+    }
+
+    /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
+    func markCoalescedWriters(fileHeader: [UInt8]) throws {
+        var header = fileHeader
+        header[16] |= Journal.coalescedWritersFlag
+        let crc = CRC32C.checksum(Array(header[0..<28]))
+        withUnsafeBytes(of: crc.littleEndian) { header.replaceSubrange(28..<32, with: $0) }
+        try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: 0, path: path) }
+        try fs.fdatasync(fd)
+        coalescedWriters = true
+    }
+
+    /// Grows the file with written zeros so appends land in allocated blocks and fdatasync need
+    /// not update metadata. Returns whether the size changed.
+    func ensureCapacity(_ needed: Int64) throws -> Bool {
+        if needed <= allocatedSize { return false }
+        let current = try fs.fstat(fd).size
+        if current >= needed {
+            allocatedSize = current
+            return false
+        }
+        let growth = max(Int64(4096), min(current / 4, Int64(8 << 20)))
+        let target = ((max(needed, current + growth) + 4095) / 4096) * 4096
+        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset = current
+        while offset < target {
+            let chunk = Int(min(Int64(zeros.count), target - offset))
+            try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
+            offset += Int64(chunk)
+        }
+        allocatedSize = target
+        return true
+    }
+
+    func zero(from start: Int64, to end: Int64) throws {
+        let zeros = [UInt8](repeating: 0, count: Int(min(end - start, 64 * 1024)))
+        var offset = start
+        while offset < end {
+            let chunk = Int(min(Int64(zeros.count), end - offset))
+            try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
+            offset += Int64(chunk)
+        }
+    }
+
+    func rewriteLocked(payloads: [Data], headerArea newArea: [UInt8]?) throws {
+        let area = newArea ?? headerArea
+        guard area.count == options.headerAreaSize else {
+            throw CofferError(.invalidArgument, "header area must be \(options.headerAreaSize) bytes")
+        }
+        for payload in payloads where payload.isEmpty || payload.count > options.maxPayload {
+            throw CofferError(.invalidArgument, "a record must hold 1 to \(options.maxPayload) bytes")
+        }
+        let image = Journal.fileImage(
+            options: options, headerArea: area, payloads: payloads, coalescedWriters: coalescedWriters)
+        control?.distrust()  // until settled below: a process that dies here leaves it distrusted
+        try DurableIO.atomicReplace(path, with: image, fileSystem: fs)
+        let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+        fs.close(fd)
+        fd = newFD
+        identity = try fs.fstat(fd)
+        headerArea = area
+        allocatedSize = Int64(image.count)
+        dataEnd = Int64(Journal.fileHeaderSize + area.count) + payloads.reduce(0) {
+            $0 + Int64($1.count + Journal.frameHeaderSize)
+        }
+        hasUnsyncedWrites = false
+        identityCheckedAt = .now
+        settleControl()
+    }
+
+    /// After catching up under the lock: a shared journal settles the control page and
+    /// remembers its generation; an exclusive one distrusts it for as long as it holds the lock.
+    func settleControl() {
+        if options.exclusive {
+            control?.distrust()
+        } else {
+            knownGeneration = control?.settle(dataEnd: dataEnd, file: identity)
+        }
+    }
+
+    /// The control page when it vouches for the file open here as of the generation this process
+    /// remembers, and the path was checked recently: then the path need not be checked again.
+    var currentControl: JournalControl? {
+        guard let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity),
+            identityIsFresh
+        else { return nil }
+        return control
+    }
+
+    /// Whether the path was checked recently enough to skip checking it now.
+    var identityIsFresh: Bool {
+        ContinuousClock.now - identityCheckedAt < options.identityCheckInterval
+    }
+
+    /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).
+    static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem, path: String) throws -> Data {
+        var image = Data(count: Int(try DurableIO.checkSize(size, path: path)))
+        let n = try image.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+        if n < image.count { image.count = n }
+        return image
+    }
+
+    static func removeStaleTemporaryFiles(of path: String, fs: any FileSystem) throws {
+        let directory = DurableIO.parentDirectory(of: path)
+        let prefix = "." + DurableIO.lastComponent(of: path) + "."
+        guard (try fs.stat(directory)) != nil else { return }
+        for name in try fs.contentsOfDirectory(directory) where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {
+            try fs.unlink(directory + "/" + name)
+        }
+    }
+}

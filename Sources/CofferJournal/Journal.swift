@@ -1,0 +1,597 @@
+// The append-only storage engine: opening, reading, appending, compacting (see docs/FORMAT.md).
+package import CofferCore
+package import Foundation
+
+/// One record read back from a ``Journal``.
+package struct JournalRecord: Sendable, Equatable {
+    /// Byte offset of the record's frame in the file.
+    package let offset: Int64
+    /// The bytes the owner appended.
+    package let payload: Data
+
+    package init(offset: Int64, payload: Data) {
+        self.offset = offset
+        self.payload = payload
+    }
+}
+
+/// How a ``Journal`` is set up. The same options must be used by every process on one file.
+package struct JournalOptions: Sendable {
+    /// Identifies what the file holds (a key-value suite, a vault), so one is never opened as the other.
+    package var application: UInt16
+    /// Bytes reserved after the file header for the owner (the vault keeps its key slots there).
+    package var headerAreaSize: Int
+    /// When an append must be on stable storage.
+    package var durability: Durability
+    /// How long a write waits for another process's lock.
+    package var lockTimeout: Duration
+    /// The largest payload accepted, written or read (a larger length in a file is damage).
+    package var maxPayload: Int
+    /// This process is the file's only user: the lock is taken at open and held until close, so
+    /// a write needs no lock and no check for other writers (one system call in coalesced mode).
+    /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
+    /// fails with ``CofferError/Code/busy``.
+    package var exclusive: Bool = false
+    /// How long a shared journal trusts the lock file's control page alone before it checks
+    /// again that its path still names the file it has open. Coffer's own compactions are seen
+    /// at once whatever this is (the page says so); this bounds how long a store file replaced
+    /// or removed by hand — not through Coffer — goes unnoticed. Each check is a `stat`, which
+    /// also makes the next durable write's flush slower (see docs/FORMAT.md, "Control page").
+    package var identityCheckInterval: Duration = .seconds(1)
+
+    package init(
+        application: UInt16, headerAreaSize: Int = 0, durability: Durability = .immediate, lockTimeout: Duration = .seconds(10),
+        maxPayload: Int = (1 << 30) - 1
+    ) {
+        self.application = application
+        self.headerAreaSize = headerAreaSize
+        self.durability = durability
+        self.lockTimeout = lockTimeout
+        self.maxPayload = maxPayload
+    }
+}
+
+/// What changed in the file since this process last looked.
+package struct JournalChanges: Sendable {
+    /// The file was replaced (compacted by another process): forget everything and apply `records`.
+    package var reset: Bool
+    /// Records to apply, in order.
+    package var records: [JournalRecord]
+    /// Whether there is nothing to do.
+    package var isEmpty: Bool { !reset && records.isEmpty }
+}
+
+/// The append-only storage engine shared by the key-value file and the vault (see docs/FORMAT.md).
+///
+/// A write appends framed records (length, CRC-32C, payload); opening scans the frames, applies
+/// them in order, and repairs a torn tail left by a crash. Compaction rewrites the live records
+/// to a new file and renames it into place. Writers in several processes are serialised by an
+/// `flock` on `<file>.lock`; a reader picks up other processes' appends on its next
+/// ``refresh()`` without rereading the file.
+///
+/// Rule: a `Journal` is not thread-safe. Its owner serialises every call (the strategies keep
+/// it inside a ``Locked``, which is what may cross threads).
+// @unchecked Sendable, and only for that: `Mutex.withLock` hands its state over as `inout sending`,
+// which a state holding a non-Sendable class cannot be (the owners would not compile). The type
+// is not thread-safe; it is `package`, so only Coffer's own strategies hold one, each inside a
+// lock (the Rule above).
+package final class Journal: @unchecked Sendable {
+    /// Size of the fixed file header.
+    package static let fileHeaderSize = 32
+    /// Size of a frame's header.
+    package static let frameHeaderSize = 12
+    static let magic: [UInt8] = Array("COFFERJL".utf8)
+    /// The journal format version this code writes and reads.
+    package static let formatVersion: UInt16 = 1
+    /// Frame word bit 31: more frames of this commit follow.
+    static let continuedFlag: UInt32 = 0x8000_0000
+    /// Frame word bit 30: this frame continues a commit (it is not the commit's first).
+    static let continuesFlag: UInt32 = 0x4000_0000
+    /// Frame word bits 0–29: the payload length.
+    static let lengthMask: UInt32 = 0x3FFF_FFFF
+    /// File header byte 16, bit 0: coalesced writers use this file (see ``scanFrames``).
+    static let coalescedWritersFlag: UInt8 = 0x01
+
+    /// The journal file.
+    package let path: String
+    /// The options it was opened with.
+    package let options: JournalOptions
+    let fs: any FileSystem
+    let lock: FileLock
+    /// The lock file's shared control page (`nil` on a file system that cannot map files).
+    let control: JournalControl?
+    /// The control page's generation when this process last caught up under it (shared mode),
+    /// or `nil` when it must catch up the slow way first.
+    var knownGeneration: UInt64?
+    /// When the path was last checked to still name the file open here. A process that only
+    /// trusts the control page still checks it every `options.identityCheckInterval` (1 s by
+    /// default), so a store file replaced or removed by hand (not through Coffer) is noticed.
+    var identityCheckedAt: ContinuousClock.Instant
+    var fd: Int32
+    var identity: FileStatus
+    /// The owner's header area as last read or written.
+    package internal(set) var headerArea: [UInt8]
+    /// Offset just past the last committed frame.
+    package internal(set) var dataEnd: Int64
+    /// The file's size including preallocated zeros.
+    package internal(set) var allocatedSize: Int64
+    /// Whether appends made since the last fsync are not yet durable (coalesced mode).
+    package internal(set) var hasUnsyncedWrites = false
+    /// Whether coalesced writers use this file (file header flag): then a power loss may persist
+    /// a later unsynced commit without an earlier one, and a torn-looking commit ends the data
+    /// even when intact frames follow it.
+    package internal(set) var coalescedWriters: Bool
+    var closed = false
+    /// Why this journal was opened read-only, or `nil` when it can write: the store or its lock
+    /// file could not be opened for writing (a read-only mount, a `0400` file, a full disk).
+    /// Every write then throws this reason.
+    package internal(set) var readOnlyReason: CofferError?
+    /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
+    /// write and flush fails too, until the store is reopened (and reread from the disk).
+    var syncFailure: CofferError?
+
+    /// Offset of the first frame.
+    package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
+
+    init(
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, control: JournalControl?, fd: Int32,
+        identity: FileStatus, headerArea: [UInt8], dataEnd: Int64, allocatedSize: Int64, coalescedWriters: Bool
+    ) {
+        self.coalescedWriters = coalescedWriters
+        self.path = path
+        self.options = options
+        self.fs = fs
+        self.lock = lock
+        self.control = control
+        self.identityCheckedAt = .now
+        self.fd = fd
+        self.identity = identity
+        self.headerArea = headerArea
+        self.dataEnd = dataEnd
+        self.allocatedSize = allocatedSize
+    }
+
+    deinit {
+        if !closed {
+            fs.close(fd)
+            if options.exclusive { lock.release() }
+        }
+    }
+
+    /// How ``open(path:options:fileSystem:create:initialHeaderArea:recovery:)`` treats a missing file.
+    package enum CreateMode: Sendable {
+        /// The file must exist.
+        case openExisting
+        /// Create the file when it is missing.
+        case openOrCreate
+        /// The file must not exist yet.
+        case createNew
+    }
+
+    /// Opens (or creates) a journal and returns it with every committed record, in order.
+    ///
+    /// - Parameters:
+    ///   - initialHeaderArea: the owner's header area for a new file (`options.headerAreaSize` bytes).
+    ///   - recovery: what to do when a record before the end of the file is damaged.
+    /// - Throws: ``CofferError``: ``CofferError/Code/notFound`` (missing, with `.openExisting`),
+    ///   ``CofferError/Code/alreadyExists`` (with `.createNew`), ``CofferError/Code/corrupted``
+    ///   (damage, with its byte offset), ``CofferError/Code/unsupportedVersion``,
+    ///   ``CofferError/Code/busy``, ``CofferError/Code/io``.
+    package static func open(
+        path givenPath: String, options: JournalOptions, fileSystem fs: any FileSystem, create: CreateMode,
+        initialHeaderArea: [UInt8]? = nil, recovery: JournalRecovery = .strict
+    ) throws -> (journal: Journal, records: [JournalRecord]) {
+        guard options.headerAreaSize >= 0, options.maxPayload > 0, options.maxPayload <= Int(lengthMask) else {
+            throw CofferError(.invalidArgument, "journal options out of range")
+        }
+        guard options.lockTimeout >= .zero else {
+            throw CofferError(
+                .invalidArgument,
+                "the lock timeout must be 0 or more (got \(options.lockTimeout.inSeconds) s); "
+                    + "waits longer than \(Int(FileLock.maximumTimeout.inSeconds)) s count as forever")
+        }
+        // Locked by the file's identity, not by how it was reached: every path to one file (a
+        // symlink to it, a symlinked directory) resolves to one name, so to one lock file, and
+        // a compaction renames over the file itself rather than over a symlink to it.
+        let path = try fs.resolve(givenPath)
+        // Nothing is created beside a path that is not a store file (`/dev/null`, a FIFO, a
+        // directory): say so before the lock file would be made.
+        if let existing = try fs.stat(path) { try checkStoreFile(existing, path: path) }
+        warnIfDirectoryIsShared(of: path, fs: fs)
+        let lock = try FileLock(path: path + ".lock", fileSystem: fs)
+        guard options.exclusive else {
+            return try lock.withLock(timeout: options.lockTimeout) {
+                try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
+                               initialHeaderArea: initialHeaderArea, recovery: recovery)
+            }
+        }
+        // Exclusive: the lock taken now is kept by the journal until it closes.
+        try lock.acquire(timeout: options.lockTimeout)
+        do {
+            return try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
+                                  initialHeaderArea: initialHeaderArea, recovery: recovery)
+        } catch {
+            lock.release()
+            throw error
+        }
+    }
+
+    /// Refuses a path that names something other than a regular file of this user, before a
+    /// lock file is made beside it (root reading a user's store must not leave a root-owned lock
+    /// that locks the user out).
+    static func checkStoreFile(_ status: FileStatus, path: String) throws {
+        guard status.isRegularFile else {
+            let kind = status.isDirectory ? "a directory" : "a device, FIFO or socket"
+            throw CofferError(.invalidArgument, "the path names \(kind), not a Coffer store file", path: path)
+        }
+        if let owner = status.owner, owner != effectiveUserID() {
+            throw CofferError(
+                .io,
+                "the store file is owned by user \(owner), not by this process's user (\(effectiveUserID())); "
+                    + "Coffer uses only its own user's stores: run as its owner (nothing was created or changed)",
+                path: path, errno: EPERM_)
+        }
+    }
+
+    /// Tells once (``CofferWarnings``) when users other than the owner may write the store's
+    /// directory: they could plant files at the lock's or a temporary file's name. Coffer
+    /// refuses to follow or write such files, but cannot stop a rename there.
+    static func warnIfDirectoryIsShared(of path: String, fs: any FileSystem) {
+        let directory = DurableIO.parentDirectory(of: path)
+        if let status = try? fs.stat(directory), status.isDirectory, status.mode & 0o022 != 0 {
+            CofferWarnings.warn(
+                CofferWarning(
+                    .sharedDirectory,
+                    "the directory holding a Coffer store is writable by other users (mode "
+                        + "\(String(status.mode, radix: 8))); keep stores in a directory only you can write "
+                        + "(chmod go-w)",
+                    path: directory))
+            return
+        }
+        // Above it, a directory others can write without the sticky bit lets them rename the
+        // store's directory away and put a symlink in its place.
+        var ancestor = DurableIO.parentDirectory(of: directory)
+        while true {
+            if let status = try? fs.stat(ancestor), status.isDirectory, status.mode & 0o022 != 0,
+                status.mode & 0o1000 == 0
+            {
+                CofferWarnings.warn(
+                    CofferWarning(
+                        .sharedDirectory,
+                        "a directory above a Coffer store is writable by other users without the sticky bit "
+                            + "(mode \(String(status.mode, radix: 8))): they could swap the store's directory; "
+                            + "chmod go-w or +t it",
+                        path: ancestor))
+                return
+            }
+            let next = DurableIO.parentDirectory(of: ancestor)
+            if next == ancestor || ancestor == "." { return }
+            ancestor = next
+        }
+    }
+
+    static func openLocked(
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, create: CreateMode,
+        initialHeaderArea: [UInt8]?, recovery: JournalRecovery
+    ) throws -> (journal: Journal, records: [JournalRecord]) {
+        do {
+            // Without a writable lock file there is no control page either: such a journal only
+            // reads, the slow way (a stat per refresh), and every write is refused.
+            var readOnly = lock.readOnlyReason
+            var control: JournalControl?
+            if readOnly == nil {
+                do {
+                    control = try lock.mapShared(length: JournalControl.length).map(JournalControl.init(mapping:))
+                } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+                    readOnly = error  // a full disk: the page cannot be written
+                }
+            }
+            if readOnly == nil { try removeStaleTemporaryFiles(of: path, fs: fs) }
+            let existing = try fs.stat(path)
+            switch (existing, create) {
+            case (nil, .openExisting):
+                throw CofferError(.notFound, "no store file exists here", path: path, errno: ENOENT_)
+            case (.some, .createNew):
+                let what = existing?.isDirectory == true ? "a directory" : "a file"
+                throw CofferError(.alreadyExists, "\(what) already exists here; refusing to overwrite it", path: path)
+            case (nil, _) where readOnly != nil:
+                throw CofferError(
+                    .io, "cannot create the store: \(readOnlyText(readOnly!, path: path))", path: path,
+                    errno: readOnly!.errno)
+            case (nil, _):
+                var area = initialHeaderArea ?? []
+                guard area.count <= options.headerAreaSize else {
+                    throw CofferError(.invalidArgument, "header area larger than reserved")
+                }
+                area += [UInt8](repeating: 0, count: options.headerAreaSize - area.count)
+                let bytes = fileImage(
+                    options: options, headerArea: area, payloads: [], coalescedWriters: options.durability != .immediate)
+                control?.distrust()  // a new file takes this path: no process may go on trusting the old one
+                try DurableIO.atomicReplace(path, with: bytes, fileSystem: fs)
+            default:
+                break
+            }
+            if let existing { try checkStoreFile(existing, path: path) }
+            let fd: Int32
+            if readOnly == nil {
+                do {
+                    fd = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+                } catch let error as CofferError where FileLock.allowsReadOnly(error) {
+                    // A `0400` store, or one on a read-only mount whose lock file could be made.
+                    readOnly = error
+                    fd = try fs.openReadOnly(path)
+                }
+            } else {
+                fd = try fs.openReadOnly(path)
+            }
+            if readOnly != nil {
+                CofferWarnings.warn(
+                    CofferWarning(
+                        .readOnlyWithoutLock,
+                        "opened read-only: \(readOnlyText(readOnly!, path: path)); reads work, writes are refused",
+                        path: path))
+            }
+            var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
+            do {
+                let status = try fs.fstat(fd)
+                let image = try readImage(fd, size: status.size, fs: fs, path: path)
+                let header = try parseFileHeader(
+                    Array(image.prefix(fileHeaderSize + options.headerAreaSize)), options: options, path: path)
+                let scan = image.withUnsafeBytes {
+                    scanFrames(
+                        $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: recovery == .salvage,
+                        lenientTail: header.coalescedWriters, source: image)
+                }
+                var effective = options
+                effective.headerAreaSize = header.headerArea.count
+                let journal = Journal(
+                    path: path, options: effective, fs: fs, lock: lock, control: control, fd: fd, identity: status,
+                    headerArea: header.headerArea, dataEnd: Int64(scan.end), allocatedSize: Int64(image.count),
+                    coalescedWriters: header.coalescedWriters)
+                journal.readOnlyReason = readOnly
+                owner = journal
+                if let damaged = scan.damage.first {
+                    if recovery == .strict || readOnly != nil {
+                        throw CofferError(
+                            .corrupted,
+                            "record at byte \(damaged) is damaged (it fails its checksum and is not a torn write); "
+                                + "\(scan.records.count) intact record(s) precede it and \(scan.intactAfterDamage) "
+                                + "follow it; nothing was changed",
+                            path: path, offset: Int64(damaged))
+                    }
+                    let aside = path + ".damaged-\(Int(Date().timeIntervalSince1970))"
+                    try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
+                    try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
+                    CofferWarnings.warn(
+                        CofferWarning(
+                            .salvaged,
+                            "salvaged a damaged store: kept \(scan.records.count) intact record(s) and dropped the "
+                                + "damaged ones (the first at byte \(damaged)); the damaged file is kept at \(aside)",
+                            path: path))
+                    let reread = try journal.readAllLocked()
+                    journal.settleControl()
+                    return (journal, reread)
+                }
+                if readOnly != nil {
+                    // A torn tail is left as it is (the scan stopped before it); so is the flag.
+                    return (journal, scan.records)
+                }
+                if scan.garbageEnd > scan.end {
+                    // A torn tail from a crash mid-append: wipe it so later scans stop at the end.
+                    try journal.zero(from: Int64(scan.end), to: Int64(scan.garbageEnd))
+                    try fs.fdatasync(fd)
+                }
+                if options.durability != .immediate && !header.coalescedWriters {
+                    try journal.markCoalescedWriters(fileHeader: Array(image.prefix(fileHeaderSize)))
+                }
+                journal.settleControl()
+                return (journal, scan.records)
+            } catch {
+                if let owner { owner.discard() } else { fs.close(fd) }
+                throw error
+            }
+        }
+    }
+
+    /// Reads what other processes appended since this process last looked, without locking.
+    ///
+    /// An incomplete frame at the end (another process mid-write, or a crashed one) is left for
+    /// the next writer to judge; it is simply not applied yet.
+    /// - Throws: ``CofferError`` on I/O failure or when the file was removed.
+    package func refresh() throws -> JournalChanges {
+        try refresh(checkingPath: false)
+    }
+
+    /// ``refresh()``; with `checkingPath`, the path is checked to still name the file open here
+    /// even when the control page vouches for it (a file watcher saw the file removed, replaced
+    /// or renamed by something other than Coffer, which the page cannot see).
+    package func refresh(checkingPath: Bool) throws -> JournalChanges {
+        try checkOpen()
+        if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
+        if !checkingPath, let control = currentControl {
+            // The same file as when this process last looked: at most appends to read.
+            if control.dataEnd == dataEnd { return JournalChanges(reset: false, records: []) }
+            return JournalChanges(reset: false, records: try readForward(repair: false))
+        }
+        let before = control?.trustedGeneration
+        let changes: JournalChanges
+        do {
+            changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: false))
+        } catch {
+            // The path no longer names a readable store (removed by hand, say): every later
+            // call checks it again instead of trusting the control page, so it keeps saying so.
+            identityCheckedAt = .now - options.identityCheckInterval - .seconds(1)
+            throw error
+        }
+        // Learn the generation only if no replacement began while the path was checked.
+        if let before, control?.trustedGeneration == before { knownGeneration = before }
+        return changes
+    }
+
+    /// Bytes of a failed append still to be zeroed (exclusive stores only: see `append`).
+    var pendingWipe: Range<Int64>?
+
+    func wipePending() throws {
+        guard let range = pendingWipe else { return }
+        try zero(from: range.lowerBound, to: range.upperBound)
+        pendingWipe = nil
+    }
+
+    /// Runs `body` holding the exclusive write lock, after catching up with other processes.
+    ///
+    /// `body` receives what changed since this process last looked (apply it before deciding
+    /// what to write) and may call ``append(_:)``, ``rewrite(payloads:headerArea:)`` and
+    /// ``writeHeaderArea(_:)``.
+    package func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
+        try checkOpen()
+        try checkWritable()
+        if options.exclusive {
+            // The lock is held since open and nobody else writes: nothing to catch up with.
+            try wipePending()
+            return try body(JournalChanges(reset: false, records: []))
+        }
+        return try lock.withLock(timeout: options.lockTimeout) {
+            try wipePending()
+            let changes: JournalChanges
+            if let control = currentControl {
+                // Still the same file. Unless someone committed or died mid-append since this
+                // process last looked, there is nothing to read, stat or judge.
+                if control.isSettled(at: dataEnd) {
+                    return try body(JournalChanges(reset: false, records: []))
+                }
+                changes = JournalChanges(reset: false, records: try readForward(repair: true))
+            } else {
+                changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: true))
+            }
+            settleControl()
+            return try body(changes)
+        }
+    }
+
+    /// Appends `payloads` as one commit: after a crash all of them are present, or none is.
+    ///
+    /// Call inside ``withWriteLock(_:)``. Durable on return in `.immediate` mode; in the kernel
+    /// (safe from a process crash) in `.coalesced` mode until the next ``flush()``.
+    /// - Returns: the byte offset of each record's frame.
+    @discardableResult
+    package func append(_ payloads: [Data]) throws -> [Int64] {
+        try appendPayloads(payloads)
+    }
+
+    /// Appends `payloads` as one commit, as ``append(_:)-([Data])``, from byte arrays (no copy
+    /// into `Data` first: the vault's sealed records are arrays).
+    @discardableResult
+    package func append(_ payloads: [[UInt8]]) throws -> [Int64] {
+        try appendPayloads(payloads)
+    }
+
+    func appendPayloads<Payload: Collection & ContiguousBytes>(_ payloads: [Payload]) throws -> [Int64]
+    where Payload.Element == UInt8 {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        guard !payloads.isEmpty else { return [] }
+        var offsets: [Int64] = []
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(payloads.reduce(0) { $0 + $1.count + Journal.frameHeaderSize })
+        for (i, payload) in payloads.enumerated() {
+            guard !payload.isEmpty, payload.count <= options.maxPayload else {
+                throw CofferError(
+                    .invalidArgument,
+                    "a record must hold 1 to \(options.maxPayload) bytes; this one holds \(payload.count)")
+            }
+            offsets.append(dataEnd + Int64(buffer.count))
+            payload.withUnsafeBytes {
+                Journal.appendFrame($0, continued: i < payloads.count - 1, continues: i > 0, to: &buffer)
+            }
+        }
+        let needed = dataEnd + Int64(buffer.count)
+        if !options.exclusive { control?.beginAppend() }  // left set if this append fails
+        let grew = try ensureCapacity(needed)
+        do {
+            try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
+        } catch {
+            // Part of the commit may have landed. Wipe it now, so it can never be read as a
+            // commit nor judged as damage to the last record.
+            pendingWipe = dataEnd..<needed
+            do {
+                try wipePending()
+            } catch {
+                // The wipe failed too. An exclusive store retries it before its next write
+                // (nobody else writes). A shared one must not: once the lock is let go another
+                // process judges that tail and may append its own commit over it, which a later
+                // blind wipe would erase. Its next writer, this one included, judges the tail
+                // under the lock instead (torn: zeroed; otherwise reported as damage), as after
+                // a crash at this point.
+                if !options.exclusive { pendingWipe = nil }
+            }
+            throw error
+        }
+        dataEnd = needed
+        if !options.exclusive { control?.endAppend(dataEnd: needed) }
+        switch options.durability {
+        case .immediate:
+            try syncData(metadata: grew)
+        case .coalesced:
+            hasUnsyncedWrites = true
+        }
+        return offsets
+    }
+
+    /// Makes every append durable now (fdatasync). Does nothing when nothing is pending.
+    package func flush() throws {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        guard hasUnsyncedWrites else { return }
+        try syncData(metadata: false)
+    }
+
+    /// Replaces the file with one holding just `payloads` (each its own commit), atomically.
+    ///
+    /// Call inside ``withWriteLock(_:)``. A crash at any point leaves the old file or the new one.
+    /// - Parameter headerArea: a new header area, or `nil` to keep the current one.
+    package func rewrite(payloads: [Data], headerArea: [UInt8]? = nil) throws {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        try rewriteLocked(payloads: payloads, headerArea: headerArea)
+    }
+
+    /// Overwrites the header area in place and makes it durable. Call inside ``withWriteLock(_:)``.
+    ///
+    /// A crash during this write can leave the area torn: owners keep two copies with
+    /// checksums and sequence numbers and write one at a time (the vault does).
+    package func writeHeaderArea(_ bytes: [UInt8], at offset: Int = 0) throws {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        guard offset >= 0, offset + bytes.count <= options.headerAreaSize else {
+            throw CofferError(.invalidArgument, "header area write out of range")
+        }
+        try bytes.withUnsafeBytes {
+            try fs.writeAll(fd, $0, at: Int64(Journal.fileHeaderSize + offset), path: path)
+        }
+        try syncData(metadata: false)
+        headerArea.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
+    }
+
+    /// Rereads the header area from the file (another process may have rewritten it).
+    package func reloadHeaderArea() throws -> [UInt8] {
+        try checkOpen()
+        var area = [UInt8](repeating: 0, count: options.headerAreaSize)
+        let n = try area.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: Int64(Journal.fileHeaderSize)) }
+        guard n == area.count else {
+            throw CofferError(.corrupted, "the file ends inside its header", path: path, offset: Int64(n))
+        }
+        headerArea = area
+        return area
+    }
+
+    /// Flushes pending writes and closes the file. Later calls throw ``CofferError/Code/closed``.
+    package func close() throws {
+        guard !closed else { return }
+        defer {
+            fs.close(fd)
+            if options.exclusive { lock.release() }
+            closed = true
+        }
+        if hasUnsyncedWrites { try syncData(metadata: false) }
+    }
+}

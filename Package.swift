@@ -17,9 +17,18 @@ let package = Package(
         .library(name: "Coffer", targets: ["Coffer"]),
         .library(name: "CofferTesting", targets: ["CofferTesting"]),
         .executable(name: "coffer", targets: ["coffer"]),
+        // The fleet store (README "Many machines"); empty unless the `Postgres` trait is enabled.
+        .library(name: "CofferPostgres", targets: ["CofferPostgres"]),
+    ],
+    // `Postgres`: the PostgreSQL-backed fleet store (CofferPostgres) and `coffer --store postgres://…`.
+    // Off by default, so an application that does not use it builds no NIO.
+    traits: [
+        .trait(name: "Postgres", description: "CofferPostgres: a key-value store and a vault on PostgreSQL (postgres-nio)"),
+        .default(enabledTraits: []),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(
@@ -37,6 +46,15 @@ let package = Package(
         .target(name: "CofferVault", dependencies: ["CofferCore", "CofferCrypto"], swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        // Built (and postgres-nio with it) only with the `Postgres` trait; an empty module without.
+        .target(
+            name: "CofferPostgres",
+            dependencies: [
+                "CofferCore", "CofferVault", "CofferCrypto",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+            ],
+            swiftSettings: strictSettings
+        ),
         .target(
             name: "Coffer",
             dependencies: ["CofferCore", "CofferStorage", "CofferVault", "CofferState"],
@@ -44,13 +62,13 @@ let package = Package(
         ),
         .executableTarget(
             name: "coffer",
-            dependencies: ["Coffer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["Coffer", "CofferPostgres", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSettings
         ),
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
-            dependencies: ["CofferStorage", "CofferVault", "CofferState"],
+            dependencies: ["CofferStorage", "CofferVault", "CofferState", "CofferPostgres"],
             swiftSettings: strictSettings
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
@@ -81,5 +99,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCLITests", dependencies: ["coffer"], swiftSettings: strictSettings),
+        // Against a real, throwaway PostgreSQL server; empty without the `Postgres` trait.
+        .testTarget(
+            name: "CofferPostgresTests",
+            dependencies: ["CofferPostgres", "CofferState", "CofferVault", "CofferTesting", "CofferTestHelper"],
+            swiftSettings: strictSettings
+        ),
     ]
 )

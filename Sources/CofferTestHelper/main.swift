@@ -24,6 +24,8 @@
 //       the reliability children (Crash.swift, MemoryScan.swift; see RELIABILITY.md).
 //   CofferTestHelper mlock-limit [default] | mlock-ok
 //       secrets under a zero lock limit, and what SecureMemory reports (MemoryLock.swift).
+//   CofferTestHelper pg-increment|pg-follow URL …
+//       the fleet store's children (PostgresFleet.swift; built with the Postgres trait).
 //   CofferTestHelper vault-vectors DIR
 //       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
 import CofferCore
@@ -89,6 +91,8 @@ do {
         try reliabilityCommand(arguments)
     case "mlock-limit", "mlock-ok":
         memoryLockCommand(arguments)
+    case "pg-increment", "pg-follow":
+        try postgresCommand(arguments)
     case "vault-vectors":
         guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
         try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))

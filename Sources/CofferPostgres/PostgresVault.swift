@@ -252,9 +252,16 @@ public final class PostgresVault: Sendable {
             var written: [[UInt8]] = []
             for (change, rowKey) in planned {
                 var existing: VaultItem?
-                if case .put(let item, var secret)? = try currentBody(rowKey, on: connection) {
-                    existing = item
-                    secret.withUnsafeMutableBytes { zero($0) }
+                var damaged = false
+                do {
+                    if case .put(let item, var secret)? = try currentBody(rowKey, on: connection) {
+                        existing = item
+                        secret.withUnsafeMutableBytes { zero($0) }
+                    }
+                } catch let error as CofferError where error.code == .corrupted {
+                    // A row that fails authentication is replaced (or removed) whole: writing
+                    // the item again is how an operator repairs it. Reads keep reporting it.
+                    damaged = true
                 }
                 inspect(change, existing)
                 let record: [UInt8]
@@ -264,7 +271,7 @@ public final class PostgresVault: Sendable {
                         service: service, account: account, secret: Data(secret), label: label, comment: comment,
                         existing: existing, rowKey: rowKey, version: version)
                 case .remove(let service, let account):
-                    guard existing != nil else { continue }
+                    guard existing != nil || damaged else { continue }
                     record = try sealing.sealDelete(
                         service: service, account: account, rowKey: rowKey, version: version)
                 }

@@ -16,7 +16,7 @@ import CofferVault
 //   CofferTestHelper pg-follow URL kv|vault NAME KEY [SECONDS]
 //       prints "ready", then "value <v>" each time the property (a String, key KEY of the suite,
 //       or account KEY of service "fleet" of the vault) changes, until SECONDS (default 30) pass
-//       or standard input closes.
+//       or standard input closes. With COFFER_FLEET_KEY_FILE set, the vault unlocks with that key file.
 
 /// Runs a `pg-…` command; `false` when the helper was built without the `Postgres` trait.
 func postgresCommand(_ arguments: [String]) throws {
@@ -25,11 +25,17 @@ func postgresCommand(_ arguments: [String]) throws {
     let configuration = try PostgresConfiguration(url: arguments[2])
     let vault = arguments[3] == "vault"
     let name = arguments[4]
-    let key = try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))
+    // `COFFER_FLEET_KEY_FILE` (make demo-fleet): the key file `coffer --key-file` uses.
+    let unlock: VaultUnlock =
+        if let path = ProcessInfo.processInfo.environment["COFFER_FLEET_KEY_FILE"] {
+            .keyFile(URL(fileURLWithPath: path))
+        } else {
+            .key(try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32)))
+        }
     func backing(_ account: String, service: String) throws -> Backing {
         if vault {
             let opened = try PostgresVault.openOrCreate(
-                name: name, unlock: .key(key), configuration: configuration)
+                name: name, unlock: unlock, configuration: configuration)
             return .vault(opened, service: service, account: account)
         }
         return .postgres(PostgresKeyValueStrategy(configuration: configuration, suite: name), key: account)

@@ -7,7 +7,7 @@ TEST_FLAGS   ?=
 # `make test-tsan` builds the core alone, which also proves the core needs none of them.
 TRAITS       ?= --enable-all-traits
 
-.PHONY: all deps postgres-deps build test test-tsan demo demo-fleet bench bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps build test test-tsan demo demo-fleet bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
@@ -53,6 +53,12 @@ demo-fleet: deps postgres-deps
 	$(SWIFT) build $(STRICT) $(TRAITS) --product coffer
 	$(SWIFT) build $(STRICT) $(TRAITS) --product CofferTestHelper
 	./scripts/demo-fleet.sh
+
+## The fleet store's figures (BENCHMARKS.md, "PostgreSQL"): `coffer bench-postgres` against a
+## throwaway server on loopback (default settings: fsync and synchronous_commit on).
+bench-postgres: deps postgres-deps
+	$(SWIFT) build -c release $(TRAITS) --product coffer
+	./scripts/with-postgres.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" bench-postgres
 
 ## The benchmark suite (nested package, ordo-one/benchmark; installs SQLite and LMDB, its peers).
 bench: deps

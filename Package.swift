@@ -62,7 +62,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "coffer",
-            dependencies: ["Coffer", "CofferPostgres", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Coffer", "CofferPostgres", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+            ],
             swiftSettings: strictSettings
         ),
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).

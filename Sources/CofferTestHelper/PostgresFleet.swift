@@ -56,6 +56,7 @@ func postgresCommand(_ arguments: [String]) throws {
         _ = try property.load()
         let values = property.values
         let done = DispatchSemaphore(value: 0)
+        say("ready")  // before the first value, which the task below prints
         Task.detached {
             for await value in values { say("value \(value)") }
         }
@@ -63,7 +64,6 @@ func postgresCommand(_ arguments: [String]) throws {
             _ = readLine()  // the parent closes standard input to stop the child
             done.signal()
         }
-        say("ready")
         _ = done.wait(timeout: .now() + seconds)
     default:
         fail("unknown command \(arguments[1])")

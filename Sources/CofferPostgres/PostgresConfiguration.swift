@@ -128,6 +128,19 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     var identity: String { "\(user)@\(host):\(port)/\(database ?? user)" }
 }
 
+extension PostgresConfiguration: CustomReflectable {
+    /// What `dump` and debuggers show: every field but the password, which shows as set or not.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "host": host, "port": port, "user": user, "password": password == nil ? "(none)" : "(set)",
+                "database": database as Any, "tls": tls, "rootCertificatePath": rootCertificatePath as Any,
+                "connectTimeout": connectTimeout,
+            ], displayStyle: .struct)
+    }
+}
+
 extension PostgresConfiguration.TLSMode {
     /// libpq's `sslmode` spelling (`allow` counts as `prefer`).
     init?(libpq value: String) {

@@ -75,6 +75,18 @@ struct FailureTests {
         #expect(throws: Never.self) { try PostgresVault.open(name: "down", unlock: .key(testKey), configuration: configuration) }
     }
 
+    @Test("The password shows in no description, dump or mirror of the settings")
+    func passwordHidden() throws {
+        let configuration = try PostgresConfiguration(url: "postgres://ops:\(Self.password)@db.example:6432/app")
+        #expect(configuration.password == Self.password)
+        var dumped = ""
+        dump(configuration, to: &dumped)
+        for text in [configuration.description, String(reflecting: configuration), dumped] {
+            #expect(!text.contains(Self.password), "\(text)")
+        }
+        #expect(configuration.description == "postgres://ops@db.example:6432/app (tls: prefer)")
+    }
+
     @Test("A connection lost before the commit is acknowledged: reported as possibly not committed")
     func unacknowledgedWrite() throws {
         let cluster = try PostgresTestCluster()

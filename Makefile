@@ -7,18 +7,24 @@ TEST_FLAGS   ?=
 # `make test-tsan` builds the core alone, which also proves the core needs none of them.
 TRAITS       ?= --enable-all-traits
 
-.PHONY: all deps build test test-tsan demo docs bench bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps build test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
+## PostgreSQL's server programs, for the CofferPostgres tests (each test process starts a
+## throwaway cluster of its own in a temporary directory) and `make demo-fleet`.
+postgres-deps:
+	@./scripts/install-postgres.sh
+
 build: deps
 	$(SWIFT) build $(STRICT)
 
-## Every test, built with warnings as errors.
-test: deps
+## Every test, built with warnings as errors (with TRAITS, the CofferPostgres tests against a
+## real server started by the tests themselves).
+test: deps postgres-deps
 	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) check the vectors; optional.
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
 		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2
@@ -47,6 +53,19 @@ DOCS_OUTPUT ?= .build-docs/Coffer.doccarchive
 docs: deps
 	$(SWIFT) package --scratch-path .build-docs --allow-writing-to-directory .build-docs \
 		generate-documentation --target Coffer --warnings-as-errors --output-path $(DOCS_OUTPUT)
+
+## Two processes' models converge on a secret that `coffer` rotates, through a throwaway
+## PostgreSQL server (scripts/demo-fleet.sh).
+demo-fleet: deps postgres-deps
+	$(SWIFT) build $(STRICT) $(TRAITS) --product coffer
+	$(SWIFT) build $(STRICT) $(TRAITS) --product CofferTestHelper
+	./scripts/demo-fleet.sh
+
+## The fleet store's figures (BENCHMARKS.md, "PostgreSQL"): `coffer bench-postgres` against a
+## throwaway server on loopback (default settings: fsync and synchronous_commit on).
+bench-postgres: deps postgres-deps
+	$(SWIFT) build -c release $(TRAITS) --product coffer
+	./scripts/with-postgres.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" bench-postgres
 
 ## The benchmark suite (nested package, ordo-one/benchmark; installs SQLite and LMDB, its peers).
 bench: deps

@@ -30,6 +30,8 @@ let package = Package(
         .library(name: "CofferServiceLifecycle", targets: ["CofferServiceLifecycle"]),
         .library(name: "CofferConfiguration", targets: ["CofferConfiguration"]),
         .library(name: "CofferDependencies", targets: ["CofferDependencies"]),
+        // The fleet store (README "Many machines"); empty unless the `Postgres` trait is enabled.
+        .library(name: "CofferPostgres", targets: ["CofferPostgres"]),
     ],
     // Optional integrations: the core builds none of their packages unless a trait asks for it
     // (`swift build --traits Logging`, or `traits: ["Logging"]` on the dependency).
@@ -44,6 +46,7 @@ let package = Package(
         .trait(
             name: "Dependencies",
             description: "CofferDependencies: a swift-dependencies key for the Coffer context, and settings objects."),
+        .trait(name: "Postgres", description: "CofferPostgres: a key-value store and a vault on PostgreSQL (postgres-nio)"),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -57,6 +60,7 @@ let package = Package(
         .package(url: "https://github.com/pointfreeco/swift-dependencies", from: "1.17.1", traits: []),
         // `make docs` only: a command plugin, so no target builds or links it.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(
@@ -80,6 +84,15 @@ let package = Package(
             swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        // Built (and postgres-nio with it) only with the `Postgres` trait; an empty module without.
+        .target(
+            name: "CofferPostgres",
+            dependencies: [
+                "CofferCore", "CofferVault", "CofferCrypto",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+            ],
+            swiftSettings: strictSettings
+        ),
         .target(
             name: "Coffer",
             dependencies: ["CofferCore", "CofferStorage", "CofferVault", "CofferState"],
@@ -87,14 +100,17 @@ let package = Package(
         ),
         .executableTarget(
             name: "coffer",
-            dependencies: ["Coffer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Coffer", "CofferPostgres", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+            ],
             swiftSettings: strictSettings
         ),
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
         .executableTarget(
             name: "CofferTestHelper",
             dependencies: [
-                "CofferStorage", "CofferVault", "CofferState", "CofferJournal",
+                "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres",
                 // The integration children (Integrations.swift), built with their traits.
                 .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
                 .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
@@ -191,6 +207,12 @@ let package = Package(
                 .product(name: "Configuration", package: "swift-configuration", condition: .when(traits: ["Configuration"])),
                 .product(name: "Dependencies", package: "swift-dependencies", condition: .when(traits: ["Dependencies"])),
             ],
+            swiftSettings: strictSettings
+        ),
+        // Against a real, throwaway PostgreSQL server; empty without the `Postgres` trait.
+        .testTarget(
+            name: "CofferPostgresTests",
+            dependencies: ["CofferPostgres", "CofferState", "CofferVault", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
     ]

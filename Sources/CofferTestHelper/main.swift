@@ -29,6 +29,8 @@
 //       secrets under a zero lock limit, and what SecureMemory reports (MemoryLock.swift).
 //   CofferTestHelper log-warnings DIR | lifecycle-serve DIR
 //       the integration children, built with their package traits (Integrations.swift).
+//   CofferTestHelper pg-increment|pg-follow URL …
+//       the fleet store's children (PostgresFleet.swift; built with the Postgres trait).
 //   CofferTestHelper vault-vectors DIR
 //       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
 import CofferCore
@@ -98,6 +100,8 @@ do {
         memoryLockCommand(arguments)
     case "log-warnings", "lifecycle-serve":
         runIntegrationCommand(arguments)
+    case "pg-increment", "pg-follow":
+        try postgresCommand(arguments)
     case "vault-vectors":
         guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
         try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))

@@ -44,7 +44,7 @@ struct CofferCommand: ParsableCommand {
         subcommands: [
             InitCommand.self, SetCommand.self, GetCommand.self, ListCommand.self, RemoveCommand.self,
             PasswdCommand.self, VerifyCommand.self, InfoCommand.self, CompactCommand.self, BenchCommand.self,
-            DemoCommand.self, BenchChangeWriterCommand.self,
+            DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
         ]
     )
 

@@ -34,6 +34,13 @@ struct GlobalOptions: ParsableArguments {
             valueName: "path"))
     var passphraseFile: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A vault in PostgreSQL instead of the file (set, get, list, rm): postgres://user@host:port/db?vault=NAME (default: $COFFER_STORE). Needs the Postgres trait.",
+            valueName: "url"))
+    var store: String?
+
     func validate() throws {
         if keyFile != nil && passphraseFile != nil {
             throw ValidationError("use either --key-file or --passphrase-file, not both")

@@ -44,7 +44,7 @@ struct SetCommand: ParsableCommand {
                 "set reads the secret from standard input, so the key cannot come from there too: "
                     + "give --key-file a file")
         }
-        let vault = try root.global.openVault()
+        let vault = try root.global.openItemStore(create: true)
         let (secret, typed) = try Input.secretFromStandardInput(
             prompt: "Secret for \(escapedName(service)) / \(escapedName(account)): ")
         // An empty line at the prompt is most likely a slip of the Return key; an empty standard
@@ -85,12 +85,12 @@ struct GetCommand: ParsableCommand {
     }
 
     func run() throws {
-        let vault = try root.global.openVault()
+        let vault = try root.global.openItemStore()
         guard let secret = try vault.secret(service: service, account: account) else {
             throw CLIError(
                 .notFound,
                 "no item for service \(quotedName(service)), account \(quotedName(account)) in "
-                    + quotedName(vault.url.path))
+                    + quotedName(vault.location))
         }
         let written = secret.withUnsafeBytes { writeAll(STDOUT_FILENO, $0) }
         guard written else {
@@ -139,7 +139,7 @@ struct ListCommand: ParsableCommand {
     }
 
     func run() throws {
-        let vault = try root.global.openVault()
+        let vault = try root.global.openItemStore()
         let items = try vault.items(service: service)
         if json {
             let rows = items.map {
@@ -195,12 +195,12 @@ struct RemoveCommand: ParsableCommand {
     }
 
     func run() throws {
-        let vault = try root.global.openVault()
+        let vault = try root.global.openItemStore()
         guard try vault.remove(service: service, account: account) else {
             throw CLIError(
                 .notFound,
                 "no item for service \(quotedName(service)), account \(quotedName(account)) in "
-                    + quotedName(vault.url.path))
+                    + quotedName(vault.location))
         }
         writeOut("removed \(escapedName(service)) / \(escapedName(account))\n")
     }

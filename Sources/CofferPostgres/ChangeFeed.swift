@@ -1,0 +1,158 @@
+#if Postgres
+import CofferCore
+import Foundation
+import PostgresNIO
+
+/// Listens on one channel with a connection of its own, on a thread of its own, and calls
+/// `catchUp` with that connection after LISTEN succeeds (so a change made while it was away,
+/// or before it started, is found by version) and after every notification. A lost connection
+/// is reopened (after 50 ms, then doubling to 1 s) until the feed is stopped.
+final class ChangeFeed: @unchecked Sendable {
+    private let configuration: PostgresConfiguration
+    private let channel: String
+    private let catchUp: @Sendable (PostgresConnection) throws -> Void
+    private let condition = NSCondition()
+    /// Guarded by `condition`.
+    private var stopped = false
+    private var pending = false
+    private var current: PostgresConnection?
+    /// How many times the feed has (re)connected and caught up; for tests.
+    private(set) var connections = 0
+
+    init(
+        configuration: PostgresConfiguration, channel: String,
+        catchUp: @escaping @Sendable (PostgresConnection) throws -> Void
+    ) {
+        self.configuration = configuration
+        self.channel = channel
+        self.catchUp = catchUp
+        let thread = Thread { [self] in run() }
+        thread.name = "coffer.postgres.listen"
+        thread.start()
+    }
+
+    /// Stops the feed: its connection is closed and its thread ends shortly after.
+    func stop() {
+        condition.lock()
+        stopped = true
+        let connection = current
+        condition.signal()
+        condition.unlock()
+        connection.map(closeQuietly)
+    }
+
+    private func wake() {
+        condition.lock()
+        pending = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private var isStopped: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return stopped
+    }
+
+    private func run() {
+        var delay = 0.05
+        while !isStopped {
+            var connection: PostgresConnection?
+            do {
+                let live = try PostgresLink.connect(configuration)
+                connection = live
+                condition.lock()
+                current = live
+                let stop = stopped
+                condition.unlock()
+                if stop { break }
+                live.addListener(channel: channel) { [weak self] _, _ in self?.wake() }
+                live.closeFuture.whenComplete { [weak self] _ in self?.wake() }
+                try PostgresLink.run("LISTEN \"\(channel)\"", on: live)
+                condition.lock()
+                connections += 1
+                pending = false
+                condition.unlock()
+                try catchUp(live)
+                delay = 0.05
+                while true {
+                    condition.lock()
+                    while !pending && !stopped && !live.isClosed { _ = condition.wait(until: Date() + 1) }
+                    let stop = stopped
+                    pending = false
+                    condition.unlock()
+                    if stop || live.isClosed { break }
+                    try catchUp(live)
+                }
+            } catch {
+                // The server is down or restarting: try again; catching up on reconnect finds
+                // every change made meanwhile.
+            }
+            connection.map(closeQuietly)
+            condition.lock()
+            current = nil
+            if !stopped { _ = condition.wait(until: Date() + delay) }
+            condition.unlock()
+            delay = min(delay * 2, 1)
+        }
+    }
+}
+
+/// The observers of one store, sharing one ``ChangeFeed`` while there is at least one.
+final class FeedObservers<Change: Sendable>: Sendable {
+    private struct State {
+        var handlers: [UInt64: @Sendable (Change) -> Void] = [:]
+        var next: UInt64 = 0
+        var feed: ChangeFeed?
+    }
+
+    private let state = Locked(State())
+
+    init() {}
+
+    /// Adds `handler`; the first one starts the feed with `start`, the last one's cancel stops it.
+    func add(_ handler: @escaping @Sendable (Change) -> Void, start: () throws -> ChangeFeed) rethrows
+        -> StoreObservation
+    {
+        let (id, first) = state.withLock { s -> (UInt64, Bool) in
+            s.next += 1
+            s.handlers[s.next] = handler
+            return (s.next, s.handlers.count == 1 && s.feed == nil)
+        }
+        if first {
+            let feed: ChangeFeed
+            do {
+                feed = try start()
+            } catch {
+                state.withLock { _ = $0.handlers.removeValue(forKey: id) }
+                throw error
+            }
+            let unused = state.withLock { s -> ChangeFeed? in
+                guard !s.handlers.isEmpty, s.feed == nil else { return feed }
+                s.feed = feed
+                return nil
+            }
+            unused?.stop()
+        }
+        return StoreObservation { [weak self] in self?.remove(id) }
+    }
+
+    private func remove(_ id: UInt64) {
+        let feed = state.withLock { s -> ChangeFeed? in
+            s.handlers[id] = nil
+            guard s.handlers.isEmpty else { return nil }
+            defer { s.feed = nil }
+            return s.feed
+        }
+        feed?.stop()
+    }
+
+    /// Whether anyone observes.
+    var isObserved: Bool { state.withLock { !$0.handlers.isEmpty } }
+
+    /// Tells every observer.
+    func notify(_ change: Change) {
+        for handler in state.withLock({ Array($0.handlers.values) }) { handler(change) }
+    }
+}
+#endif

@@ -1,0 +1,154 @@
+#if Postgres
+import CofferCore
+public import Foundation
+
+/// Where the PostgreSQL server is and how to log in: from a `postgres://` URL, from libpq's
+/// usual `PG*` environment variables, or spelled out.
+///
+/// ```swift
+/// let settings = try PostgresConfiguration(url: "postgres://app@db.internal/settings?sslmode=require")
+/// let settings = PostgresConfiguration.environment()   // PGHOST, PGPORT, PGUSER, PGPASSWORD, …
+/// ```
+///
+/// Its ``description`` never shows the password; neither does any error Coffer reports.
+public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible {
+    /// Whether the connection is encrypted (libpq's `sslmode`, less `allow`).
+    public enum TLSMode: String, Sendable, Hashable {
+        /// Plain TCP (the only mode over a Unix socket).
+        case disable
+        /// TLS when the server offers it, else plain.
+        case prefer
+        /// TLS, or no connection; the server's certificate is not checked (libpq's `require`).
+        case require
+        /// TLS with the certificate checked against the trusted roots (``rootCertificatePath``, else the
+        /// system's), its host name not (libpq's `verify-ca`).
+        case verifyCA = "verify-ca"
+        /// TLS with the certificate and its host name checked (libpq's `verify-full`).
+        case verifyFull = "verify-full"
+    }
+
+    /// A host name or address, or the directory of the server's Unix socket when it starts with `/`.
+    public var host: String
+    public var port: Int
+    public var user: String
+    public var password: String?
+    /// The database; `nil` means the user's name, as with libpq.
+    public var database: String?
+    public var tls: TLSMode
+    /// PEM file of the certificates trusted to sign the server's (libpq's `sslrootcert`).
+    public var rootCertificatePath: String?
+    /// Seconds a connection attempt may take before the server counts as unavailable.
+    public var connectTimeout: Double
+
+    public init(
+        host: String = "localhost", port: Int = 5432, user: String, password: String? = nil, database: String? = nil,
+        tls: TLSMode = .prefer, rootCertificatePath: String? = nil, connectTimeout: Double = 5
+    ) {
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.database = database
+        self.tls = tls
+        self.rootCertificatePath = rootCertificatePath
+        self.connectTimeout = connectTimeout
+    }
+
+    /// The path of the Unix socket, when ``host`` names a directory.
+    public var unixSocketPath: String? {
+        host.hasPrefix("/") ? "\(host)/.s.PGSQL.\(port)" : nil
+    }
+
+    /// `postgres://user@host:port/database` (no password), and the TLS mode.
+    public var description: String {
+        let place = host.hasPrefix("/") ? "\(unixSocketPath!)" : "\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        return "postgres://\(user)@\(place)/\(database ?? user) (tls: \(tls.rawValue))"
+    }
+
+    /// The settings libpq would take from the environment: `PGHOST` (a host or a socket
+    /// directory), `PGPORT`, `PGUSER` (else `USER`), `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`,
+    /// `PGSSLROOTCERT`, `PGCONNECT_TIMEOUT`. Unset ones take libpq's defaults, except that the
+    /// host defaults to `localhost` (not a socket directory whose place varies by system).
+    public static func environment(
+        _ environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> PostgresConfiguration {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        var configuration = PostgresConfiguration(
+            user: value("PGUSER") ?? value("USER") ?? "postgres")
+        if let host = value("PGHOST") { configuration.host = host }
+        if let port = value("PGPORT").flatMap(Int.init) { configuration.port = port }
+        configuration.password = value("PGPASSWORD")
+        configuration.database = value("PGDATABASE")
+        if let mode = value("PGSSLMODE") { configuration.tls = TLSMode(libpq: mode) ?? configuration.tls }
+        configuration.rootCertificatePath = value("PGSSLROOTCERT")
+        if let timeout = value("PGCONNECT_TIMEOUT").flatMap(Double.init), timeout > 0 {
+            configuration.connectTimeout = timeout
+        }
+        return configuration
+    }
+
+    /// Parses `postgres://[user[:password]@][host][:port][/database][?sslmode=…&host=/socket/dir&connect_timeout=…]`
+    /// (or `postgresql://`). What the URL leaves out comes from the environment, as with libpq.
+    /// - Throws: ``CofferError/Code/invalidArgument`` for another scheme or a malformed URL
+    ///   (the message never repeats the URL, which may hold a password).
+    public init(url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+            scheme == "postgres" || scheme == "postgresql"
+        else {
+            throw CofferError(.invalidArgument, "a PostgreSQL URL starts with postgres:// or postgresql://")
+        }
+        self = .environment(environment)
+        if let user = components.user, !user.isEmpty { self.user = user }
+        if let password = components.password { self.password = password }
+        if let host = components.host, !host.isEmpty { self.host = host }
+        if let port = components.port { self.port = port }
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        if !path.isEmpty { database = path.removingPercentEncoding ?? path }
+        for item in components.queryItems ?? [] {
+            guard let value = item.value else { continue }
+            switch item.name {
+            case "sslmode":
+                guard let mode = TLSMode(libpq: value) else {
+                    throw CofferError(.invalidArgument, "sslmode must be disable, prefer, require, verify-ca or verify-full")
+                }
+                tls = mode
+            case "host": host = value
+            case "port": if let port = Int(value) { self.port = port }
+            case "user": user = value
+            case "password": password = value
+            case "dbname": database = value
+            case "sslrootcert": rootCertificatePath = value
+            case "connect_timeout": if let timeout = Double(value), timeout > 0 { connectTimeout = timeout }
+            default: continue
+            }
+        }
+    }
+
+    /// A key naming the server and database (never the password): stores are shared per key.
+    var identity: String { "\(user)@\(host):\(port)/\(database ?? user)" }
+}
+
+extension PostgresConfiguration: CustomReflectable {
+    /// What `dump` and debuggers show: every field but the password, which shows as set or not.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "host": host, "port": port, "user": user, "password": password == nil ? "(none)" : "(set)",
+                "database": database as Any, "tls": tls, "rootCertificatePath": rootCertificatePath as Any,
+                "connectTimeout": connectTimeout,
+            ], displayStyle: .struct)
+    }
+}
+
+extension PostgresConfiguration.TLSMode {
+    /// libpq's `sslmode` spelling (`allow` counts as `prefer`).
+    init?(libpq value: String) {
+        if value == "allow" {
+            self = .prefer
+        } else {
+            self.init(rawValue: value)
+        }
+    }
+}
+#endif

@@ -1,0 +1,506 @@
+#if Postgres
+public import CofferCore
+public import CofferCrypto
+public import CofferVault
+public import Foundation
+import PostgresNIO
+
+/// A vault kept in PostgreSQL, shared by a fleet: the keychain-style API of `Vault`, with the
+/// database holding only sealed records.
+///
+/// Everything the file vault encrypts — secret, service, account, label, comment, dates — is
+/// sealed in this process with the vault's keys, by the file vault's own code (XChaCha20-Poly1305
+/// records, Argon2id/key-file/raw-key key slots; see `RowSealing`), so a dump, a replica or a
+/// database administrator sees ciphertext, sizes and versions only. Rows are found by a keyed
+/// BLAKE2b hash of service and account, never the names. Each record's associated data binds it
+/// to its vault, its row and its version: a row altered, copied onto another item or from another
+/// vault, or given another version fails with ``CofferError/Code/corrupted`` (SECURITY.md, "The
+/// fleet store").
+///
+/// ```swift
+/// let vault = try PostgresVault.openOrCreate(name: "production", unlock: .keyFile(keyURL), configuration: settings)
+/// try vault.set("s3cr3t", service: "api.example.com", account: "deploy")
+/// let token = try vault.string(service: "api.example.com", account: "deploy")
+/// ```
+public final class PostgresVault: Sendable {
+    /// The vault's name in the `coffer_vaults` table (stored in plain text, like a file name).
+    public let name: String
+    /// The server and database.
+    public var configuration: PostgresConfiguration { link.configuration }
+
+    let link: PostgresLink
+    let sealing: RowSealing
+    let channel: String
+    private let observers = FeedObservers<Set<VaultItemID>?>()
+
+    private struct Tracking {
+        var seen: Int64? = 0
+        var own: Set<Int64> = []
+        /// The newest version this instance has seen of each row: an older one later is a
+        /// rollback, a row gone is a deletion behind Coffer's back.
+        var newest: [[UInt8]: Int64] = [:]
+    }
+    private let tracking = Locked(Tracking())
+    /// One strategy per service (see ``strategy(service:)``).
+    let strategies = Locked<[String: PostgresVaultStrategy]>([:])
+
+    private init(name: String, link: PostgresLink, sealing: RowSealing) {
+        self.name = name
+        self.link = link
+        self.sealing = sealing
+        self.channel = Schema.channel("coffer_vault_", sealing.vaultID)
+    }
+
+    /// Creates the vault `name`: a new master key in one key slot for `unlock`.
+    /// - Throws: ``CofferError/Code/alreadyExists`` when the database has a vault of that name;
+    ///   ``CofferError/Code/io`` when the server is unavailable.
+    public static func create(
+        name: String, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate,
+        configuration: PostgresConfiguration = .environment()
+    ) throws -> PostgresVault {
+        let (sealing, header) = try RowSealing.create(unlock: unlock, kdf: kdf)
+        let link = PostgresLink(configuration: configuration)
+        var binds = PostgresBindings()
+        binds.append(name)
+        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(header))
+        let rows = try link.withConnection(idempotent: false) { connection in
+            try PostgresLink.run(
+                "INSERT INTO coffer_vaults (name, vault_id, header, version) VALUES ($1, $2, $3, 0) "
+                    + "ON CONFLICT (name) DO NOTHING RETURNING version", binds, on: connection)
+        }
+        guard !rows.isEmpty else {
+            throw CofferError(.alreadyExists, "the database already has a vault named \(name)")
+        }
+        return PostgresVault(name: name, link: link, sealing: sealing)
+    }
+
+    /// Opens and unlocks the vault `name`.
+    /// - Throws: ``CofferError`` — `.notFound`, `.wrongKey`, `.limitExceeded`, `.corrupted`
+    ///   (its header was altered), `.io` (the server is unavailable).
+    public static func open(
+        name: String, unlock: VaultUnlock, kdfLimit: Argon2idParameters = Vault.defaultKDFLimit,
+        configuration: PostgresConfiguration = .environment()
+    ) throws -> PostgresVault {
+        let link = PostgresLink(configuration: configuration)
+        var binds = PostgresBindings()
+        binds.append(name)
+        let rows = try link.withConnection(idempotent: true) { connection in
+            try PostgresLink.run("SELECT vault_id, header FROM coffer_vaults WHERE name = $1", binds, on: connection)
+        }
+        guard let row = rows.first else {
+            throw CofferError(.notFound, "the database has no vault named \(name)")
+        }
+        let cells = row.cells
+        let vaultID = try cells[0].decode(Data.self)
+        let header = try cells[1].decode(Data.self)
+        let sealing = try RowSealing.unlock(header: Array(header), unlock: unlock, kdfLimit: kdfLimit, name: name)
+        guard Array(vaultID) == sealing.vaultID else {
+            throw CofferError(.corrupted, "the vault's id does not match its header", path: name)
+        }
+        return PostgresVault(name: name, link: link, sealing: sealing)
+    }
+
+    /// Opens the vault `name`, creating it first when the database has none of that name.
+    public static func openOrCreate(
+        name: String, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate,
+        kdfLimit: Argon2idParameters = Vault.defaultKDFLimit, configuration: PostgresConfiguration = .environment()
+    ) throws -> PostgresVault {
+        do {
+            return try open(
+                name: name, unlock: unlock, kdfLimit: RowSealing.kdfLimit(kdfLimit, raisedTo: kdf), configuration: configuration)
+        } catch let error as CofferError where error.code == .notFound {
+            do {
+                return try create(name: name, unlock: unlock, kdf: kdf, configuration: configuration)
+            } catch let error as CofferError where error.code == .alreadyExists {
+                // Another instance created it meanwhile.
+                return try open(
+                    name: name, unlock: unlock, kdfLimit: RowSealing.kdfLimit(kdfLimit, raisedTo: kdf), configuration: configuration)
+            }
+        }
+    }
+
+    // MARK: - Items
+
+    /// Stores `secret` for `service` and `account`, replacing any item there. A `nil` label or
+    /// comment keeps the item's current one (empty for a new item).
+    public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
+        throws
+    {
+        try apply([.set(service: service, account: account, secret: [UInt8](secret), label: label, comment: comment)])
+    }
+
+    /// Stores a text secret (its UTF-8).
+    public func set(_ secret: String, service: String, account: String, label: String? = nil, comment: String? = nil)
+        throws
+    {
+        try set(Data(secret.utf8), service: service, account: account, label: label, comment: comment)
+    }
+
+    /// The secret's bytes, or `nil` when there is no such item.
+    /// - Throws: ``CofferError/Code/corrupted`` for a row that fails authentication (or was rolled
+    ///   back or deleted behind Coffer's back, as far as this instance can tell); `.io`.
+    public func data(service: String, account: String) throws -> Data? {
+        guard case .put(_, var secret) = try body(service: service, account: account) else { return nil }
+        defer { secret.withUnsafeMutableBytes { zero($0) } }
+        return Data(secret)
+    }
+
+    /// The secret as text.
+    /// - Throws: ``CofferError/Code/decoding`` when it is not UTF-8.
+    public func string(service: String, account: String) throws -> String? {
+        guard let data = try data(service: service, account: account) else { return nil }
+        guard let text = String(validating: data, as: UTF8.self) else {
+            throw CofferError(.decoding, "the secret is not UTF-8 text")
+        }
+        return text
+    }
+
+    /// The item's attributes (no secret), or `nil`.
+    public func item(service: String, account: String) throws -> VaultItem? {
+        guard case .put(let item, var secret) = try body(service: service, account: account) else { return nil }
+        secret.withUnsafeMutableBytes { zero($0) }
+        return item
+    }
+
+    /// Every item (of `service`, when given), sorted by service then account. Opens every row.
+    public func items(service: String? = nil) throws -> [VaultItem] {
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        // What was known before the query: a commit seen then must be visible to it.
+        let known = tracking.withLock { $0.newest }
+        let rows = try link.withConnection(idempotent: true) { connection in
+            try PostgresLink.run(
+                "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1", binds, on: connection)
+        }
+        var items: [VaultItem] = []
+        for row in rows {
+            let (rowKey, record, version) = try Self.decodeRow(row)
+            try checkNotRolledBack(version, known: known[rowKey])
+            guard case .put(let item, var secret) = try sealing.open(record, rowKey: rowKey, version: version) else {
+                continue
+            }
+            secret.withUnsafeMutableBytes { zero($0) }
+            if service == nil || item.service == service { items.append(item) }
+        }
+        return items.sorted { ($0.service, $0.account) < ($1.service, $1.account) }
+    }
+
+    /// Removes the item; returns whether there was one.
+    @discardableResult
+    public func remove(service: String, account: String) throws -> Bool {
+        var existed = false
+        try commit([.remove(service: service, account: account)]) { _, current in
+            existed = current != nil
+        }
+        return existed
+    }
+
+    /// Applies every change in one transaction: all of them are committed, or none is.
+    public func apply(_ changes: [VaultChange]) throws {
+        try commit(changes) { _, _ in }
+    }
+
+    /// Reads, transforms and writes one secret atomically with respect to every instance: the
+    /// vault's version row stays locked from the read to the write. Returning `nil` removes it.
+    public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
+        try checkNames(service: service, account: account)
+        let rowKey = try sealing.rowKey(service: service, account: account)
+        let version = try link.transaction { connection -> (Int64?, commit: Bool) in
+            let version = try bumpVersion(on: connection)
+            let current = try currentBody(rowKey, on: connection)
+            var old: Data?
+            var existing: VaultItem?
+            if case .put(let item, var secret)? = current {
+                old = Data(secret)
+                existing = item
+                secret.withUnsafeMutableBytes { zero($0) }
+            }
+            let next = try transform(old)
+            if next == old { return (nil, false) }
+            let record: [UInt8]
+            if let next {
+                record = try seal(
+                    service: service, account: account, secret: next, label: nil, comment: nil, existing: existing,
+                    rowKey: rowKey, version: version)
+            } else if existing != nil {
+                record = try sealing.sealDelete(service: service, account: account, rowKey: rowKey, version: version)
+            } else {
+                return (nil, false)
+            }
+            try upsert(rowKey, record, version, on: connection)
+            try notify(version, on: connection)
+            return (version, true)
+        }
+        if let version { wrote([rowKey], version) }
+    }
+
+    /// Makes `body` of `change` for each change, in one transaction with the vault's version row
+    /// locked; `inspect` sees each change with the item it replaces.
+    private func commit(_ changes: [VaultChange], inspect: (VaultChange, VaultItem?) -> Void) throws {
+        guard !changes.isEmpty else { return }
+        var planned: [(change: VaultChange, rowKey: [UInt8])] = []
+        for change in changes {
+            let (service, account) = change.names
+            try checkNames(service: service, account: account)
+            let rowKey = try sealing.rowKey(service: service, account: account)
+            planned.removeAll { $0.rowKey == rowKey }
+            planned.append((change, rowKey))
+        }
+        let (version, written) = try link.transaction { connection -> ((Int64, [[UInt8]]), commit: Bool) in
+            let version = try bumpVersion(on: connection)
+            var written: [[UInt8]] = []
+            for (change, rowKey) in planned {
+                var existing: VaultItem?
+                var damaged = false
+                do {
+                    if case .put(let item, var secret)? = try currentBody(rowKey, on: connection) {
+                        existing = item
+                        secret.withUnsafeMutableBytes { zero($0) }
+                    }
+                } catch let error as CofferError where error.code == .corrupted {
+                    // A row that fails authentication is replaced (or removed) whole: writing
+                    // the item again is how an operator repairs it. Reads keep reporting it.
+                    damaged = true
+                }
+                inspect(change, existing)
+                let record: [UInt8]
+                switch change {
+                case .set(let service, let account, let secret, let label, let comment):
+                    record = try seal(
+                        service: service, account: account, secret: Data(secret), label: label, comment: comment,
+                        existing: existing, rowKey: rowKey, version: version)
+                case .remove(let service, let account):
+                    guard existing != nil || damaged else { continue }
+                    record = try sealing.sealDelete(
+                        service: service, account: account, rowKey: rowKey, version: version)
+                }
+                try upsert(rowKey, record, version, on: connection)
+                written.append(rowKey)
+            }
+            guard !written.isEmpty else { return ((version, []), false) }
+            try notify(version, on: connection)
+            return ((version, written), true)
+        }
+        if !written.isEmpty { wrote(written, version) }
+    }
+
+    // MARK: - Changes from elsewhere
+
+    /// Calls `handler` with the items other instances change (`nil`: any may have), from a
+    /// LISTEN on the vault's channel; after a dropped connection, with what changed meanwhile.
+    public func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
+        observers.add(handler) {
+            let baseline = try? currentVersion()
+            tracking.withLock {
+                $0.seen = baseline
+                $0.own = []
+            }
+            return ChangeFeed(configuration: configuration, channel: channel) { [weak self] connection in
+                try self?.catchUp(on: connection)
+            }
+        }
+    }
+
+    private func catchUp(on connection: PostgresConnection) throws {
+        guard observers.isObserved else { return }
+        guard let since = tracking.withLock({ $0.seen }) else {
+            let now = try currentVersion(on: connection)
+            tracking.withLock { $0.seen = now }
+            observers.notify(nil)
+            return
+        }
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        binds.append(since)
+        let rows = try PostgresLink.run(
+            "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND version > $2", binds,
+            on: connection)
+        guard !rows.isEmpty else { return }
+        var changed: [(VaultItemID?, Int64)] = []
+        for row in rows {
+            let (rowKey, record, version) = try Self.decodeRow(row)
+            let id: VaultItemID?
+            switch try? sealing.open(record, rowKey: rowKey, version: version) {
+            case .put(let item, var secret)?:
+                secret.withUnsafeMutableBytes { zero($0) }
+                id = VaultItemID(service: item.service, account: item.account)
+            case .delete(let service, let account)?: id = VaultItemID(service: service, account: account)
+            case nil: id = nil  // fails to authenticate: everyone rereads, and reports it
+            }
+            changed.append((id, version))
+        }
+        let items = tracking.withLock { t -> Set<VaultItemID>?? in
+            let newest = changed.map(\.1).max() ?? since
+            let outside = changed.filter { !t.own.contains($0.1) }
+            t.seen = max(t.seen ?? 0, newest)
+            t.own = t.own.filter { $0 > newest }
+            if outside.isEmpty { return .none }
+            if outside.contains(where: { $0.0 == nil }) { return .some(nil) }
+            return .some(Set(outside.compactMap(\.0)))
+        }
+        if case .some(let items) = items { observers.notify(items) }
+    }
+
+    // MARK: - Internals
+
+    private func body(service: String, account: String) throws -> VaultRecordBody? {
+        try checkNames(service: service, account: account)
+        let rowKey = try sealing.rowKey(service: service, account: account)
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(rowKey))
+        let known = tracking.withLock { $0.newest[rowKey] }
+        let rows = try link.withConnection(idempotent: true) { connection in
+            try PostgresLink.run(
+                "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND row_key = $2", binds,
+                on: connection)
+        }
+        guard let row = rows.first else {
+            if known != nil {
+                throw CofferError(
+                    .corrupted, "a vault row this instance has read was deleted from the database behind Coffer's back",
+                    path: name)
+            }
+            return nil
+        }
+        let (_, record, version) = try Self.decodeRow(row)
+        try checkNotRolledBack(version, known: known)
+        let body = try sealing.open(record, rowKey: rowKey, version: version)
+        switch body {
+        case .put(let item, _):
+            guard item.service == service, item.account == account else {
+                throw CofferError(.corrupted, "a vault row names another item than its row key", path: name)
+            }
+        case .delete: break
+        }
+        tracking.withLock { t in t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
+        return body
+    }
+
+    /// The row's body inside a write transaction (the vault's version row is locked).
+    private func currentBody(_ rowKey: [UInt8], on connection: PostgresConnection) throws -> VaultRecordBody? {
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(rowKey))
+        let known = tracking.withLock { $0.newest[rowKey] }
+        let rows = try PostgresLink.run(
+            "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND row_key = $2", binds,
+            on: connection)
+        guard let row = rows.first else {
+            if known != nil {
+                throw CofferError(
+                    .corrupted, "a vault row this instance has read was deleted from the database behind Coffer's back",
+                    path: name)
+            }
+            return nil
+        }
+        let (_, record, version) = try Self.decodeRow(row)
+        try checkNotRolledBack(version, known: known)
+        return try sealing.open(record, rowKey: rowKey, version: version)
+    }
+
+    /// `known`: the newest version of the row this instance knew of before it asked.
+    private func checkNotRolledBack(_ version: Int64, known: Int64?) throws {
+        if let newest = known, version < newest {
+            throw CofferError(
+                .corrupted,
+                "a vault row was rolled back to an older version (\(version), after \(newest) was read)", path: name)
+        }
+    }
+
+    private func seal(
+        service: String, account: String, secret: Data, label: String?, comment: String?, existing: VaultItem?,
+        rowKey: [UInt8], version: Int64
+    ) throws -> [UInt8] {
+        let now = Date()
+        return try secret.withUnsafeBytes { secret in
+            try sealing.sealPut(
+                service: service, account: account, label: label ?? existing?.label ?? "",
+                comment: comment ?? existing?.comment ?? "", created: existing?.created ?? now, modified: now,
+                secret: secret, rowKey: rowKey, version: version)
+        }
+    }
+
+    private func checkNames(service: String, account: String) throws {
+        guard !service.isEmpty, !account.isEmpty else {
+            throw CofferError(.invalidArgument, "service and account must not be empty")
+        }
+    }
+
+    private func wrote(_ rowKeys: [[UInt8]], _ version: Int64) {
+        tracking.withLock { t in
+            for rowKey in rowKeys { t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
+            if observers.isObserved, version > (t.seen ?? 0) { t.own.insert(version) }
+        }
+    }
+
+    private func bumpVersion(on connection: PostgresConnection) throws -> Int64 {
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        let rows = try PostgresLink.run(
+            "UPDATE coffer_vaults SET version = version + 1 WHERE vault_id = $1 RETURNING version", binds,
+            on: connection)
+        guard let row = rows.first else {
+            throw CofferError(.notFound, "the vault was removed from the database", path: name)
+        }
+        return try row.cells[0].decode(Int64.self)
+    }
+
+    private func upsert(_ rowKey: [UInt8], _ record: [UInt8], _ version: Int64, on connection: PostgresConnection)
+        throws
+    {
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(rowKey))
+        try binds.append(Data(record))
+        binds.append(version)
+        try PostgresLink.run(
+            "INSERT INTO coffer_vault_rows (vault_id, row_key, record, version) VALUES ($1, $2, $3, $4) "
+                + "ON CONFLICT (vault_id, row_key) DO UPDATE SET record = excluded.record, version = excluded.version",
+            binds, on: connection)
+    }
+
+    private func notify(_ version: Int64, on connection: PostgresConnection) throws {
+        var binds = PostgresBindings()
+        binds.append(channel)
+        binds.append(String(version))
+        try PostgresLink.run("SELECT pg_notify($1, $2)", binds, on: connection)
+    }
+
+    private func currentVersion() throws -> Int64 {
+        try link.withConnection(idempotent: true) { try currentVersion(on: $0) }
+    }
+
+    private func currentVersion(on connection: PostgresConnection) throws -> Int64 {
+        var binds = PostgresBindings()
+        try binds.append(Data(sealing.vaultID))
+        let rows = try PostgresLink.run(
+            "SELECT version FROM coffer_vaults WHERE vault_id = $1", binds, on: connection)
+        return try rows.first?.cells[0].decode(Int64.self) ?? 0
+    }
+
+    private static func decodeRow(_ row: PostgresRow) throws -> (rowKey: [UInt8], record: [UInt8], version: Int64) {
+        let cells = row.cells
+        return (
+            [UInt8](try cells[0].decode(Data.self)), [UInt8](try cells[1].decode(Data.self)),
+            try cells[2].decode(Int64.self)
+        )
+    }
+}
+
+extension VaultChange {
+    var names: (service: String, account: String) {
+        switch self {
+        case .set(let service, let account, _, _, _): (service, account)
+        case .remove(let service, let account): (service, account)
+        }
+    }
+}
+
+/// Wipes bytes that held a secret.
+func zero(_ buffer: UnsafeMutableRawBufferPointer) {
+    guard let base = buffer.baseAddress else { return }
+    memset(base, 0, buffer.count)
+}
+#endif

@@ -1,0 +1,101 @@
+#if Postgres
+public import CofferCore
+import CofferVault
+public import Foundation
+
+/// A ``PersistenceStrategy`` over one service of a ``PostgresVault``: each key is an account.
+/// Values are stored in plain form (a String's UTF-8), as in `VaultStrategy`, so `coffer get`
+/// prints exactly what an `@Stored` property saved.
+public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePersistenceStrategy,
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy
+{
+    /// The vault holding the items.
+    public let vault: PostgresVault
+    /// The service every key of this strategy belongs to.
+    public let service: String
+
+    public init(vault: PostgresVault, service: String) {
+        self.vault = vault
+        self.service = service
+    }
+
+    public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
+    public func save(_ data: Data, for key: String) throws { try vault.set(data, service: service, account: key) }
+    public func remove(_ key: String) throws { try vault.remove(service: service, account: key) }
+    public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
+
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
+        try vault.apply(
+            changes.map { change in
+                if let data = change.data {
+                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
+                } else {
+                    .remove(service: service, account: change.key)
+                }
+            })
+    }
+
+    /// Stores `new` only if the item holds exactly `expected` (compared in constant time), with
+    /// the vault's version row locked from the read to the write.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
+        var swapped = false
+        try vault.update(service: service, account: key) { current in
+            let same: Bool
+            switch (current, expected) {
+            case (nil, nil): same = true
+            case (let current?, let expected?): same = constantTimeEqual(current, expected)
+            default: same = false
+            }
+            guard same else { return current }
+            swapped = true
+            return new
+        }
+        return swapped
+    }
+
+    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+        let service = self.service
+        return vault.observeChanges { items in
+            guard let items else { return handler(StoreChange(keys: nil)) }
+            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
+            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
+        }
+    }
+}
+
+private func constantTimeEqual(_ a: Data, _ b: Data) -> Bool {
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for (x, y) in zip(a, b) { difference |= x ^ y }
+    return difference == 0
+}
+
+extension Backing {
+    /// An item of a vault kept in PostgreSQL, encrypted in this process.
+    ///
+    /// ```swift
+    /// @Stored(backed: .vault(fleetVault, service: "api.example.com", account: "deploy")) var token: String? = nil
+    /// ```
+    public static func vault(_ vault: PostgresVault, service: String, account: String) -> Backing {
+        Backing(
+            description: "vault(postgres: \(vault.name), service: \(service), account: \(account))",
+            identity: .object(vault, [service, account])
+        ) { _ in
+            (vault.strategy(service: service), account)
+        }
+    }
+}
+
+extension PostgresVault {
+    /// The strategy for `service`, one per service and vault, so properties on it share one
+    /// subscription (and one LISTEN connection per vault).
+    public func strategy(service: String) -> PostgresVaultStrategy {
+        strategies.withLock { all in
+            if let existing = all[service] { return existing }
+            let strategy = PostgresVaultStrategy(vault: self, service: service)
+            all[service] = strategy
+            return strategy
+        }
+    }
+}
+#endif

@@ -1,0 +1,69 @@
+#if Postgres
+import CofferCore
+import CofferCrypto
+import Foundation
+import PostgresNIO
+
+/// The tables (docs/FORMAT.md, "PostgreSQL tables"), created when missing.
+enum Schema {
+    static let statements = [
+        "CREATE TABLE IF NOT EXISTS coffer_suites (suite text PRIMARY KEY, version bigint NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS coffer_kv (suite text NOT NULL, key bytea NOT NULL, value bytea, "
+            + "version bigint NOT NULL, PRIMARY KEY (suite, key))",
+        "CREATE INDEX IF NOT EXISTS coffer_kv_changes ON coffer_kv (suite, version)",
+        "CREATE TABLE IF NOT EXISTS coffer_vaults (name text PRIMARY KEY, vault_id bytea NOT NULL UNIQUE, "
+            + "header bytea NOT NULL, version bigint NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS coffer_vault_rows (vault_id bytea NOT NULL, row_key bytea NOT NULL, "
+            + "record bytea NOT NULL, version bigint NOT NULL, PRIMARY KEY (vault_id, row_key))",
+        "CREATE INDEX IF NOT EXISTS coffer_vault_rows_changes ON coffer_vault_rows (vault_id, version)",
+    ]
+
+    /// The servers (and databases) whose tables this process has already made sure of.
+    private static let ensured = Locked<Set<String>>([])
+
+    /// Creates the tables when missing, once per server and database per process. Concurrent
+    /// first users (several instances starting together) are serialised by an advisory lock.
+    static func ensure(on connection: PostgresConnection, configuration: PostgresConfiguration) throws {
+        let identity = configuration.identity
+        if ensured.withLock({ $0.contains(identity) }) { return }
+        let present = try PostgresLink.run(
+            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_changes') IS NOT NULL",
+            on: connection)
+        if try present.first?.decode(Bool.self) != true {
+            try PostgresLink.run("BEGIN", on: connection)
+            do {
+                // 0x436f66666572 is "Coffer".
+                try PostgresLink.run("SELECT pg_advisory_xact_lock(74187595630962)", on: connection)
+                for statement in statements { try PostgresLink.run(statement, on: connection) }
+                try PostgresLink.run("COMMIT", on: connection)
+            } catch {
+                if !connection.isClosed { _ = try? PostgresLink.run("ROLLBACK", on: connection) }
+                throw error
+            }
+        }
+        ensured.withLock { _ = $0.insert(identity) }
+    }
+
+    /// The LISTEN/NOTIFY channel of a suite or vault: a prefix and 32 hex digits of a BLAKE2b
+    /// hash of its name (a channel is an identifier of at most 63 bytes; a name may be anything).
+    static func channel(_ prefix: String, _ name: [UInt8]) -> String {
+        let digest = (try? BLAKE2b.hash(name, outputLength: 16)) ?? Array(name.prefix(16))
+        return prefix + digest.map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+extension PostgresRow {
+    /// The cells of the row, by column position.
+    var cells: PostgresRandomAccessRow { makeRandomAccess() }
+}
+
+extension Data {
+    /// The bytes as a buffer to bind.
+    var buffer: ByteBuffer { ByteBuffer(bytes: self) }
+}
+
+extension ByteBuffer {
+    var bytes: [UInt8] { getBytes(at: readerIndex, length: readableBytes) ?? [] }
+    var data: Data { Data(bytes) }
+}
+#endif

@@ -1,0 +1,136 @@
+import CofferCore
+package import CofferCrypto
+package import Foundation
+
+/// The file vault's keys and record sealing, lent to a store that keeps one sealed record per
+/// row instead of a journal (CofferPostgres's vault). Nothing is re-implemented here: the key
+/// slots are ``KeySlotCrypto``'s, the header is ``VaultHeader``'s, the body is
+/// ``VaultRecordBody``'s and the sealing is ``RecordCipher``'s (XChaCha20-Poly1305 with the
+/// record subkey). Only the 32 bytes that follow the vault id in the associated data differ: a
+/// journal puts the chain value there, a row store puts its *row binding* — keyed BLAKE2b of the
+/// row key and the row's version — so a record opens only in the row and version it was sealed
+/// for, and only in its own vault (docs/FORMAT.md, "Vault rows").
+package final class RowSealing: Sendable {
+    /// The vault's random 16-byte id (in every record's associated data).
+    package let vaultID: [UInt8]
+    private let keys: VaultKeys
+    /// Keys the row key (a keyed hash of service and account).
+    private let rowKeyKey: SecureBytes
+    /// Keys the row binding (row key and version).
+    private let bindingKey: SecureBytes
+
+    /// The length of a row key.
+    package static let rowKeyLength = 32
+
+    private init(vaultID: [UInt8], keys: VaultKeys) throws {
+        self.vaultID = vaultID
+        self.keys = keys
+        rowKeyKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 4, context: "CFVrowky", length: 32) }
+        bindingKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 5, context: "CFVrowbd", length: 32) }
+    }
+
+    /// A new vault: a random master key wrapped in one key slot for `unlock`, and the header
+    /// copy (2,048 bytes, the file vault's layout, MAC and checksum) that holds the slot.
+    package static func create(unlock: VaultUnlock, kdf: Argon2idParameters) throws -> (RowSealing, header: [UInt8]) {
+        let material = try unlock.material(fileSystem: LiveFileSystem())
+        let master = try crypto { try SecureBytes.random(count: 32) }
+        let keys = try VaultKeys(master: master)
+        let vaultID = SecureRandom.bytes(count: 16)
+        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        var header = VaultHeader(
+            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
+        header.mac = try keys.headerMAC(header)
+        return (try RowSealing(vaultID: vaultID, keys: keys), header.copyBytes())
+    }
+
+    /// Unlocks a vault from its stored header copy, as `Vault.open` does: the slots within
+    /// `kdfLimit` are tried, then the header's MAC is checked with the unwrapped key.
+    /// - Throws: ``CofferError`` — `.wrongKey`, `.limitExceeded`, `.corrupted` (a damaged or
+    ///   altered header), `.unsupportedVersion`.
+    package static func unlock(
+        header bytes: [UInt8], unlock: VaultUnlock, kdfLimit: Argon2idParameters, name: String
+    ) throws -> RowSealing {
+        let header: VaultHeader
+        switch VaultHeader.parse(copy: bytes[...]) {
+        case .header(let parsed): header = parsed
+        case .unsupported(let version):
+            throw CofferError(.unsupportedVersion, "the vault header has format version \(version)", path: name)
+        case .damaged(let why): throw CofferError(.corrupted, "the vault header is damaged: \(why)", path: name)
+        }
+        let fileSystem = LiveFileSystem()
+        let (master, _) = try Vault.unwrapMaster(
+            header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
+        let keys = try VaultKeys(master: master)
+        try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)
+        return try RowSealing(vaultID: header.vaultID, keys: keys)
+    }
+
+    /// `limit`, raised where `kdf` asks for more (what `VaultConfiguration` allows on open).
+    package static func kdfLimit(_ limit: Argon2idParameters, raisedTo kdf: Argon2idParameters) -> Argon2idParameters {
+        limit.raised(to: kdf)
+    }
+
+    /// The row key of an item: keyed BLAKE2b-256 over the length-prefixed service and account.
+    /// The database sees this, never the names.
+    package func rowKey(service: String, account: String) throws -> [UInt8] {
+        var input: [UInt8] = []
+        for text in [service, account] {
+            appendLE(UInt32(text.utf8.count), to: &input)
+            input += Array(text.utf8)
+        }
+        return try crypto { try BLAKE2b.hash(input, key: rowKeyKey, outputLength: Self.rowKeyLength) }
+    }
+
+    /// What stands in the associated data where a journal puts its chain value.
+    private func binding(rowKey: [UInt8], version: Int64) throws -> ChainValue {
+        var input = Array("coffer-row-binding-v1".utf8) + rowKey
+        appendLE(UInt64(bitPattern: version), to: &input)
+        var value = ChainValue()
+        try crypto {
+            try input.withUnsafeBytes { input in
+                try value.withUnsafeMutableBytes { try BLAKE2b.hash(input, key: bindingKey, into: $0) }
+            }
+        }
+        return value
+    }
+
+    /// Seals a `.put` record of the item for the row `rowKey` at `version`.
+    package func sealPut(
+        service: String, account: String, label: String, comment: String, created: Date, modified: Date,
+        secret: UnsafeRawBufferPointer, rowKey: [UInt8], version: Int64
+    ) throws -> [UInt8] {
+        try Vault.checkLengths(service: service, account: account, label: label, comment: comment)
+        let item = VaultItem(
+            service: service, account: account, label: label, comment: comment, created: created, modified: modified)
+        return try RecordCipher.sealPut(
+            item, secret: secret, keys: keys, vaultID: vaultID, chain: binding(rowKey: rowKey, version: version))
+    }
+
+    /// Seals a `.delete` record (a tombstone that still names its item, sealed) for the row.
+    package func sealDelete(service: String, account: String, rowKey: [UInt8], version: Int64) throws -> [UInt8] {
+        try RecordCipher.sealDelete(
+            service: service, account: account, keys: keys, vaultID: vaultID,
+            chain: binding(rowKey: rowKey, version: version))
+    }
+
+    /// Opens a row's record sealed for `rowKey` at `version`.
+    /// - Throws: ``CofferError/Code/corrupted`` when it fails to authenticate (altered, moved
+    ///   to another row or version, from another vault) or its body is malformed.
+    package func open(_ record: [UInt8], rowKey: [UInt8], version: Int64) throws -> VaultRecordBody {
+        var plaintext: [UInt8]
+        do {
+            plaintext = try RecordCipher.open(
+                record[...], keys: keys, vaultID: vaultID, chain: binding(rowKey: rowKey, version: version))
+        } catch let error as CofferError where error.code == .corrupted {
+            throw CofferError(
+                .corrupted,
+                "a vault row fails authentication: it was altered, copied from another row or another vault, "
+                    + "or its version was changed")
+        }
+        defer { plaintext.withUnsafeMutableBytes { zeroMemory($0) } }
+        guard let body = VaultRecordBody.decode(plaintext) else {
+            throw CofferError(.corrupted, "a vault row authenticates but its body is malformed")
+        }
+        return body
+    }
+}

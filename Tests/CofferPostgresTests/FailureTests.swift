@@ -1,0 +1,180 @@
+#if Postgres
+import CofferCore
+import CofferPostgres
+import CofferState
+import CofferTesting
+import CofferVault
+import Foundation
+import Testing
+
+/// The server down, restarting, or dropping a connection mid-write. Each test has a cluster of
+/// its own (it stops it).
+@Suite("PostgreSQL failures", .serialized)
+struct FailureTests {
+    static let password = "hunter2-never-shown"
+
+    static func configuration(_ cluster: PostgresTestCluster) throws -> PostgresConfiguration {
+        var configuration = try PostgresConfiguration(url: cluster.url)
+        configuration.password = password  // trust authentication ignores it; it must never be shown
+        configuration.connectTimeout = 2
+        return configuration
+    }
+
+    static func expectUnavailable(_ error: CofferError?, _ comment: Comment? = nil) {
+        guard let error else {
+            Issue.record("no error")
+            return
+        }
+        #expect(error.code == .io, "\(error)")
+        #expect(error.description.contains("PostgreSQL"), "\(error)")
+        #expect(!error.description.contains(password))
+        #expect(!String(reflecting: error).contains(password))
+    }
+
+    @Test("Server down: a clear .io error in $x.error and from the throwing forms; the value in memory is kept")
+    func serverDown() throws {
+        let cluster = try PostgresTestCluster()
+        defer { cluster.stop() }
+        let configuration = try Self.configuration(cluster)
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "down")
+        let vault = try PostgresVault.create(name: "down", unlock: .key(testKey), configuration: configuration)
+        let setting = Stored(wrappedValue: "default", backed: .postgres(store, key: "mode"))
+        let secret = Stored(wrappedValue: "", backed: .vault(vault, service: "svc", account: "token"))
+        setting.wrappedValue = "before"
+        secret.wrappedValue = "token-1"
+        #expect(setting.error == nil)
+        #expect(secret.error == nil)
+
+        try cluster.stopServer()
+        setting.wrappedValue = "while down"
+        secret.wrappedValue = "token-2"
+        #expect(setting.wrappedValue == "while down")  // kept in memory
+        #expect(secret.wrappedValue == "token-2")
+        Self.expectUnavailable(setting.error)
+        Self.expectUnavailable(secret.error)
+        #expect(setting.error?.description.contains("unavailable") == true, "\(String(describing: setting.error))")
+        for body in [{ _ = try setting.load() }, { try setting.save("again") }, { _ = try store.load("mode") },
+            { _ = try vault.string(service: "svc", account: "token") }, { try vault.set("x", service: "s", account: "a") }]
+        {
+            do {
+                try body()
+                Issue.record("no error with the server down")
+            } catch let error as CofferError {
+                Self.expectUnavailable(error)
+            }
+        }
+        #expect(setting.wrappedValue == "again")
+        // The unacknowledged writes were reported, not stored: the server still has the old values.
+        try cluster.start()
+        #expect(try store.get(String.self, for: "mode") == "before")
+        #expect(try vault.string(service: "svc", account: "token") == "token-1")
+        // The next write goes through and clears the error.
+        setting.wrappedValue = "after"
+        #expect(setting.error == nil)
+        #expect(try store.get(String.self, for: "mode") == "after")
+        #expect(throws: Never.self) { try PostgresVault.open(name: "down", unlock: .key(testKey), configuration: configuration) }
+    }
+
+    @Test("The password shows in no description, dump or mirror of the settings")
+    func passwordHidden() throws {
+        let configuration = try PostgresConfiguration(url: "postgres://ops:\(Self.password)@db.example:6432/app")
+        #expect(configuration.password == Self.password)
+        var dumped = ""
+        dump(configuration, to: &dumped)
+        for text in [configuration.description, String(reflecting: configuration), dumped] {
+            #expect(!text.contains(Self.password), "\(text)")
+        }
+        #expect(configuration.description == "postgres://ops@db.example:6432/app (tls: prefer)")
+    }
+
+    @Test("A connection lost before the commit is acknowledged: reported as possibly not committed")
+    func unacknowledgedWrite() throws {
+        let cluster = try PostgresTestCluster()
+        defer { cluster.stop() }
+        let configuration = try Self.configuration(cluster)
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "lost")
+        try store.set(1, for: "n")
+        // Another session holds the suite's version row, so Coffer's write waits on it…
+        let holder = Thread {
+            _ = try? cluster.sql(
+                "BEGIN; UPDATE coffer_suites SET version = version WHERE suite = 'lost'; SELECT pg_sleep(5); COMMIT;")
+        }
+        holder.start()
+        Thread.sleep(forTimeInterval: 0.5)
+        let outcome = Protected<(any Error)?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            do { try store.set(2, for: "n") } catch { outcome.withLock { $0 = error } }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        // …and its connection is cut while it waits.
+        try cluster.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                + "AND query LIKE 'WITH v AS%'")
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        let error = outcome.withLock { $0 } as? CofferError
+        #expect(error?.code == .io)
+        #expect(error?.message.contains("may or may not have been committed") == true, "\(String(describing: error))")
+        // The store reconnects for the next call.
+        #expect(try store.get(Int.self, for: "n") == 1)
+    }
+
+    @Test("Server restarted mid-stream: every acknowledged write is there; instances reconnect and catch up")
+    func restartMidStream() throws {
+        let cluster = try PostgresTestCluster()
+        defer { cluster.stop() }
+        let configuration = try Self.configuration(cluster)
+        let writer = PostgresKeyValueStrategy(configuration: configuration, suite: "stream")
+        let vault = try PostgresVault.create(name: "stream", unlock: .key(testKey), configuration: configuration)
+        // Two other instances follow a key of each.
+        let followers = (0..<2).map { _ in PostgresKeyValueStrategy(configuration: configuration, suite: "stream") }
+        let followed = followers.map { Stored(wrappedValue: -1, backed: .postgres($0, key: "latest")) }
+        let otherVault = try PostgresVault.open(name: "stream", unlock: .key(testKey), configuration: configuration)
+        let followedSecret = Stored(wrappedValue: "", backed: .vault(otherVault, service: "svc", account: "latest"))
+        for property in followed { #expect(property.wrappedValue == -1) }
+        #expect(followedSecret.wrappedValue == "")
+
+        let acknowledged = Protected<[Int]>([])
+        let failed = Protected(0)
+        let stop = Protected(false)
+        let finished = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var i = 0
+            while !stop.withLock({ $0 }) && i < 100_000 {
+                do {
+                    try writer.set(i, for: "k\(i)")
+                    try writer.set(i, for: "latest")
+                    acknowledged.withLock { $0.append(i) }
+                } catch {
+                    failed.withLock { $0 += 1 }
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
+                i += 1
+            }
+            finished.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        try cluster.stopServer(mode: "immediate")  // as a crash: committed writes come back from the WAL
+        Thread.sleep(forTimeInterval: 0.3)
+        try cluster.start()
+        // A change made while the followers' listening connections are still away.
+        try vault.set("while away", service: "svc", account: "latest")
+        Thread.sleep(forTimeInterval: 0.5)
+        stop.withLock { $0 = true }
+        #expect(finished.wait(timeout: .now() + 30) == .success)
+
+        let written = acknowledged.withLock { $0 }
+        #expect(written.count > 10)
+        #expect(failed.withLock { $0 } > 0, "no write failed: the server was not down")
+        let reader = PostgresKeyValueStrategy(configuration: configuration, suite: "stream")
+        let stored = Set(try reader.keys())
+        for i in written { #expect(stored.contains("k\(i)"), "acknowledged write k\(i) is missing") }
+        let last = try #require(written.last)
+        for property in followed {
+            #expect(eventually(timeout: 15) { property.wrappedValue == last }, "a follower did not catch up")
+        }
+        #expect(eventually(timeout: 15) { followedSecret.wrappedValue == "while away" })
+    }
+}
+#endif

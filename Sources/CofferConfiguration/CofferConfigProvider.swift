@@ -63,14 +63,25 @@ public final class CofferConfigProvider: Sendable {
     ///   - store: Where the values live: a `KeyValueFileStrategy` suite, a `VaultStrategy`, any
     ///     strategy.
     ///   - name: Shown in the provider's name; the store's type unless given.
-    ///   - secrets: Which values are secret (the reader redacts them): `.none` (the default),
-    ///     `.all`, `.specific(["db.password"])` (stored keys), or `.dynamic { key, content in … }`.
+    ///   - secrets: Which values are secret (the reader redacts them): `.none`, `.all`,
+    ///     `.specific(["db.password"])` (stored keys), or `.dynamic { key, content in … }`.
     public init(
-        store: any PersistenceStrategy, name: String? = nil, secrets: SecretsSpecifier<String, ConfigContent> = .none
+        store: any PersistenceStrategy, name: String? = nil, secrets: SecretsSpecifier<String, ConfigContent>
     ) {
         self.store = store
         self.providerName = "CofferConfigProvider[\(name ?? String(describing: type(of: store)))]"
         self.secrets = secrets
+    }
+
+    /// A provider over `store` whose values are secret when it is a vault's (a `VaultStrategy`),
+    /// and not otherwise: a reader never prints a vault's value because `secrets:` was left out.
+    ///
+    /// - Parameters:
+    ///   - store: Where the values live: a `KeyValueFileStrategy` suite, a `VaultStrategy`, any
+    ///     strategy.
+    ///   - name: Shown in the provider's name; the store's type unless given.
+    public convenience init(store: any PersistenceStrategy, name: String? = nil) {
+        self.init(store: store, name: name, secrets: store is VaultStrategy ? .all : .none)
     }
 
     /// A provider over the items of one service of `vault`: each account is a key, and every
@@ -161,9 +172,25 @@ public final class CofferConfigProvider: Sendable {
         }
         guard start else { return }
         // Weak: the store's watcher must not keep the provider alive.
-        let observation = try? observable.observeChanges { [weak self] change in self?.changed(change.keys) }
+        let observation: StoreObservation?
+        do {
+            observation = try observable.observeChanges { [weak self] change in self?.changed(change.keys) }
+        } catch {
+            // The watches still get the current value; they would wait for changes that never
+            // come. Said once, never silently, and the next watch tries again.
+            observation = nil
+            CofferWarnings.warn(
+                CofferWarning(
+                    .watchFailed,
+                    "configuration watches of \(providerName) cannot follow changes made elsewhere: \(error)",
+                    path: nil))
+        }
         // Kept unless every watcher left meanwhile, or a later start already keeps one.
         let unused = state.withLock { s -> StoreObservation? in
+            guard let observation else {
+                s.observing = false
+                return nil
+            }
             guard s.watcherCount > 0, s.observation == nil else { return observation }
             s.observation = observation
             return nil

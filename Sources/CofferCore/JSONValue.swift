@@ -160,6 +160,12 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible, Cus
         switch object {
         case let value as JSONValue: return value
         case is NSNull: return .null
+        // Before `as Bool`: an NSNumber holding 0 or 1 (JSONSerialization's `0`, `1`, `1.0`)
+        // casts to Bool, so only the boolean NSNumber's own class is read as one.
+        case let number as NSNumber where type(of: object) is NSNumber.Type:
+            if type(of: number) == type(of: NSNumber(value: true)) { return .bool(number.boolValue) }
+            if let int = Int(exactly: number) { return .int(int) }
+            return .double(number.doubleValue)
         case let value as Bool: return .bool(value)
         case let value as Int: return .int(value)
         case let value as Double: return Int(exactly: value).map(JSONValue.int) ?? .double(value)

@@ -136,11 +136,15 @@ extension CofferSettings {
         }
         let (stream, continuation) = AsyncStream<(repeat each Value)>.makeStream(
             bufferingPolicy: .bufferingNewest(1))
-        continuation.yield(read())
+        // One read-and-yield at a time: two settings' ticks on two threads could otherwise yield
+        // out of order, leaving an older reading as the last element.
+        let gate = ReadGate()
+        let tell: @Sendable () -> Void = { gate.lock.withLock { _ in _ = continuation.yield(read()) } }
+        tell()
         let task = Task {
             await withTaskGroup(of: Void.self) { group in
                 for change in changes {
-                    group.addTask { await change { continuation.yield(read()) } }
+                    group.addTask { await change(tell) }
                 }
             }
             continuation.finish()
@@ -148,6 +152,11 @@ extension CofferSettings {
         continuation.onTermination = { _ in task.cancel() }
         return stream
     }
+}
+
+/// Serializes the reads and yields of one ``CofferSettings/values(_:)`` stream.
+private final class ReadGate: Sendable {
+    let lock = Mutex(())
 }
 
 /// The `.shared` settings objects, one per type and context.

@@ -70,7 +70,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     public let context: CofferContext
     private let properties = Locked(Properties())
 
-    /// The ``Stored`` of each key read so far, by key path.
+    /// The ``Stored`` of each key and the ``StoredGroup`` of each nested group read so far, by key path.
     private struct Properties: @unchecked Sendable {
         // @unchecked Sendable: the key paths are immutable values used only as dictionary keys
         // (`AnyKeyPath` is not declared `Sendable`), and each value is a `Sendable` `Stored`.
@@ -97,8 +97,18 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     }
 
     /// A nested group, persisted in the same backend and context.
+    ///
+    /// One object per nested group, kept like the ``Stored`` of a key: a group made anew on each
+    /// access would make its keys' ``Stored`` anew too, and an observer or a ``Computed`` that
+    /// read one of them would not hear a write made through the next.
     public subscript<Group: StoredKeyGroup>(dynamicMember group: KeyPath<Keys, Group>) -> StoredGroup<Group> {
-        StoredGroup<Group>(keys[keyPath: group], backend: backend, context: context)
+        if let existing = properties.withLock({ $0.byKey[group] as? StoredGroup<Group> }) { return existing }
+        let made = StoredGroup<Group>(keys[keyPath: group], backend: backend, context: context)
+        return properties.withLock { properties in
+            if let existing = properties.byKey[group] as? StoredGroup<Group> { return existing }
+            properties.byKey[group] = made
+            return made
+        }
     }
 
     /// The ``Stored`` property behind a key: `error`, `values`, `load()`, `save(_:)`, `update(_:)`,

@@ -48,7 +48,6 @@ extension Vault {
     }
 }
 
-/// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
 /// What other writers changed, collected for ``Vault/observeChanges(_:)``.
 struct OutsideChanges: Sendable {
     /// Whether anyone observes (else nothing is collected).

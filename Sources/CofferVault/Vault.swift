@@ -499,6 +499,7 @@ public struct VaultItemID: Hashable, Sendable {
     }
 }
 
+/// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
 struct ItemKey: Hashable, Sendable {
     var service: ExactKey
     var account: ExactKey

@@ -5,14 +5,6 @@ import CofferCrypto
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 extension Session {
     mutating func apply(_ changes: JournalChanges) throws {
         do {
@@ -240,7 +232,7 @@ extension Session {
                         end = min(end, pipeline.ready.load(ordering: .acquiring))
                         break
                     }
-                    sched_yield()
+                    yieldProcessor()
                 }
                 guard first < end else { return }
                 open(first..<end, &opener)

@@ -1,11 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// A string compared and hashed by its exact UTF-8 bytes.
 ///
 /// Swift's `String` equality is canonical equivalence: "café" spelled with U+00E9 equals "café"
@@ -26,7 +18,7 @@ public struct ExactKey: Hashable, Sendable, CustomStringConvertible {
         return a.withUTF8 { pa in
             b.withUTF8 { pb in
                 guard let x = pa.baseAddress, let y = pb.baseAddress else { return pa.count == pb.count }
-                return memcmp(x, y, pa.count) == 0
+                return bytesEqual(x, y, count: pa.count)
             }
         }
     }

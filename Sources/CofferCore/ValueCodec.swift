@@ -106,15 +106,7 @@ public enum ValueCodec {
             data.append(tagData)
             data.append(v)
             return data
-        default:
-            do {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys]
-                return try encoder.encode(value)
-            } catch {
-                // The cause is dropped on purpose: EncodingError.invalidValue carries the value itself.
-                throw CofferError(.encoding, "cannot encode a value of type \(T.self) as JSON (\(codingPath(of: error)))")
-            }
+        default: return try json(value)
         }
     }
 

@@ -1,13 +1,5 @@
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// Something Coffer tells the application without failing the call: a store in a directory
 /// other users can write to, a lock file that could not be created (read-only use).
 ///
@@ -103,6 +95,6 @@ public enum CofferWarnings {
 
     static let standardError: @Sendable (CofferWarning) -> Void = { warning in
         let line = Array("coffer: warning: \(warning)\n".utf8)
-        line.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count) }
+        line.withUnsafeBytes { writeToStandardError($0) }
     }
 }

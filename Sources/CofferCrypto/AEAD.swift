@@ -218,52 +218,53 @@ enum AEAD<Binding: SodiumAEADBinding> {
     static func seal<P: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ plaintext: P, key: SecureBytes, nonce: N, associatedData: A
     ) throws -> Data {
-        try plaintext.withUnsafeBytes { plaintext in
-            try nonce.withUnsafeBytes { nonce in
-                try associatedData.withUnsafeBytes { associatedData in
-                    var output = Data(count: plaintext.count + Binding.tagLength)
-                    try output.withUnsafeMutableBytes { output in
-                        try seal(plaintext, key: key, nonce: nonce, associatedData: associatedData, into: output)
-                    }
-                    return output
-                }
+        try withBytes(plaintext, nonce, associatedData) { plaintext, nonce, associatedData in
+            var output = Data(count: plaintext.count + Binding.tagLength)
+            try output.withUnsafeMutableBytes { output in
+                try seal(plaintext, key: key, nonce: nonce, associatedData: associatedData, into: output)
             }
+            return output
         }
     }
 
     static func open<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ sealed: S, key: SecureBytes, nonce: N, associatedData: A
     ) throws -> Data {
-        try sealed.withUnsafeBytes { sealed in
-            try nonce.withUnsafeBytes { nonce in
-                try associatedData.withUnsafeBytes { associatedData in
-                    var output = Data(count: max(sealed.count - Binding.tagLength, 0))
-                    try output.withUnsafeMutableBytes { output in
-                        try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
-                    }
-                    return output
-                }
+        try withBytes(sealed, nonce, associatedData) { sealed, nonce, associatedData in
+            var output = Data(count: max(sealed.count - Binding.tagLength, 0))
+            try output.withUnsafeMutableBytes { output in
+                try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
             }
+            return output
         }
     }
 
     static func openSecure<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ sealed: S, key: SecureBytes, nonce: N, associatedData: A
     ) throws -> SecureBytes {
-        try sealed.withUnsafeBytes { sealed in
+        try withBytes(sealed, nonce, associatedData) { sealed, nonce, associatedData in
+            // Check lengths before allocating guarded memory for the plaintext.
+            try checkKeyAndNonce(key: key, nonce: nonce)
+            guard sealed.count >= Binding.tagLength else {
+                throw CryptoError.invalidLength(
+                    "\(Binding.name) sealed data", expected: "at least \(Binding.tagLength)",
+                    actual: sealed.count)
+            }
+            return try SecureBytes(count: sealed.count - Binding.tagLength) { output in
+                try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
+            }
+        }
+    }
+
+    /// Calls `body` with the bytes of a message (plaintext or sealed), a nonce and associated
+    /// data, each borrowed for the call: the one place the `ContiguousBytes` forms unwrap them.
+    private static func withBytes<M: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes, R>(
+        _ message: M, _ nonce: N, _ associatedData: A,
+        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R
+    ) rethrows -> R {
+        try message.withUnsafeBytes { message in
             try nonce.withUnsafeBytes { nonce in
-                try associatedData.withUnsafeBytes { associatedData in
-                    // Check lengths before allocating guarded memory for the plaintext.
-                    try checkKeyAndNonce(key: key, nonce: nonce)
-                    guard sealed.count >= Binding.tagLength else {
-                        throw CryptoError.invalidLength(
-                            "\(Binding.name) sealed data", expected: "at least \(Binding.tagLength)",
-                            actual: sealed.count)
-                    }
-                    return try SecureBytes(count: sealed.count - Binding.tagLength) { output in
-                        try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
-                    }
-                }
+                try associatedData.withUnsafeBytes { associatedData in try body(message, nonce, associatedData) }
             }
         }
     }

@@ -1,14 +1,6 @@
 import CofferCore
 import Foundation
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// Runs `body` as one batch: its writes notify once and persist in one commit per strategy.
 ///
 /// Inside the batch, reads see each write at once (computed values included). When the
@@ -34,9 +26,9 @@ import Darwin
 public func batch<Result>(_ body: () throws -> Result) rethrows -> Result {
     if BatchScope.current != nil { return try body() }
     let scope = BatchScope()
-    pthread_setspecific(batchKey, Unmanaged.passUnretained(scope).toOpaque())
+    batchSlot.value = Unmanaged.passUnretained(scope).toOpaque()
     defer {
-        pthread_setspecific(batchKey, nil)
+        batchSlot.value = nil
         scope.finish()
     }
     return try withExtendedLifetime(scope) { try body() }
@@ -69,7 +61,7 @@ final class BatchScope {
     private var seen: Set<ObjectIdentifier> = []
 
     static var current: BatchScope? {
-        guard let raw = pthread_getspecific(batchKey) else { return nil }
+        guard let raw = batchSlot.value else { return nil }
         return Unmanaged<BatchScope>.fromOpaque(raw).takeUnretainedValue()
     }
 

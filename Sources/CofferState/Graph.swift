@@ -1,14 +1,6 @@
 import CofferCore
 public import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 // The dependency graph: how `@Computed` values find their inputs, stay up to date and tell
 // their observers.
 //
@@ -169,17 +161,17 @@ final class Frame {
 
     /// The innermost frame on this thread, if a refresh is in progress.
     static var current: Frame? {
-        guard let raw = pthread_getspecific(frameKey) else { return nil }
+        guard let raw = frameSlot.value else { return nil }
         return Unmanaged<Frame>.fromOpaque(raw).takeUnretainedValue()
     }
 
     /// Runs `body` with `frame` as the innermost frame. The caller keeps `frame` alive.
     static func with<R>(_ frame: Frame, _ body: () -> R) -> R {
-        let previous = pthread_getspecific(frameKey)
+        let previous = frameSlot.value
         Graph.activeFrames.wrappingAdd(1, ordering: .relaxed)
-        pthread_setspecific(frameKey, Unmanaged.passUnretained(frame).toOpaque())
+        frameSlot.value = Unmanaged.passUnretained(frame).toOpaque()
         defer {
-            pthread_setspecific(frameKey, previous)
+            frameSlot.value = previous
             Graph.activeFrames.wrappingSubtract(1, ordering: .relaxed)
         }
         return withExtendedLifetime(frame) { body() }
@@ -199,17 +191,12 @@ final class Frame {
 /// Records a read of `source` into the computation running on this thread, if any.
 @inline(__always)
 func recordRead(of source: any SourceNode, version: UInt64) {
-    guard let raw = pthread_getspecific(frameKey) else { return }
+    guard let raw = frameSlot.value else { return }
     let frame = Unmanaged<Frame>.fromOpaque(raw).takeUnretainedValue()
     if frame.computing { frame.record(source, version: version) }
 }
 
-let frameKey: pthread_key_t = makeThreadKey()
-let batchKey: pthread_key_t = makeThreadKey()
-
-private func makeThreadKey() -> pthread_key_t {
-    var key = pthread_key_t()
-    let status = pthread_key_create(&key, nil)
-    precondition(status == 0, "CofferState: pthread_key_create failed: \(CofferError.errnoText(status))")
-    return key
-}
+/// This thread's innermost `Frame` (a thread-local slot of the platform layer).
+let frameSlot = ThreadLocalSlot()
+/// This thread's outermost `BatchScope`.
+let batchSlot = ThreadLocalSlot()

@@ -1,6 +1,6 @@
 // The platform layer's directory notifications for FileWatcher: inotify on Linux, kqueue on
-// Darwin (written but not compiled: CI is Linux only), none elsewhere (FileWatcher polls); the
-// pipe that wakes the watcher thread, and that thread's identity.
+// Darwin (written but not compiled: CI is Linux only), none elsewhere (FileWatcher polls), and
+// the pipe that wakes the watcher thread.
 import CSharedWord
 
 #if canImport(Glibc)
@@ -225,16 +225,6 @@ struct WakePipe {
         _ = closeDescriptor(readEnd)
         _ = closeDescriptor(writeEnd)
     }
-}
-
-/// A thread's identity (`pthread_t`), to tell whether a call comes from the watcher thread.
-struct ThreadIdentity: Equatable, @unchecked Sendable {
-    // @unchecked Sendable: an opaque handle, compared and never dereferenced.
-    let handle: pthread_t
-
-    static var current: ThreadIdentity { ThreadIdentity(handle: pthread_self()) }
-
-    static func == (a: ThreadIdentity, b: ThreadIdentity) -> Bool { pthread_equal(a.handle, b.handle) != 0 }
 }
 
 /// Why a directory cannot be watched (it is polled instead).

@@ -1,0 +1,46 @@
+// The platform layer's thread calls: a pointer per thread (a pthread key), a thread's identity, and giving up the processor.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One pointer per thread, `nil` until that thread sets it (a pthread key): for state that
+/// belongs to the thread that set it, such as CofferState's batch scope and the stack of
+/// computations being refreshed. A slot lives as long as the process (the key is never
+/// deleted), so make it once, in a global.
+package struct ThreadLocalSlot: Sendable {
+    private let key: pthread_key_t
+
+    package init() {
+        var key = pthread_key_t()
+        let status = pthread_key_create(&key, nil)
+        precondition(status == 0, "Coffer: pthread_key_create failed: \(errnoDescription(status))")
+        self.key = key
+    }
+
+    /// This thread's pointer. Setting it changes no other thread's.
+    package var value: UnsafeMutableRawPointer? {
+        get { pthread_getspecific(key) }
+        nonmutating set { pthread_setspecific(key, newValue) }
+    }
+}
+
+/// Lets another thread run before this one continues (`sched_yield`): for a short wait on a
+/// value another thread is about to publish.
+package func yieldProcessor() {
+    sched_yield()
+}
+
+/// A thread's identity (`pthread_t`), to tell whether a call comes from the watcher thread.
+struct ThreadIdentity: Equatable, @unchecked Sendable {
+    // @unchecked Sendable: an opaque handle, compared and never dereferenced.
+    let handle: pthread_t
+
+    static var current: ThreadIdentity { ThreadIdentity(handle: pthread_self()) }
+
+    static func == (a: ThreadIdentity, b: ThreadIdentity) -> Bool { pthread_equal(a.handle, b.handle) != 0 }
+}

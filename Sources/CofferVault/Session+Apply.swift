@@ -1,0 +1,272 @@
+// A session catching up: records authenticated and applied in chain order, a large batch opened on two threads.
+import CofferCore
+import CofferJournal
+import CofferCrypto
+import Foundation
+import Synchronization
+
+extension Session {
+    mutating func apply(_ changes: JournalChanges) throws {
+        do {
+            try applyOrThrow(changes)
+        } catch var error as CofferError {
+            error.message += " — this vault stops here: lock and unlock it, or open it again, to read the file anew"
+            failure = error
+            throw error
+        }
+    }
+
+    private mutating func applyOrThrow(_ changes: JournalChanges) throws {
+        if changes.reset {
+            // Another process compacted the file: a new epoch, so a new chain from its start.
+            let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
+            try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
+            adopt(header)
+            chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+            entries.removeAll()
+            recordCount = 0
+            liveBytes = 0
+            if outside.tracking { outside.all = true }
+        }
+        // Records from other writers: note which items they touch, for observers.
+        outside.collecting = outside.tracking && !outside.all
+        defer { outside.collecting = false }
+        try apply(changes.records)
+    }
+
+    /// Authenticates and applies records in order, advancing the chain. With
+    /// `skippingFailures` (salvage) a record that fails is skipped — the chain still advances
+    /// over its tag — and the count of skipped records is returned.
+    ///
+    /// In three steps, with the same outcome as opening and indexing one record at a time:
+    /// 1. the payloads copied into one buffer: the index's entries keep slices of it (one
+    ///    allocation for the batch instead of one per record, and one to free).
+    /// 2. the chain value before every record, and every record opened (AEAD) and parsed
+    ///    against its chain value. The chain advances over the records' tags, which need no
+    ///    decryption, so a record can be opened as soon as the chain has reached it: for a large
+    ///    batch one thread computes the chain while the other opens the records it has reached,
+    ///    then both open the rest (``chainAndOpen(_:bounds:from:keys:vaultID:chains:into:)``).
+    ///    A record too short to hold a tag ends the chain: no later record can be
+    ///    authenticated, and step 3 throws there. The plaintexts are decrypted into a scratch
+    ///    buffer per thread, wiped as soon as the record is parsed; the secret is never copied
+    ///    out (the index keeps the sealed payload).
+    /// 3. in order: the index updated, and the first failure thrown (or skipped, when salvaging)
+    ///    with its offset, so what is applied before a failure is exactly what was before.
+    @discardableResult
+    mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
+        if records.isEmpty { return 0 }
+        let count = records.count
+        // 1. The payloads in one buffer, record i at bounds[i]..<bounds[i + 1].
+        var bounds: [Int] = []
+        bounds.reserveCapacity(count + 1)
+        bounds.append(0)
+        for i in 0..<count { bounds.append(bounds[i] + records[i].payload.count) }
+        let arena = Self.copyPayloads(records, bounds: bounds)
+        // 2. The chain (chains[i]: before record i) and the opens of records 0..<reached.
+        let chains = UnsafeMutablePointer<ChainValue>.allocate(capacity: count + 1)
+        defer { chains.deallocate() }  // ChainValue is trivial: nothing to deinitialise
+        let opened = UnsafeMutablePointer<Opened>.allocate(capacity: count)
+        // Outcomes are moved out one by one (no copy, no retain); the rest are destroyed here.
+        var next = 0
+        var reached = 0
+        defer {
+            (opened + next).deinitialize(count: reached - next)
+            opened.deallocate()
+        }
+        reached = try arena.withUnsafeBytes { arena in
+            try Self.chainAndOpen(
+                arena, bounds: bounds, from: chain, keys: keys, vaultID: header.vaultID, chains: chains, into: opened)
+        }
+        // 3. The index, in order. At most one new item per record: grow the table once.
+        entries.reserveCapacity(entries.count + reached)
+        var skipped = 0
+        while next < reached {
+            let i = next
+            let outcome = (opened + i).move()
+            next += 1
+            let payload = arena[bounds[i]..<bounds[i + 1]]
+            switch outcome {
+            case .body(let body):
+                index(body, payload: payload, chainBefore: chains[i], chainAfter: chains[i + 1])
+            case .invalid(let why):
+                // Sealed by someone holding the key, but not a body Coffer accepts (a name that
+                // is not UTF-8, say): salvage drops it like a record that fails to authenticate.
+                if skippingFailures {
+                    chain = chains[i + 1]
+                    skipped += 1
+                    continue
+                }
+                throw CofferError(
+                    .corrupted, "a vault record authenticated but \(why)", path: journal.path,
+                    offset: records[i].offset)
+            case .failed(let failure):
+                guard var error = failure as? CofferError else { throw failure }
+                if skippingFailures && payload.count >= XChaCha20Poly1305.tagLength {
+                    chain = chains[i + 1]
+                    skipped += 1
+                    continue
+                }
+                error.path = journal.path
+                error.offset = records[i].offset
+                throw error
+            }
+        }
+        return skipped
+    }
+
+    /// What opening one record gave.
+    private enum Opened {
+        case body(IndexedBody)
+        /// Authenticated, but refused by the body parser: why (``VaultRecordBody/invalidity(_:)``).
+        case invalid(String)
+        case failed(any Error)
+    }
+
+    /// Batches at least this large are opened on two threads, where there are two to use.
+    static let parallelOpenThreshold = 512
+    /// With one processor (or a CPU quota of one) the second thread would only wait for the
+    /// first, spinning on `sched_yield`: open on one thread there.
+    static let hasTwoProcessors = ProcessInfo.processInfo.activeProcessorCount >= 2
+    /// Records per unit of work on two threads: the chain is published, and opens are claimed,
+    /// this many at a time.
+    static let pipelineBlock = 64
+
+    /// The payloads of records `0..<bounds.count - 1` in one buffer, record `i` at
+    /// `bounds[i]..<bounds[i + 1]`.
+    private static func copyPayloads(_ records: [JournalRecord], bounds: [Int]) -> [UInt8] {
+        let total = bounds[bounds.count - 1]
+        guard total > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
+            let arena = UnsafeMutableRawBufferPointer(buffer)
+            for i in 0..<(bounds.count - 1) where bounds[i + 1] > bounds[i] {
+                records[i].payload.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: arena[bounds[i]..<bounds[i + 1]]).copyMemory(from: $0)
+                }
+            }
+            initialized = total
+        }
+    }
+
+    /// Step 2 of `apply` for the records `0..<bounds.count - 1` of `arena`: sets `chains[0]` to
+    /// `start` and `chains[i + 1]` to the chain value after record `i`, and initialises
+    /// `results[i]` with record `i` opened and parsed against `chains[i]`, for every record up
+    /// to and including the first too short to hold a tag (whose open fails; no chain value
+    /// follows it). Returns how many records were opened. Pure: writes only `chains` and
+    /// `results`.
+    ///
+    /// A large batch runs on two threads with three shared counters and no lock. The first
+    /// thread to start owns the chain: it extends it a block at a time, publishing how far it
+    /// has got, then helps with the opens. The other claims blocks of records to open in order,
+    /// waiting (yielding) only until the chain has reached its block — the chain is about
+    /// twice as fast as the opens, so it waits only for the first block. Neither thread waits
+    /// for the other otherwise, so if Dispatch runs both iterations on one thread one after the
+    /// other, the first does all the work and the second finds none.
+    /// - Throws: what advancing the chain throws (nothing has been applied then).
+    private static func chainAndOpen(
+        _ arena: UnsafeRawBufferPointer, bounds: [Int], from start: ChainValue, keys: VaultKeys, vaultID: [UInt8],
+        chains: UnsafeMutablePointer<ChainValue>, into results: UnsafeMutablePointer<Opened>
+    ) throws -> Int {
+        let count = bounds.count - 1
+        chains.initialize(to: start)
+        let shared = PipelineBuffers(arena: arena, chains: chains, results: results)
+        /// Advances the chain over `range`; returns the first record too short to hold a tag, or nil.
+        @Sendable func extend(_ range: Range<Int>) throws -> Int? {
+            for i in range {
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
+                guard sealed.count >= XChaCha20Poly1305.tagLength else { return i }
+                (shared.chains + i + 1).initialize(to: try keys.advance(shared.chains[i], tag: RecordCipher.tag(of: sealed)))
+            }
+            return nil
+        }
+        @Sendable func open(_ range: Range<Int>, _ opener: inout RecordOpener) {
+            for i in range {
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
+                let outcome: Opened
+                do {
+                    outcome = try opener.open(sealed, chain: shared.chains[i]) { plaintext in
+                        VaultRecordBody.indexed(plaintext).map { .body($0) }
+                            ?? .invalid(VaultRecordBody.invalidity(plaintext))
+                    }
+                } catch {
+                    outcome = .failed(error)
+                }
+                (shared.results + i).initialize(to: outcome)
+            }
+        }
+        if count < parallelOpenThreshold || !hasTwoProcessors {
+            let reached = try extend(0..<count).map { $0 + 1 } ?? count
+            var opener = RecordOpener(keys: keys, vaultID: vaultID)
+            open(0..<reached, &opener)
+            return reached
+        }
+        let pipeline = Pipeline()
+        DispatchQueue.concurrentPerform(iterations: 2) { _ in
+            var opener = RecordOpener(keys: keys, vaultID: vaultID)
+            if pipeline.owner.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
+                // The chain, a block at a time, published after each block.
+                var done = 0
+                while done < count {
+                    let end = min(count, done + pipelineBlock)
+                    do {
+                        if let short = try extend(done..<end) {
+                            pipeline.ready.store(short + 1, ordering: .releasing)  // chains[0...short]
+                            break
+                        }
+                    } catch {
+                        pipeline.failure.withLock { $0 = error }
+                        pipeline.ready.store(done + 1, ordering: .releasing)
+                        break
+                    }
+                    done = end
+                    pipeline.ready.store(done + 1, ordering: .releasing)
+                }
+                pipeline.finished.store(true, ordering: .releasing)
+            }
+            // The opens, a claimed block at a time, each once the chain has reached it.
+            while true {
+                let first = pipeline.claim.wrappingAdd(pipelineBlock, ordering: .relaxed).oldValue
+                guard first < count else { return }
+                var end = min(count, first + pipelineBlock)
+                while pipeline.ready.load(ordering: .acquiring) < end {  // chains[0..<end] needed
+                    if pipeline.finished.load(ordering: .acquiring) {
+                        end = min(end, pipeline.ready.load(ordering: .acquiring))
+                        break
+                    }
+                    yieldProcessor()
+                }
+                guard first < end else { return }
+                open(first..<end, &opener)
+            }
+        }
+        // Every record the chain reached was opened: 0..<reached.
+        let reached = min(count, pipeline.ready.load(ordering: .acquiring))
+        if let failure = pipeline.failure.withLock({ $0 }) {
+            results.deinitialize(count: reached)  // the caller destroys only what is returned
+            throw failure
+        }
+        return reached
+    }
+}
+
+/// The buffers handed to the threads of `Session.chainAndOpen`. Both read the payloads; only the
+/// chain's owner writes `chains`, and the other reads only the values published before it
+/// (`Pipeline.ready`); each writes only the results of the blocks it claimed.
+private struct PipelineBuffers<T>: @unchecked Sendable {
+    let arena: UnsafeRawBufferPointer
+    let chains: UnsafeMutablePointer<ChainValue>
+    let results: UnsafeMutablePointer<T>
+}
+
+/// The counters the two threads of `Session.chainAndOpen` share.
+private final class Pipeline: Sendable {
+    /// Whether a thread has taken the chain.
+    let owner = Atomic<Bool>(false)
+    /// How many chain values are published: `chains[0..<ready]` (release/acquire).
+    let ready = Atomic<Int>(1)
+    /// Set once the chain is complete, stopped at a short record, or failed: `ready` is final.
+    let finished = Atomic<Bool>(false)
+    /// The first record of the next block to open.
+    let claim = Atomic<Int>(0)
+    /// What advancing the chain threw.
+    let failure = Locked<(any Error)?>(nil)
+}

@@ -1,0 +1,222 @@
+// An unlocked vault's session: the open journal, the keys, the index of sealed records, commits and compaction.
+import CofferCore
+import CofferJournal
+import CofferCrypto
+import Foundation
+
+/// An unlocked vault's state: the open journal, the keys and the index of sealed records.
+struct Session: Sendable {
+    var journal: Journal
+    let keys: VaultKeys
+    var header: VaultHeader
+    var unlockedSlot: Int
+    var chain: ChainValue
+    var entries: [ItemKey: Entry] = [:]
+    var recordCount = 0
+    var liveBytes = 0
+    /// The items other writers changed since observers were last told (while observed).
+    var outside = OutsideChanges()
+    /// Set when what other writers did could not be applied (the file was replaced by another
+    /// vault, a record fails authentication): the journal has moved past it, so this session's
+    /// items, keys and chain no longer describe the file. Every later call throws it — no stale
+    /// read, no write sealed with the old chain — until the vault is locked and unlocked, or
+    /// opened again.
+    var failure: CofferError?
+
+    init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int) throws {
+        self.journal = journal
+        self.keys = keys
+        self.header = header
+        self.unlockedSlot = unlockedSlot
+        self.chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+    }
+
+    /// Records a sealed body in the index and advances the chain past it.
+    private mutating func index(_ body: IndexedBody, payload: [UInt8]) throws {
+        let after = try keys.advance(chain, over: payload)
+        index(body, payload: payload[...], chainBefore: chain, chainAfter: after)
+    }
+
+    mutating func index(
+        _ body: IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue
+    ) {
+        let size = payload.count + Journal.frameHeaderSize
+        switch body {
+        case .put(let item):
+            // One hash and probe: updateValue returns the entry it replaced.
+            let key = ItemKey(service: item.service, account: item.account)
+            if outside.collecting { outside.items.insert(key) }
+            if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
+                liveBytes -= old.payload.count + Journal.frameHeaderSize
+            }
+            liveBytes += size
+        case .delete(let service, let account):
+            if outside.collecting { outside.items.insert(ItemKey(service: service, account: account)) }
+            if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {
+                liveBytes -= old.payload.count + Journal.frameHeaderSize
+            }
+        }
+        chain = chainAfter
+        recordCount += 1
+    }
+
+    /// Seals and appends `changes` as one commit; returns how many changed something.
+    ///
+    /// All or nothing: every record is sealed (against the chain as it will be when it lands)
+    /// before anything in `self` changes, and the index and chain are updated only after the
+    /// append succeeded. Each record costs one allocation, its payload: the plaintext is encoded
+    /// into a wiped temporary buffer, the associated data is built on the stack, and the nonce,
+    /// ciphertext and tag are written straight into the payload the journal appends.
+    mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+        let capacity = changes.count
+        guard capacity > 0 else { return 0 }
+        // Milliseconds, as stored: the item in memory equals the item read back from the file.
+        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
+        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
+        // A single change needs none (an empty dictionary allocates nothing).
+        let batch = capacity > 1
+        var overlay: [ItemKey: VaultItem?] = [:]
+        var payloads: [[UInt8]] = []
+        payloads.reserveCapacity(capacity)
+        return try withUnsafeTemporaryAllocation(of: Sealed.self, capacity: capacity) { sealed in
+            let base = sealed.baseAddress!
+            var count = 0
+            defer { base.deinitialize(count: count) }
+            var chain = self.chain
+            for change in changes {
+                let (service, account) = change.identity
+                let key = ItemKey(service: service, account: account)
+                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
+                let body: IndexedBody
+                let payload: [UInt8]
+                if let (label, comment) = change.attributes {
+                    let item = VaultItem(
+                        service: service, account: account, label: label ?? old?.label ?? "",
+                        comment: comment ?? old?.comment ?? "", created: old?.created ?? now, modified: now)
+                    payload = try change.withSecret { secret in
+                        try RecordCipher.sealPut(item, secret: secret, keys: keys, vaultID: header.vaultID, chain: chain)
+                    }
+                    body = .put(item)
+                    if batch { overlay[key] = .some(item) }
+                } else {
+                    guard old != nil else { continue }
+                    payload = try RecordCipher.sealDelete(
+                        service: service, account: account, keys: keys, vaultID: header.vaultID, chain: chain)
+                    body = .delete(service: service, account: account)
+                    if batch { overlay[key] = .some(nil) }
+                }
+                let after = try keys.advance(chain, over: payload)
+                (base + count).initialize(to: Sealed(body: body, chainBefore: chain, chainAfter: after))
+                count += 1
+                payloads.append(payload)
+                chain = after
+            }
+            guard count > 0 else { return 0 }
+            try journal.append(payloads)
+            for i in 0..<count {
+                index(
+                    base[i].body, payload: payloads[i][...], chainBefore: base[i].chainBefore,
+                    chainAfter: base[i].chainAfter)
+            }
+            return count
+        }
+    }
+
+    /// A record of a commit, sealed but not yet appended.
+    private struct Sealed {
+        var body: IndexedBody
+        var chainBefore: ChainValue
+        var chainAfter: ChainValue
+    }
+
+    /// ``compactIfWorthIt()`` after a commit that is already durable: a failure (a full disk,
+    /// say) must not make the caller believe the write failed, so it is returned as a warning
+    /// for the caller to tell through ``CofferWarnings`` once its locks are released, and the
+    /// file is left as it was (the next write tries again).
+    mutating func compactAfterCommit() -> CofferWarning? {
+        do {
+            try compactIfWorthIt()
+            return nil
+        } catch {
+            return CofferWarning(
+                .compactionFailed, "compacting after a write failed; the write itself is durable: \(error)",
+                path: journal.path)
+        }
+    }
+
+    mutating func compactIfWorthIt() throws {
+        let used = Int(journal.dataEnd - journal.dataStart)
+        let garbage = used - liveBytes
+        if garbage > 64 * 1024 && garbage > liveBytes {
+            try journal.withWriteLock { changes in
+                try apply(changes)
+                try compact()
+            }
+        }
+    }
+
+    /// Rereads the header area from the file and adopts the header it holds; returns the
+    /// current copy (0 or 1). Call under the write lock before writing a header, after applying
+    /// the journal's changes.
+    ///
+    /// Why: a passphrase or key-slot change rewrites the header in place and appends no record,
+    /// so the journal's catch-up (which follows records and file replacements) does not see it.
+    /// A process that wrote the header it read at open — compaction raises the sequence and
+    /// writes it — would silently bring back a passphrase another process rotated away.
+    @discardableResult
+    mutating func reloadHeader() throws -> Int {
+        let area = try journal.reloadHeaderArea()
+        let (current, copy) = try Vault.selectHeader(area, path: journal.path)
+        try Vault.verifyMAC(area, copy: copy, keys: keys, path: journal.path)
+        // The epoch changes only with a new file, which the catch-up has applied by now (its
+        // records are chained from this epoch). Adopting another epoch here would seal the next
+        // records against the wrong chain.
+        guard current.vaultID == header.vaultID, current.epoch == header.epoch else {
+            throw CofferError(
+                .corrupted,
+                "the vault header's id or epoch changed without the file being replaced: it was not written by Coffer",
+                path: journal.path, offset: Int64(Journal.fileHeaderSize + copy * VaultHeader.copySize))
+        }
+        adopt(current)
+        return copy
+    }
+
+    /// Takes `current` as the header, keeping `unlockedSlot` on the slot this session was
+    /// unlocked with when that slot is still there (slots may have been removed before it).
+    mutating func adopt(_ current: VaultHeader) {
+        if current != header, header.slots.indices.contains(unlockedSlot),
+            let same = current.slots.firstIndex(of: header.slots[unlockedSlot])
+        {
+            unlockedSlot = same
+        }
+        if !current.slots.indices.contains(unlockedSlot) { unlockedSlot = 0 }
+        header = current
+    }
+
+    /// Re-seals every live item under a new epoch and rewrites the file, with the header the
+    /// file holds now (reread: see ``reloadHeader()``) and its sequence + 1. Call under the
+    /// write lock, after applying the journal's changes.
+    mutating func compact() throws {
+        try reloadHeader()
+        var header = self.header
+        header.sequence += 1
+        header.epoch = SecureRandom.bytes(count: 16)
+        header.mac = try keys.headerMAC(header)
+        var next = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
+        var payloads: [Data] = []
+        for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
+            var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
+            defer { wipe(&plaintext) }
+            guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {
+                let why = plaintext.withUnsafeBytes { VaultRecordBody.invalidity($0) }
+                throw CofferError(.corrupted, "a vault record authenticated but \(why)", path: journal.path)
+            }
+            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
+            try next.index(body, payload: payload)
+            payloads.append(Data(payload))
+        }
+        try journal.rewrite(payloads: payloads, headerArea: header.areaBytes())
+        next.outside = outside
+        self = next
+    }
+}

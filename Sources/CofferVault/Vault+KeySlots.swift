@@ -1,0 +1,141 @@
+// Key slots: which slot an unlock opens (within the KDF limit), and changing, adding and removing slots.
+import CofferCore
+import CofferJournal
+public import CofferCrypto
+
+extension Vault {
+    // MARK: - Key slots
+
+    /// Replaces the passphrase that unlocked this vault (or its first passphrase slot) with a
+    /// new one. Rewrites only the header, crash-safely: at every moment the old or the new
+    /// passphrase works. The master key is unchanged (see SECURITY.md).
+    ///
+    /// The header is reread from the file under the write lock, so a change made meanwhile by
+    /// another process (or `Vault` instance) is kept, and no process's later compaction undoes
+    /// this one.
+    /// - Parameter kdf: Argon2id parameters for the new slot; `nil` keeps the old slot's.
+    ///   Above ``defaultKDFLimit``, every later open must pass a `kdfLimit` at least as high.
+    public func changePassphrase(to new: VaultUnlock, kdf: Argon2idParameters? = nil) throws {
+        try updateHeader { header, session in
+            let material = try new.material(fileSystem: fs)
+            guard case .passphrase = material else {
+                throw CofferError(.invalidArgument, "changePassphrase takes a passphrase; use addKeySlot for keys")
+            }
+            let target: Int
+            if header.slots.indices.contains(session.unlockedSlot),
+                header.slots[session.unlockedSlot].kind == .passphrase
+            {
+                target = session.unlockedSlot
+            } else if let first = header.slots.firstIndex(where: { $0.kind == .passphrase }) {
+                target = first
+            } else {
+                throw CofferError(.invalidArgument, "this vault has no passphrase slot; add one with addKeySlot")
+            }
+            let old = header.slots[target]
+            let parameters = kdf ?? Argon2idParameters(opsLimit: old.opsLimit, memLimitBytes: old.memLimitBytes)
+            header.slots[target] = try KeySlotCrypto.makeSlot(
+                wrapping: session.keys.master, source: material, kdf: parameters, vaultID: header.vaultID)
+        }
+    }
+
+    /// Convenience for ``changePassphrase(to:kdf:)`` with a `String`.
+    public func changePassphrase(to passphrase: String) throws {
+        try changePassphrase(to: .passphrase(passphrase))
+    }
+
+    /// Adds a key slot, so `source` opens the vault too. Header-only, crash-safe.
+    /// - Parameter kdf: Argon2id parameters for a passphrase slot. Above ``defaultKDFLimit``,
+    ///   opening with that passphrase needs a `kdfLimit` at least as high.
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
+        try updateHeader { header, session in
+            guard header.slots.count < VaultHeader.maximumSlots else {
+                throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
+            }
+            let material = try source.material(fileSystem: fs)
+            header.slots.append(
+                try KeySlotCrypto.makeSlot(wrapping: session.keys.master, source: material, kdf: kdf, vaultID: header.vaultID))
+        }
+    }
+
+    /// Removes key slot `index` (see ``info()``). The last slot cannot be removed.
+    public func removeKeySlot(at index: Int) throws {
+        try updateHeader { header, session in
+            guard header.slots.indices.contains(index) else {
+                throw CofferError(.invalidArgument, "there is no key slot \(index)")
+            }
+            guard header.slots.count > 1 else {
+                throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault")
+            }
+            header.slots.remove(at: index)
+            if session.unlockedSlot == index { session.unlockedSlot = 0 }
+        }
+    }
+
+    /// The master key, when `unlock` opens a key slot of `header`.
+    ///
+    /// A passphrase slot whose Argon2id parameters exceed `kdfLimit` is not run (its cost is
+    /// the file's choice, and the file may be hostile); the slots within the limit are tried.
+    /// When none of them opens and some slot was passed over, the error is `.limitExceeded`:
+    /// the passphrase may well be right, so it is never reported as wrong.
+    static func unwrapMaster(
+        _ header: VaultHeader, unlock: VaultUnlock, kdfLimit: Argon2idParameters, fileSystem: any FileSystem,
+        path: String
+    ) throws -> (key: SecureBytes, slot: Int) {
+        let material = try unlock.material(fileSystem: fileSystem)
+        let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
+        // Parameters outside the format's own bounds are a malformed file, not a choice to
+        // weigh against the limit: refused as before, whatever the other slots hold.
+        for index in candidates where header.slots[index].kind == .passphrase {
+            try KeySlotCrypto.checkFormatBounds(header.slots[index])
+        }
+        let tried = candidates.filter { header.slots[$0].isWithin(kdfLimit) }
+        for index in tried {
+            if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
+                return (key, index)
+            }
+        }
+        if let over = candidates.first(where: { !header.slots[$0].isWithin(kdfLimit) }) {
+            let slot = header.slots[over]
+            let others =
+                tried.isEmpty
+                ? "" : " (the passphrase opens none of the \(tried.count) within the limit)"
+            throw CofferError(
+                .limitExceeded,
+                "key slot \(over) of this vault asks for Argon2id with "
+                    + "\(describeCost(slot.opsLimit, slot.memLimitBytes)), above the limit of "
+                    + "\(describeCost(kdfLimit.opsLimit, kdfLimit.memLimitBytes))\(others); "
+                    + "open it with a higher kdfLimit if you trust this file",
+                path: path)
+        }
+        let what: String
+        switch material {
+        case .passphrase: what = "the passphrase does not open this vault"
+        case .keyFile: what = "the key file does not open this vault"
+        case .rawKey: what = "the key does not open this vault"
+        }
+        let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
+        throw CofferError(.wrongKey, what + hint, path: path)
+    }
+
+    private func updateHeader(_ change: (inout VaultHeader, inout Session) throws -> Void) throws {
+        try withSession { live in
+            try live.journal.withWriteLock { journalChanges in
+                try live.apply(journalChanges)
+                // The header as the file holds it now, under the lock: another process may have
+                // changed it in place since this one last looked.
+                let currentCopy = try live.reloadHeader()
+                let current = live.header
+                var next = current
+                try change(&next, &live)
+                next.sequence = current.sequence + 1
+                next.mac = try live.keys.headerMAC(next)
+                let bytes = next.copyBytes()
+                // The copy that is not current first: until it is durable the current one stands.
+                let first = 1 - currentCopy
+                try live.journal.writeHeaderArea(bytes, at: first * VaultHeader.copySize)
+                try live.journal.writeHeaderArea(bytes, at: currentCopy * VaultHeader.copySize)
+                live.header = next
+            }
+        }
+    }
+}

@@ -42,7 +42,7 @@ public final class PostgresVault: Sendable {
     }
     private let tracking = Locked(Tracking())
     /// One strategy per service (see ``strategy(service:)``).
-    let strategies = Locked<[String: PostgresVaultStrategy]>([:])
+    let strategies = Locked<[String: WeakStrategy]>([:])
 
     private init(name: String, link: PostgresLink, sealing: RowSealing) {
         self.name = name

@@ -1,5 +1,6 @@
 #if Postgres
 public import CofferCore
+import CofferCrypto
 import CofferVault
 public import Foundation
 
@@ -43,7 +44,7 @@ public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePe
             let same: Bool
             switch (current, expected) {
             case (nil, nil): same = true
-            case (let current?, let expected?): same = constantTimeEqual(current, expected)
+            case (let current?, let expected?): same = SecureMemory.constantTimeEqual(current, expected)
             default: same = false
             }
             guard same else { return current }
@@ -61,13 +62,6 @@ public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePe
             if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
         }
     }
-}
-
-private func constantTimeEqual(_ a: Data, _ b: Data) -> Bool {
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for (x, y) in zip(a, b) { difference |= x ^ y }
-    return difference == 0
 }
 
 extension Backing {
@@ -89,13 +83,24 @@ extension Backing {
 extension PostgresVault {
     /// The strategy for `service`, one per service and vault, so properties on it share one
     /// subscription (and one LISTEN connection per vault).
+    ///
+    /// The vault remembers its strategies weakly: a strategy holds its vault, and a vault that held
+    /// its strategies would never be freed (nor its keys wiped) once one had been made.
     public func strategy(service: String) -> PostgresVaultStrategy {
         strategies.withLock { all in
-            if let existing = all[service] { return existing }
+            if let existing = all[service]?.strategy { return existing }
             let strategy = PostgresVaultStrategy(vault: self, service: service)
-            all[service] = strategy
+            all = all.filter { $0.value.strategy != nil }
+            all[service] = WeakStrategy(strategy: strategy)
             return strategy
         }
     }
+}
+
+/// A strategy the vault's cache does not keep alive.
+struct WeakStrategy: @unchecked Sendable {
+    // @unchecked Sendable: a weak reference to a Sendable class, read and written under the
+    // vault's lock.
+    weak var strategy: PostgresVaultStrategy?
 }
 #endif

@@ -65,7 +65,9 @@ final class ChangeFeed: @unchecked Sendable {
                 current = live
                 let stop = stopped
                 condition.unlock()
-                if stop { break }
+                // Stopped while connecting: close it below like any other (a `break` here once
+                // left it open, and postgres-nio traps on a connection freed unclosed).
+                if stop { throw CancellationError() }
                 live.addListener(channel: channel) { [weak self] _, _ in self?.wake() }
                 live.closeFuture.whenComplete { [weak self] _ in self?.wake() }
                 try PostgresLink.run("LISTEN \"\(channel)\"", on: live)

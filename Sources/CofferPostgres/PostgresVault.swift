@@ -347,26 +347,11 @@ public final class PostgresVault: Sendable {
     private func body(service: String, account: String) throws -> VaultRecordBody? {
         try checkNames(service: service, account: account)
         let rowKey = try sealing.rowKey(service: service, account: account)
-        var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
-        try binds.append(Data(rowKey))
-        let known = tracking.withLock { $0.newest[rowKey] }
-        let rows = try link.withConnection(idempotent: true) { connection in
-            try PostgresLink.run(
-                "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND row_key = $2", binds,
-                on: connection)
-        }
-        guard let row = rows.first else {
-            if known != nil {
-                throw CofferError(
-                    .corrupted, "a vault row this instance has read was deleted from the database behind Coffer's back",
-                    path: name)
-            }
-            return nil
-        }
-        let (_, record, version) = try Self.decodeRow(row)
-        try checkNotRolledBack(version, known: known)
-        let body = try sealing.open(record, rowKey: rowKey, version: version)
+        guard
+            let body = try link.withConnection(idempotent: true, { connection in
+                try currentBody(rowKey, on: connection)
+            })
+        else { return nil }
         switch body {
         case .put(let item, _):
             guard item.service == service, item.account == account else {
@@ -374,7 +359,6 @@ public final class PostgresVault: Sendable {
             }
         case .delete: break
         }
-        tracking.withLock { t in t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
         return body
     }
 
@@ -397,7 +381,9 @@ public final class PostgresVault: Sendable {
         }
         let (_, record, version) = try Self.decodeRow(row)
         try checkNotRolledBack(version, known: known)
-        return try sealing.open(record, rowKey: rowKey, version: version)
+        let body = try sealing.open(record, rowKey: rowKey, version: version)
+        tracking.withLock { t in t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
+        return body
     }
 
     /// `known`: the newest version of the row this instance knew of before it asked.

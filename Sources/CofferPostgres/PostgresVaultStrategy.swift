@@ -1,6 +1,5 @@
 #if Postgres
 public import CofferCore
-import CofferCrypto
 import CofferVault
 public import Foundation
 
@@ -41,13 +40,7 @@ public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePe
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
         var swapped = false
         try vault.update(service: service, account: key) { current in
-            let same: Bool
-            switch (current, expected) {
-            case (nil, nil): same = true
-            case (let current?, let expected?): same = SecureMemory.constantTimeEqual(current, expected)
-            default: same = false
-            }
-            guard same else { return current }
+            guard VaultStrategy.holds(current, exactly: expected) else { return current }
             swapped = true
             return new
         }

@@ -35,17 +35,21 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
         var swapped = false
         try vault.update(service: service, account: key) { (current: Data?) -> Data? in
-            let same: Bool
-            switch (current, expected) {
-            case (nil, nil): same = true
-            case (let current?, let expected?): same = SecureMemory.constantTimeEqual(current, expected)
-            default: same = false
-            }
-            guard same else { return current }
+            guard VaultStrategy.holds(current, exactly: expected) else { return current }
             swapped = true
             return new
         }
         return swapped
+    }
+
+    /// Whether an item's bytes are exactly `expected` (`nil`: absent), compared in constant time:
+    /// the test of every vault-backed compare-and-swap, the PostgreSQL vault's included.
+    package static func holds(_ current: Data?, exactly expected: Data?) -> Bool {
+        switch (current, expected) {
+        case (nil, nil): true
+        case (let current?, let expected?): SecureMemory.constantTimeEqual(current, expected)
+        default: false
+        }
     }
 
     /// Tells `handler` which accounts of this service other processes change (see

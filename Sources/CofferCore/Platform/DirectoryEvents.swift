@@ -44,7 +44,8 @@ struct DirectoryEvents {
     /// `kevent` waits for both.
     init(wakeRead: Int32) {
         #if os(Linux)
-        descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        // Never 0, 1 or 2 (see aboveStandardStreams): a stray write to a closed stream must fail.
+        descriptor = aboveStandardStreams(inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)))
         unavailableReason = descriptor >= 0 ? nil : "inotify is not available (\(CofferError.errnoText(errno)))"
         #elseif canImport(Darwin)
         let queue = kqueue()
@@ -196,7 +197,14 @@ struct WakePipe {
     init() {
         var fds: [Int32] = [-1, -1]
         if pipe(&fds) == 0 {
-            for fd in fds {
+            // Never 0, 1 or 2 (see aboveStandardStreams): `print` with standard output closed
+            // would feed the wake pipe, and a read of standard input would drain it.
+            fds = fds.map(aboveStandardStreams)
+            if fds.contains(-1) {
+                for fd in fds where fd >= 0 { _ = closeDescriptor(fd) }
+                fds = [-1, -1]
+            }
+            for fd in fds where fd >= 0 {
                 _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             }

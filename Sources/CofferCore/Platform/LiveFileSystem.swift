@@ -35,7 +35,7 @@ public struct LiveFileSystem: FileSystem {
         var flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         if create { flags |= O_CREAT }
         if exclusive { flags |= O_EXCL }
-        let fd = retrying { systemOpen(path, flags, mode_t(mode)) }
+        let fd = aboveStandardStreams(retrying { systemOpen(path, flags, mode_t(mode)) })
         if fd < 0 { throw Self.openError(path, errno: errno) }
         do {
             let status = try fstat(fd)
@@ -58,7 +58,7 @@ public struct LiveFileSystem: FileSystem {
 
     public func openReadOnly(_ path: String) throws -> Int32 {
         let path = try checked(path)
-        let fd = retrying { systemOpen(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) }
+        let fd = aboveStandardStreams(retrying { systemOpen(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) })
         if fd < 0 { throw Self.openError(path, errno: errno) }
         do {
             let status = try fstat(fd)
@@ -219,7 +219,7 @@ public struct LiveFileSystem: FileSystem {
 
     public func fsyncDirectory(_ path: String) throws {
         let path = try checked(path)
-        let fd = retrying { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
+        let fd = aboveStandardStreams(retrying { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) })
         if fd < 0 { throw CofferError.io("open directory", path: path, errno: errno) }
         defer { _ = systemClose(fd) }
         if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync directory", path: path, errno: errno) }
@@ -308,6 +308,7 @@ extension LiveFileSystem {
     package static func openRegularFileForReading(_ path: String) -> Result<Int32, RegularFileRefusal> {
         var fd: Int32
         repeat { fd = systemOpen(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) } while fd < 0 && errno == EINTR
+        fd = aboveStandardStreams(fd)
         if fd < 0 { return .failure(.open(errno)) }
         var status = SystemStat()
         guard systemFstat(fd, &status) == 0 else {
@@ -322,6 +323,21 @@ extension LiveFileSystem {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         return .success(fd)
     }
+}
+
+/// `fd`, moved above 2 when the C library handed out standard input, output or error (a process
+/// started with one closed: a daemon, cron, `cmd >&-`): the original is closed, so that stream
+/// stays closed. Left there, every write meant for the stream (`print`, a log line, the CLI's
+/// output of a secret) would land at offset 0 of a store file: `coffer list <&- >&-` wrote its
+/// table over the vault's header, and `coffer get` the secret in plaintext into the file.
+/// Returns -1, errno set, when `fd` is -1 or no descriptor above 2 is free.
+func aboveStandardStreams(_ fd: Int32) -> Int32 {
+    guard fd >= 0, fd <= 2 else { return fd }
+    let moved = fcntl(fd, F_DUPFD_CLOEXEC, 3)
+    let saved = errno
+    _ = systemClose(fd)
+    errno = saved
+    return moved
 }
 
 /// The effective user ID of this process.

@@ -129,7 +129,8 @@ extension Journal {
     /// it *looks torn* (``looksTorn(_:frameAt:maxPayload:)``) and either nothing intact follows
     /// it or `lenientTail` is set (coalesced writers use the file, so a power loss may persist a
     /// later unsynced commit and not an earlier one). Otherwise it is damage: strict scanning
-    /// stops there; salvage skips to the next intact commit.
+    /// stops there; salvage skips to the next intact commit. The search for that commit is
+    /// bounded (``searchBudget(_:)``); when it runs out, the frame is damage and salvage stops.
     ///
     /// With `source` (the `Data` whose bytes `bytes` are), each record's payload is a slice of it
     /// sharing its storage, instead of a copy: one allocation for the whole file, not two per
@@ -137,6 +138,32 @@ extension Journal {
     package static func scanFrames(
         _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false,
         source: Data? = nil
+    ) -> Scan {
+        var budget = searchBudget(bytes.count)
+        return scanFrames(
+            bytes, from: start, maxPayload: maxPayload, salvage: salvage, lenientTail: lenientTail, source: source,
+            budget: &budget)
+    }
+
+    /// Payload bytes the searches for an intact frame after damage may checksum in one scan:
+    /// twice the file, plus 64 MiB. Candidates whose header check passes at a place that is no
+    /// frame are one in 2³² in real files, so an honest search stays far below it; a crafted
+    /// file can put a passing header every 12 bytes, each claiming the rest of the file, and
+    /// checking them all took n²/24 bytes of CRC (46 s for 1 MiB, hours for 16 MiB).
+    static func searchBudget(_ count: Int) -> Int { 2 * count + (64 << 20) }
+
+    /// Where the search for the next intact frame after damage ended.
+    enum NextFrame: Equatable {
+        case at(Int)
+        case none
+        /// The budget ran out first: something intact may follow, so the damage is never taken
+        /// for a torn tail, and salvage keeps nothing after it.
+        case unknown
+    }
+
+    private static func scanFrames(
+        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool,
+        source: Data?, budget: inout Int
     ) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
@@ -175,23 +202,26 @@ extension Journal {
         /// Judges the invalid frame at `offset` (its commit began at `groupStart`). Returns
         /// whether the scan ends; otherwise it resumes at the next intact frame (salvage).
         func judge() -> Bool {
-            let next = nextIntactFrame(bytes, after: offset, maxPayload: maxPayload)
+            let search = nextIntactFrame(bytes, after: offset, maxPayload: maxPayload, budget: &budget)
             let torn = looksTorn(bytes, frameAt: offset, maxPayload: maxPayload)
-            if torn && (next == nil || lenientTail) {
+            if torn && (search == .none || lenientTail) {
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
                 scan.end = groupStart
                 return true
             }
             scan.damage.append(groupStart)
             group.removeAll()
-            guard let next else {
+            guard case .at(let next) = search else {
                 // Damage in the last commit (not a torn write): salvage drops it.
                 scan.end = groupStart
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
                 return true
             }
             if !salvage {
-                scan.intactAfterDamage = countIntact(bytes, from: next, maxPayload: maxPayload)
+                scan.intactAfterDamage = scanFrames(
+                    bytes, from: next, maxPayload: maxPayload, salvage: true, lenientTail: false, source: nil,
+                    budget: &budget
+                ).records.count
                 scan.end = groupStart
                 scan.garbageEnd = groupStart
                 return true
@@ -249,24 +279,26 @@ extension Journal {
 
     /// The offset of the next intact frame after `offset` that starts a commit (K = 0). Intact
     /// continuation frames are skipped: they may be the rest of the very commit being judged.
-    private static func nextIntactFrame(_ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int) -> Int? {
+    /// Each payload checksummed is paid from `budget` (see ``searchBudget(_:)``).
+    private static func nextIntactFrame(
+        _ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int, budget: inout Int
+    ) -> NextFrame {
         var p = offset + 1
         while p + frameHeaderSize <= bytes.count {
             // The length must fit in what is left before any checksum is worth computing: at
             // almost every offset of damaged bytes it does not, so the search stays cheap.
             let length = Int(loadLE(bytes, p) & lengthMask)
             if length >= 1, length <= bytes.count - p - frameHeaderSize,
-                let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues
+                parseFrameHeader(
+                    UnsafeRawBufferPointer(rebasing: bytes[p..<(p + frameHeaderSize)]), maxPayload: maxPayload) != nil
             {
-                return p
+                if length > budget { return .unknown }
+                budget -= length
+                if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues { return .at(p) }
             }
             p += 1
         }
-        return nil
-    }
-
-    private static func countIntact(_ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int) -> Int {
-        scanFrames(bytes, from: start, maxPayload: maxPayload, salvage: true).records.count
+        return .none
     }
 
     private static func isZero(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Bool {

@@ -152,8 +152,20 @@ extension Journal {
         let directory = DurableIO.parentDirectory(of: path)
         let prefix = "." + DurableIO.lastComponent(of: path) + "."
         guard (try fs.stat(directory)) != nil else { return }
-        for name in try fs.contentsOfDirectory(directory) where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {
+        for name in try fs.contentsOfDirectory(directory) where isTemporaryFile(name, prefix: prefix) {
             try fs.unlink(directory + "/" + name)
         }
+    }
+
+    /// Whether `name` is `<prefix><random>.tmp` as DurableIO names this store's temporary files,
+    /// the random part in base 36 (no dot). Any name that merely starts with the prefix would
+    /// also match another store's: opening `a.coffer` removed `.a.coffer.old.coffer.<random>.tmp`,
+    /// the file a compaction of `a.coffer.old.coffer` was about to rename into place.
+    static func isTemporaryFile(_ name: String, prefix: String) -> Bool {
+        guard name.hasPrefix(prefix), name.hasSuffix(".tmp") else { return false }
+        let random = name.utf8.dropFirst(prefix.utf8.count).dropLast(4)
+        let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
+        let letters = UInt8(ascii: "a")...UInt8(ascii: "z")
+        return !random.isEmpty && random.allSatisfy { digits.contains($0) || letters.contains($0) }
     }
 }

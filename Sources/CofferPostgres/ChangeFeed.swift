@@ -31,6 +31,15 @@ final class ChangeFeed: @unchecked Sendable {
         thread.start()
     }
 
+    /// Tells every feed on `channel` that a write committed `version`, as part of the writing
+    /// transaction (PostgreSQL delivers the notification at commit, never for a rollback).
+    static func notify(_ channel: String, of version: Int64, on connection: PostgresConnection) throws {
+        var binds = PostgresBindings()
+        binds.append(channel)
+        binds.append(String(version))
+        try PostgresLink.run("SELECT pg_notify($1, $2)", binds, on: connection)
+    }
+
     /// Stops the feed: its connection is closed and its thread ends shortly after.
     func stop() {
         condition.lock()

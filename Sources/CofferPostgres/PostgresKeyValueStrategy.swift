@@ -35,16 +35,7 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
 
     let link: PostgresLink
     let channel: String
-    private let observers = FeedObservers<StoreChange>()
-
-    private struct Tracking {
-        /// The newest suite version the observers have been told about; `nil` when unknown
-        /// (the server was down when observing started).
-        var seen: Int64? = 0
-        /// Versions this instance wrote, not to be reported as outside changes.
-        var own: Set<Int64> = []
-    }
-    private let tracking = Locked(Tracking())
+    private let tracker = ChangeTracker<StoreChange>()
 
     /// A store for `suite` on the server `configuration` names. Nothing is contacted until the
     /// first call; the tables are created then when missing.
@@ -103,10 +94,10 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
             for key in order {
                 try upsert(key: key, value: latest[key]!, version: version, on: connection)
             }
-            try notify(version, on: connection)
+            try ChangeFeed.notify(channel, of: version, on: connection)
             return (version, true)
         }
-        markOwn(version)
+        tracker.markOwn(version)
     }
 
     // MARK: - Atomic read-modify-write
@@ -154,10 +145,10 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
             guard case .store(let next) = try decide(current) else { return (nil, false) }
             try upsert(key: keyBytes, value: next, version: version, on: connection)
-            try notify(version, on: connection)
+            try ChangeFeed.notify(channel, of: version, on: connection)
             return (version, true)
         }
-        if let written { markOwn(written) }
+        if let written { tracker.markOwn(written) }
     }
 
     // MARK: - Changes from elsewhere
@@ -167,48 +158,26 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
     /// least one observation is alive. After a dropped connection it reconnects and reports
     /// what changed meanwhile. Never fails for an unreachable server: it keeps trying.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        observers.add(handler) {
-            // Where the observers start from: changes after this version are theirs to hear of.
-            let baseline = try? currentVersion()
-            tracking.withLock {
-                $0.seen = baseline
-                $0.own = []
-            }
-            return ChangeFeed(configuration: configuration, channel: channel) { [weak self] connection in
-                try self?.catchUp(on: connection)
-            }
+        tracker.observe(handler, link: link, channel: channel, version: currentVersion(on:)) { [weak self] connection in
+            try self?.catchUp(on: connection)
         }
     }
 
-    /// Reads what changed since the last report and tells the observers.
+    /// Reads which keys changed since the last report and tells the observers.
     private func catchUp(on connection: PostgresConnection) throws {
-        guard observers.isObserved else { return }
-        guard let since = tracking.withLock({ $0.seen }) else {
-            // The starting point is unknown (the server was down): tell everyone to reread.
-            let now = try currentVersion(on: connection)
-            tracking.withLock { $0.seen = now }
-            observers.notify(StoreChange(keys: nil))
-            return
+        try tracker.catchUp(on: connection, version: currentVersion(on:), everything: StoreChange(keys: nil)) { since in
+            var binds = PostgresBindings()
+            binds.append(suite)
+            binds.append(since)
+            let rows = try PostgresLink.run(
+                "SELECT key, version FROM coffer_kv WHERE suite = $1 AND version > $2", binds, on: connection)
+            return try rows.map { row -> (row: String, version: Int64) in
+                let cells = row.cells
+                return (try Self.key(from: cells[0].decode(Data.self)), try cells[1].decode(Int64.self))
+            }
+        } report: { keys in
+            StoreChange(keys: Set(keys))
         }
-        var binds = PostgresBindings()
-        binds.append(suite)
-        binds.append(since)
-        let rows = try PostgresLink.run(
-            "SELECT key, version FROM coffer_kv WHERE suite = $1 AND version > $2", binds, on: connection)
-        guard !rows.isEmpty else { return }
-        var changed: [(String, Int64)] = []
-        for row in rows {
-            let cells = row.cells
-            changed.append((try Self.key(from: cells[0].decode(Data.self)), try cells[1].decode(Int64.self)))
-        }
-        let keys = tracking.withLock { t -> Set<String> in
-            let newest = changed.map(\.1).max() ?? since
-            let outside = Set(changed.filter { !t.own.contains($0.1) }.map(\.0))
-            t.seen = max(t.seen ?? 0, newest)
-            t.own = t.own.filter { $0 > newest }
-            return outside
-        }
-        if !keys.isEmpty { observers.notify(StoreChange(keys: keys)) }
     }
 
     // MARK: - Internals
@@ -222,7 +191,7 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
         let rows = try link.withConnection(idempotent: false) { connection in
             try PostgresLink.run(Self.writeStatement, binds, on: connection)
         }
-        if let version = try rows.first?.cells[0].decode(Int64.self) { markOwn(version) }
+        if let version = try rows.first?.cells[0].decode(Int64.self) { tracker.markOwn(version) }
     }
 
     /// One statement, so one round trip and one transaction: raise the suite's version (locking
@@ -234,13 +203,6 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
         ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version RETURNING t.version) \
         SELECT w.version FROM w, pg_notify($4, w.version::text)
         """
-
-    private func markOwn(_ version: Int64) {
-        guard observers.isObserved else { return }
-        tracking.withLock { t in
-            if version > (t.seen ?? 0) { t.own.insert(version) }
-        }
-    }
 
     private func bumpVersion(on connection: PostgresConnection) throws -> Int64 {
         var binds = PostgresBindings()
@@ -262,17 +224,6 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
             "INSERT INTO coffer_kv AS t (suite, key, value, version) VALUES ($1, $2, $3, $4) "
                 + "ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version", binds,
             on: connection)
-    }
-
-    private func notify(_ version: Int64, on connection: PostgresConnection) throws {
-        var binds = PostgresBindings()
-        binds.append(channel)
-        binds.append(String(version))
-        try PostgresLink.run("SELECT pg_notify($1, $2)", binds, on: connection)
-    }
-
-    private func currentVersion() throws -> Int64 {
-        try link.withConnection(idempotent: true) { try currentVersion(on: $0) }
     }
 
     private func currentVersion(on connection: PostgresConnection) throws -> Int64 {

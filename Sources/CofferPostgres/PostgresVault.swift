@@ -31,16 +31,10 @@ public final class PostgresVault: Sendable {
     let link: PostgresLink
     let sealing: RowSealing
     let channel: String
-    private let observers = FeedObservers<Set<VaultItemID>?>()
-
-    private struct Tracking {
-        var seen: Int64? = 0
-        var own: Set<Int64> = []
-        /// The newest version this instance has seen of each row: an older one later is a
-        /// rollback, a row gone is a deletion behind Coffer's back.
-        var newest: [[UInt8]: Int64] = [:]
-    }
-    private let tracking = Locked(Tracking())
+    private let tracker = ChangeTracker<Set<VaultItemID>?>()
+    /// The newest version this instance has seen of each row: an older one later is a rollback,
+    /// a row gone is a deletion behind Coffer's back.
+    private let newestVersions = Locked<[[UInt8]: Int64]>([:])
     /// One strategy per service (see ``strategy(service:)``).
     let strategies = Locked<[String: WeakStrategy]>([:])
 
@@ -168,7 +162,7 @@ public final class PostgresVault: Sendable {
         var binds = PostgresBindings()
         try binds.append(Data(sealing.vaultID))
         // What was known before the query: a commit seen then must be visible to it.
-        let known = tracking.withLock { $0.newest }
+        let known = newestVersions.withLock { $0 }
         let rows = try link.withConnection(idempotent: true) { connection in
             try PostgresLink.run(
                 "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1", binds, on: connection)
@@ -229,7 +223,7 @@ public final class PostgresVault: Sendable {
                 return (nil, false)
             }
             try upsert(rowKey, record, version, on: connection)
-            try notify(version, on: connection)
+            try ChangeFeed.notify(channel, of: version, on: connection)
             return (version, true)
         }
         if let version { wrote([rowKey], version) }
@@ -279,7 +273,7 @@ public final class PostgresVault: Sendable {
                 written.append(rowKey)
             }
             guard !written.isEmpty else { return ((version, []), false) }
-            try notify(version, on: connection)
+            try ChangeFeed.notify(channel, of: version, on: connection)
             return ((version, written), true)
         }
         if !written.isEmpty { wrote(written, version) }
@@ -290,56 +284,34 @@ public final class PostgresVault: Sendable {
     /// Calls `handler` with the items other instances change (`nil`: any may have), from a
     /// LISTEN on the vault's channel; after a dropped connection, with what changed meanwhile.
     public func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
-        observers.add(handler) {
-            let baseline = try? currentVersion()
-            tracking.withLock {
-                $0.seen = baseline
-                $0.own = []
-            }
-            return ChangeFeed(configuration: configuration, channel: channel) { [weak self] connection in
-                try self?.catchUp(on: connection)
-            }
+        tracker.observe(handler, link: link, channel: channel, version: currentVersion(on:)) { [weak self] connection in
+            try self?.catchUp(on: connection)
         }
     }
 
+    /// Reads which items changed since the last report and tells the observers; a changed row
+    /// that fails to authenticate makes everyone reread (and report it).
     private func catchUp(on connection: PostgresConnection) throws {
-        guard observers.isObserved else { return }
-        guard let since = tracking.withLock({ $0.seen }) else {
-            let now = try currentVersion(on: connection)
-            tracking.withLock { $0.seen = now }
-            observers.notify(nil)
-            return
-        }
-        var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
-        binds.append(since)
-        let rows = try PostgresLink.run(
-            "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND version > $2", binds,
-            on: connection)
-        guard !rows.isEmpty else { return }
-        var changed: [(VaultItemID?, Int64)] = []
-        for row in rows {
-            let (rowKey, record, version) = try Self.decodeRow(row)
-            let id: VaultItemID?
-            switch try? sealing.open(record, rowKey: rowKey, version: version) {
-            case .put(let item, var secret)?:
-                secret.withUnsafeMutableBytes { zero($0) }
-                id = VaultItemID(service: item.service, account: item.account)
-            case .delete(let service, let account)?: id = VaultItemID(service: service, account: account)
-            case nil: id = nil  // fails to authenticate: everyone rereads, and reports it
+        try tracker.catchUp(on: connection, version: currentVersion(on:), everything: nil) { since in
+            var binds = PostgresBindings()
+            try binds.append(Data(sealing.vaultID))
+            binds.append(since)
+            let rows = try PostgresLink.run(
+                "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND version > $2", binds,
+                on: connection)
+            return try rows.map { row -> (row: VaultItemID?, version: Int64) in
+                let (rowKey, record, version) = try Self.decodeRow(row)
+                switch try? sealing.open(record, rowKey: rowKey, version: version) {
+                case .put(let item, var secret)?:
+                    secret.withUnsafeMutableBytes { zero($0) }
+                    return (VaultItemID(service: item.service, account: item.account), version)
+                case .delete(let service, let account)?: return (VaultItemID(service: service, account: account), version)
+                case nil: return (nil, version)  // fails to authenticate: everyone rereads, and reports it
+                }
             }
-            changed.append((id, version))
+        } report: { items in
+            items.contains(nil) ? nil : Set(items.compactMap { $0 })
         }
-        let items = tracking.withLock { t -> Set<VaultItemID>?? in
-            let newest = changed.map(\.1).max() ?? since
-            let outside = changed.filter { !t.own.contains($0.1) }
-            t.seen = max(t.seen ?? 0, newest)
-            t.own = t.own.filter { $0 > newest }
-            if outside.isEmpty { return .none }
-            if outside.contains(where: { $0.0 == nil }) { return .some(nil) }
-            return .some(Set(outside.compactMap(\.0)))
-        }
-        if case .some(let items) = items { observers.notify(items) }
     }
 
     // MARK: - Internals
@@ -367,7 +339,7 @@ public final class PostgresVault: Sendable {
         var binds = PostgresBindings()
         try binds.append(Data(sealing.vaultID))
         try binds.append(Data(rowKey))
-        let known = tracking.withLock { $0.newest[rowKey] }
+        let known = newestVersions.withLock { $0[rowKey] }
         let rows = try PostgresLink.run(
             "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND row_key = $2", binds,
             on: connection)
@@ -382,7 +354,7 @@ public final class PostgresVault: Sendable {
         let (_, record, version) = try Self.decodeRow(row)
         try checkNotRolledBack(version, known: known)
         let body = try sealing.open(record, rowKey: rowKey, version: version)
-        tracking.withLock { t in t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
+        newestVersions.withLock { $0[rowKey] = max($0[rowKey] ?? 0, version) }
         return body
     }
 
@@ -415,10 +387,10 @@ public final class PostgresVault: Sendable {
     }
 
     private func wrote(_ rowKeys: [[UInt8]], _ version: Int64) {
-        tracking.withLock { t in
-            for rowKey in rowKeys { t.newest[rowKey] = max(t.newest[rowKey] ?? 0, version) }
-            if observers.isObserved, version > (t.seen ?? 0) { t.own.insert(version) }
+        newestVersions.withLock { newest in
+            for rowKey in rowKeys { newest[rowKey] = max(newest[rowKey] ?? 0, version) }
         }
+        tracker.markOwn(version)
     }
 
     private func bumpVersion(on connection: PostgresConnection) throws -> Int64 {
@@ -445,17 +417,6 @@ public final class PostgresVault: Sendable {
             "INSERT INTO coffer_vault_rows (vault_id, row_key, record, version) VALUES ($1, $2, $3, $4) "
                 + "ON CONFLICT (vault_id, row_key) DO UPDATE SET record = excluded.record, version = excluded.version",
             binds, on: connection)
-    }
-
-    private func notify(_ version: Int64, on connection: PostgresConnection) throws {
-        var binds = PostgresBindings()
-        binds.append(channel)
-        binds.append(String(version))
-        try PostgresLink.run("SELECT pg_notify($1, $2)", binds, on: connection)
-    }
-
-    private func currentVersion() throws -> Int64 {
-        try link.withConnection(idempotent: true) { try currentVersion(on: $0) }
     }
 
     private func currentVersion(on connection: PostgresConnection) throws -> Int64 {

@@ -1,14 +1,16 @@
 #if Postgres
 public import CofferCore
-import CofferVault
-public import Foundation
+public import CofferVault
 
 /// A ``PersistenceStrategy`` over one service of a ``PostgresVault``: each key is an account.
 /// Values are stored in plain form (a String's UTF-8), as in `VaultStrategy`, so `coffer get`
-/// prints exactly what an `@Stored` property saved.
+/// prints exactly what an `@Stored` property saved. A compare-and-swap holds the vault's version
+/// row locked from the read to the write.
 public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, ServiceStrategy
 {
+    // Every strategy method is ServiceStrategy's (CofferVault), shared with `VaultStrategy`.
+
     /// The vault holding the items.
     public let vault: PostgresVault
     /// The service every key of this strategy belongs to.
@@ -18,44 +20,9 @@ public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePe
         self.vault = vault
         self.service = service
     }
-
-    public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
-    public func save(_ data: Data, for key: String) throws { try vault.set(data, service: service, account: key) }
-    public func remove(_ key: String) throws { try vault.remove(service: service, account: key) }
-    public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
-
-    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
-        try vault.apply(
-            changes.map { change in
-                if let data = change.data {
-                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
-                } else {
-                    .remove(service: service, account: change.key)
-                }
-            })
-    }
-
-    /// Stores `new` only if the item holds exactly `expected` (compared in constant time), with
-    /// the vault's version row locked from the read to the write.
-    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
-        var swapped = false
-        try vault.update(service: service, account: key) { current in
-            guard VaultStrategy.holds(current, exactly: expected) else { return current }
-            swapped = true
-            return new
-        }
-        return swapped
-    }
-
-    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let service = self.service
-        return vault.observeChanges { items in
-            guard let items else { return handler(StoreChange(keys: nil)) }
-            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
-            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
-        }
-    }
 }
+
+extension PostgresVault: ServiceKeychain {}
 
 extension Backing {
     /// An item of a vault kept in PostgreSQL, encrypted in this process.

@@ -32,15 +32,8 @@ package final class RowSealing: Sendable {
     /// A new vault: a random master key wrapped in one key slot for `unlock`, and the header
     /// copy (2,048 bytes, the file vault's layout, MAC and checksum) that holds the slot.
     package static func create(unlock: VaultUnlock, kdf: Argon2idParameters) throws -> (RowSealing, header: [UInt8]) {
-        let material = try unlock.material(fileSystem: LiveFileSystem())
-        let master = try crypto { try SecureBytes.random(count: 32) }
-        let keys = try VaultKeys(master: master)
-        let vaultID = SecureRandom.bytes(count: 16)
-        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
-        var header = VaultHeader(
-            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
-        header.mac = try keys.headerMAC(header)
-        return (try RowSealing(vaultID: vaultID, keys: keys), header.copyBytes())
+        let (keys, header) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
+        return (try RowSealing(vaultID: header.vaultID, keys: keys), header.copyBytes())
     }
 
     /// Unlocks a vault from its stored header copy, as `Vault.open` does: the slots within

@@ -20,14 +20,7 @@ extension Vault {
         at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
         lockTimeout: Duration = .seconds(10), fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
-        let material = try unlock.material(fileSystem: fileSystem)
-        let master = try crypto { try SecureBytes.random(count: 32) }
-        let keys = try VaultKeys(master: master)
-        let vaultID = SecureRandom.bytes(count: 16)
-        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
-        var header = VaultHeader(
-            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
-        header.mac = try keys.headerMAC(header)
+        let (keys, header) = try newKeys(unlock: unlock, kdf: kdf, fileSystem: fileSystem)
         try DurableIO.ensureDirectory(DurableIO.parentDirectory(of: url.path), fileSystem: fileSystem)
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
         let (journal, _) = try Journal.open(
@@ -37,6 +30,23 @@ extension Vault {
         return Vault(
             url: url, fileSystem: fileSystem, options: options, kdfLimit: defaultKDFLimit.raised(to: kdf),
             session: session)
+    }
+
+    /// A new vault's keys and first header: a random master key, vault id and epoch, the master
+    /// key wrapped in one key slot for `unlock`, and the header's MAC. The file vault and the
+    /// row store (``RowSealing``) both begin here.
+    static func newKeys(
+        unlock: VaultUnlock, kdf: Argon2idParameters, fileSystem: any FileSystem
+    ) throws -> (VaultKeys, VaultHeader) {
+        let material = try unlock.material(fileSystem: fileSystem)
+        let master = try crypto { try SecureBytes.random(count: 32) }
+        let keys = try VaultKeys(master: master)
+        let vaultID = SecureRandom.bytes(count: 16)
+        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        var header = VaultHeader(
+            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
+        header.mac = try keys.headerMAC(header)
+        return (keys, header)
     }
 
     /// Opens and unlocks an existing vault, authenticating every record.

@@ -10,8 +10,11 @@ public import Foundation
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
     CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy,
-    ChangeObservingPersistenceStrategy
+    ChangeObservingPersistenceStrategy, ServiceStrategy
 {
+    // load, save, remove, keys, saveBatch, compareAndSwap and observeChanges are
+    // ServiceStrategy's, shared with the PostgreSQL vault's strategy.
+
     /// The vault holding the items.
     public let vault: Vault
     /// The service every key of this strategy belongs to.
@@ -23,56 +26,8 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
         self.service = service
     }
 
-    public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
-    public func save(_ data: Data, for key: String) throws { try vault.set(data, service: service, account: key) }
-    public func remove(_ key: String) throws { try vault.remove(service: service, account: key) }
-    public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
     public func flush() throws { try vault.flush() }
     public func compact() throws { try vault.compact() }
-
-    /// Stores `new` only if the item holds exactly `expected` (compared in constant time), under
-    /// the vault's lock and after catching up with every other process.
-    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
-        var swapped = false
-        try vault.update(service: service, account: key) { (current: Data?) -> Data? in
-            guard VaultStrategy.holds(current, exactly: expected) else { return current }
-            swapped = true
-            return new
-        }
-        return swapped
-    }
-
-    /// Whether an item's bytes are exactly `expected` (`nil`: absent), compared in constant time:
-    /// the test of every vault-backed compare-and-swap, the PostgreSQL vault's included.
-    package static func holds(_ current: Data?, exactly expected: Data?) -> Bool {
-        switch (current, expected) {
-        case (nil, nil): true
-        case (let current?, let expected?): SecureMemory.constantTimeEqual(current, expected)
-        default: false
-        }
-    }
-
-    /// Tells `handler` which accounts of this service other processes change (see
-    /// ``Vault/observeChanges(_:)``).
-    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let service = self.service
-        return vault.observeChanges { items in
-            guard let items else { return handler(StoreChange(keys: nil)) }
-            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
-            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
-        }
-    }
-
-    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
-        try vault.apply(
-            changes.map { change in
-                if let data = change.data {
-                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
-                } else {
-                    .remove(service: service, account: change.key)
-                }
-            })
-    }
 }
 
 /// How the default vault of a ``CofferContext`` is found and unlocked, for `.vault(service:account:)`.

@@ -169,7 +169,8 @@ package enum VaultRecordBody: Equatable {
         }
     }
 
-    /// The fields of a body as byte ranges of it, with the lengths and the end checked.
+    /// The fields of a body as byte ranges of it, with the lengths and the end checked (parsed by
+    /// the `init?(_:)` in the extension below, which keeps the memberwise initialiser).
     struct Layout {
         enum Kind { case put, delete }
         var kind: Kind
@@ -180,37 +181,6 @@ package enum VaultRecordBody: Equatable {
         var created: Int64 = 0
         var modified: Int64 = 0
         var secret = 0..<0
-
-        init?(_ bytes: UnsafeRawBufferPointer) {
-            // A cursor value rather than nested functions capturing a local `var`: those get a
-            // dynamic exclusivity check on every call, which showed in the open profile.
-            var cursor = Cursor(bytes: bytes, offset: 1)
-            guard let first = bytes.first else { return nil }
-            switch first {
-            case 1:
-                guard let service = cursor.field(), let account = cursor.field(), let label = cursor.field(),
-                    let comment = cursor.field(), let created = cursor.int64(), let modified = cursor.int64(),
-                    let secret = cursor.field(), cursor.offset == bytes.count
-                else { return nil }
-                self.kind = .put
-                self.service = service
-                self.account = account
-                self.label = label
-                self.comment = comment
-                self.created = created
-                self.modified = modified
-                self.secret = secret
-            case 2:
-                guard let service = cursor.field(), let account = cursor.field(), cursor.offset == bytes.count else {
-                    return nil
-                }
-                self.kind = .delete
-                self.service = service
-                self.account = account
-            default:
-                return nil
-            }
-        }
 
         /// Reads length-prefixed fields and integers, checking every length against the end.
         private struct Cursor {
@@ -267,6 +237,34 @@ package enum VaultRecordBody: Equatable {
             offset += 1
         }
         return bits & 0x8080_8080_8080_8080 == 0
+    }
+}
+
+extension VaultRecordBody.Layout {
+    /// The layout of `bytes`; `nil` for an unknown kind, a length past the end, or bytes after
+    /// the last field.
+    init?(_ bytes: UnsafeRawBufferPointer) {
+        // A cursor value rather than nested functions capturing a local `var`: those get a
+        // dynamic exclusivity check on every call, which showed in the open profile.
+        var cursor = Cursor(bytes: bytes, offset: 1)
+        guard let first = bytes.first else { return nil }
+        switch first {
+        case 1:
+            guard let service = cursor.field(), let account = cursor.field(), let label = cursor.field(),
+                let comment = cursor.field(), let created = cursor.int64(), let modified = cursor.int64(),
+                let secret = cursor.field(), cursor.offset == bytes.count
+            else { return nil }
+            self.init(
+                kind: .put, service: service, account: account, label: label, comment: comment, created: created,
+                modified: modified, secret: secret)
+        case 2:
+            guard let service = cursor.field(), let account = cursor.field(), cursor.offset == bytes.count else {
+                return nil
+            }
+            self.init(kind: .delete, service: service, account: account)
+        default:
+            return nil
+        }
     }
 }
 

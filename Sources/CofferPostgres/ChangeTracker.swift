@@ -1,0 +1,89 @@
+// What both PostgreSQL stores share to report changes from elsewhere: where their observers
+// start, which versions this instance wrote itself, and how catching up orders the two.
+#if Postgres
+import CofferCore
+import PostgresNIO
+
+/// The change observation of one PostgreSQL store (a key-value suite, a vault): its observers and
+/// their ``ChangeFeed``, the newest version they have been told about, and the versions this
+/// instance wrote, which are not reported as changes from elsewhere.
+///
+/// Every write to a store raises the store's version and stamps the rows it writes with it, so
+/// "changed since the last report" is "rows with a newer version". The store says which rows those
+/// are and what its observers hear of them; this type keeps the rest: suppressing this instance's
+/// own writes, moving the starting point forward, and making everyone reread when the starting
+/// point is unknown because the server was down when observing started.
+final class ChangeTracker<Change: Sendable>: Sendable {
+    private struct State {
+        /// The newest store version the observers have been told about; `nil` when unknown
+        /// (the server was down when observing started).
+        var seen: Int64? = 0
+        /// Versions this instance wrote, not to be reported as outside changes.
+        var own: Set<Int64> = []
+    }
+
+    private let observers = FeedObservers<Change>()
+    private let state = Locked(State())
+
+    init() {}
+
+    /// Adds `handler`. The first observer starts a feed on `channel` that calls `catchUp` (the
+    /// store's, holding the store weakly), from the version `version` reads now.
+    func observe(
+        _ handler: @escaping @Sendable (Change) -> Void, link: PostgresLink, channel: String,
+        version: (PostgresConnection) throws -> Int64,
+        catchUp: @escaping @Sendable (PostgresConnection) throws -> Void
+    ) -> StoreObservation {
+        observers.add(handler) {
+            // Where the observers start from: changes after this version are theirs to hear of.
+            let baseline = try? link.withConnection(idempotent: true) { try version($0) }
+            state.withLock {
+                $0.seen = baseline
+                $0.own = []
+            }
+            return ChangeFeed(configuration: link.configuration, channel: channel, catchUp: catchUp)
+        }
+    }
+
+    /// Reads what changed since the last report and tells the observers.
+    ///
+    /// - Parameters:
+    ///   - version: reads the store's version (for a starting point that is unknown).
+    ///   - everything: what observers hear when the starting point is unknown: reread all.
+    ///   - changed: the store's rows written after the given version, each with its version.
+    ///   - report: what observers hear of the changed rows this instance did not write (never
+    ///     called with none).
+    func catchUp<Row>(
+        on connection: PostgresConnection, version: (PostgresConnection) throws -> Int64, everything: Change,
+        changed: (_ since: Int64) throws -> [(row: Row, version: Int64)], report: ([Row]) -> Change
+    ) throws {
+        guard observers.isObserved else { return }
+        guard let since = state.withLock({ $0.seen }) else {
+            let now = try version(connection)
+            state.withLock { $0.seen = now }
+            observers.notify(everything)
+            return
+        }
+        let rows = try changed(since)
+        guard !rows.isEmpty else { return }
+        let newest = rows.map(\.version).max() ?? since
+        let own = state.withLock { t -> Set<Int64> in
+            defer {
+                t.seen = max(t.seen ?? 0, newest)
+                t.own = t.own.filter { $0 > newest }
+            }
+            return t.own
+        }
+        let outside = rows.filter { !own.contains($0.version) }.map(\.row)
+        if !outside.isEmpty { observers.notify(report(outside)) }
+    }
+
+    /// Notes a version this instance committed, so that catching up does not report it.
+    func markOwn(_ version: Int64) {
+        guard observers.isObserved else { return }
+        state.withLock { t in
+            if version > (t.seen ?? 0) { t.own.insert(version) }
+        }
+    }
+}
+#endif

@@ -12,6 +12,22 @@ public enum DurableIO {
     /// Permission bits of every directory Coffer creates.
     public static let directoryMode: UInt32 = 0o700
 
+    /// A free name beside `path` for a damaged file set aside by a salvage:
+    /// `<path>.damaged-<seconds since 1970><suffix>`, then `-2`, `-3`, … when that name is taken,
+    /// so a second salvage within the same second never overwrites the first one's copy.
+    package static func damagedCopyPath(for path: String, suffix: String = "", fileSystem fs: any FileSystem) throws
+        -> String
+    {
+        let base = path + ".damaged-\(Int(Date().timeIntervalSince1970))\(suffix)"
+        var candidate = base
+        var attempt = 1
+        while try fs.stat(candidate) != nil {
+            attempt += 1
+            candidate = base + "-\(attempt)"
+        }
+        return candidate
+    }
+
     /// Replaces the file at `path` with `bytes`, atomically and durably.
     ///
     /// Writes a temporary file created `0600` beside it (`O_EXCL`), fsyncs it, renames it over

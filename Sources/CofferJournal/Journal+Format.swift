@@ -145,10 +145,11 @@ extension Journal {
             budget: &budget)
     }
 
-    /// Payload bytes the searches for an intact frame after damage may checksum in one scan:
-    /// twice the file, plus 64 MiB. Candidates whose header check passes at a place that is no
-    /// frame are one in 2³² in real files, so an honest search stays far below it; a crafted
-    /// file can put a passing header every 12 bytes, each claiming the rest of the file, and
+    /// Bytes one scan may checksum (every frame's payload, and the searches for an intact frame
+    /// after damage) and examine for torn sectors: twice the file, plus 64 MiB. An honest file
+    /// is checksummed once, and candidates whose header check passes at a place that is no
+    /// frame are one in 2³² in real files, so an honest scan stays far below it; a crafted file
+    /// can put a passing header every 12 bytes, each claiming the rest of the file, and
     /// checking them all took n²/24 bytes of CRC (46 s for 1 MiB, hours for 16 MiB).
     static func searchBudget(_ count: Int) -> Int { 2 * count + (64 << 20) }
 
@@ -173,7 +174,7 @@ extension Journal {
         while true {
             if offset >= count || (count - offset < frameHeaderSize) {
                 if group.isEmpty && isZero(bytes, from: offset) { break }
-            } else if let frame = intactFrame(bytes, at: offset, maxPayload: maxPayload) {
+            } else if let frame = intactFrame(bytes, at: offset, maxPayload: maxPayload, budget: &budget) {
                 let body = offset + frameHeaderSize
                 let next = body + frame.length
                 if frame.continues == group.isEmpty {
@@ -203,7 +204,7 @@ extension Journal {
         /// whether the scan ends; otherwise it resumes at the next intact frame (salvage).
         func judge() -> Bool {
             let search = nextIntactFrame(bytes, after: offset, maxPayload: maxPayload, budget: &budget)
-            let torn = looksTorn(bytes, frameAt: offset, maxPayload: maxPayload)
+            let torn = looksTorn(bytes, frameAt: offset, maxPayload: maxPayload, budget: &budget)
             if torn && (search == .none || lenientTail) {
                 scan.garbageEnd = lastNonZero(bytes, from: groupStart).map { $0 + 1 } ?? groupStart
                 scan.end = groupStart
@@ -233,11 +234,22 @@ extension Journal {
     }
 
     /// The frame at `offset` when it is intact (header check, length, payload CRC).
-    private static func intactFrame(_ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int) -> FrameHeader? {
+    ///
+    /// The payload checksummed is paid from `budget`. An honest scan checksums each byte of the
+    /// file about once; a crafted one, in which every other frame fails its CRC while claiming the
+    /// rest of the file, would checksum the rest of the file at each (quadratic). A frame the
+    /// budget cannot pay for is not intact: damage, never wiped.
+    private static func intactFrame(
+        _ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int, budget: inout Int
+    ) -> FrameHeader? {
         guard offset >= 0, bytes.count - offset >= frameHeaderSize,
             let frame = parseFrameHeader(
                 UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
             frame.length <= bytes.count - offset - frameHeaderSize,
+            frame.length <= budget
+        else { return nil }
+        budget -= frame.length
+        guard
             CRC32C.checksum(
                 UnsafeRawBufferPointer(
                     rebasing: bytes[(offset + frameHeaderSize)..<(offset + frameHeaderSize + frame.length)]))
@@ -256,7 +268,14 @@ extension Journal {
     /// block inside it (the last one possibly shorter, ending at the frame's end) is all zero.
     /// With a header that fails its check the frame's extent is unknown, so only the header's
     /// own bytes are judged.
-    static func looksTorn(_ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int) -> Bool {
+    ///
+    /// Each sector examined is paid from `budget` (the search's, ``searchBudget(_:)``): a crafted
+    /// file of many invalid frames, each claiming the rest of the file, would otherwise cost a
+    /// walk over the rest of the file at every one of them (quadratic). When the budget cannot
+    /// pay, the frame is not taken for a torn write: it is damage, which is never wiped.
+    static func looksTorn(
+        _ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int, budget: inout Int
+    ) -> Bool {
         let count = bytes.count
         if offset >= count || count - offset < frameHeaderSize { return true }
         let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)])
@@ -270,6 +289,8 @@ extension Journal {
         }
         var boundary = (offset / sectorSize + 1) * sectorSize
         while boundary < end {
+            if budget < sectorSize { return false }
+            budget -= sectorSize
             let blockEnd = min(boundary + sectorSize, end)
             if isAllZero(UnsafeRawBufferPointer(rebasing: bytes[boundary..<blockEnd])) { return true }
             boundary += sectorSize
@@ -293,8 +314,9 @@ extension Journal {
                     UnsafeRawBufferPointer(rebasing: bytes[p..<(p + frameHeaderSize)]), maxPayload: maxPayload) != nil
             {
                 if length > budget { return .unknown }
-                budget -= length
-                if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload), !frame.continues { return .at(p) }
+                if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload, budget: &budget), !frame.continues {
+                    return .at(p)
+                }
             }
             p += 1
         }

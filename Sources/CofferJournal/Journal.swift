@@ -359,7 +359,7 @@ package final class Journal: @unchecked Sendable {
                                 + "follow it; nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
-                    let aside = path + ".damaged-\(Int(Date().timeIntervalSince1970))"
+                    let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)
                     try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
                     CofferWarnings.warn(

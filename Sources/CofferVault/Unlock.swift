@@ -199,6 +199,8 @@ enum KeyFileReader {
             throw CofferError.io("fstat of the key file", path: path, errno: code)
         case .failure(.notRegular):
             throw notRegular(path)
+        case .failure(.nulInPath):
+            throw CofferError(.invalidArgument, "a key file path must not contain a NUL byte", errno: EINVAL_)
         }
     }
 

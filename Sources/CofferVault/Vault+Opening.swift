@@ -141,7 +141,7 @@ extension Vault {
         var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0)
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
-            let aside = realPath + ".damaged-\(Int(Date().timeIntervalSince1970))-records"
+            let aside = try DurableIO.damagedCopyPath(for: realPath, suffix: "-records", fileSystem: fileSystem)
             try DurableIO.atomicReplace(aside, with: original, fileSystem: fileSystem)
             CofferWarnings.warn(
                 CofferWarning(

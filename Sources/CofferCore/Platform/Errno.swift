@@ -14,6 +14,7 @@ func errnoDescription(_ value: Int32) -> String {
 }
 
 package let ENOENT_: Int32 = ENOENT
+package let EINVAL_: Int32 = EINVAL
 package let ENOTDIR_: Int32 = ENOTDIR
 package let EIO_: Int32 = EIO
 package let EACCES_: Int32 = EACCES

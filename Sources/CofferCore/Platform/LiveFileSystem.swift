@@ -300,12 +300,16 @@ extension LiveFileSystem {
         case fstat(Int32)
         /// The path names a FIFO, socket, device or directory.
         case notRegular
+        /// The path holds a NUL byte (C would read only the part before it).
+        case nulInPath
     }
 
     /// Opens `path` for reading, following symbolic links (a key kept on another device is often
     /// reached through one), with `O_NONBLOCK` so that a FIFO never waits for a writer; keeps
     /// only a regular file, made blocking again for the read.
     package static func openRegularFileForReading(_ path: String) -> Result<Int32, RegularFileRefusal> {
+        // A NUL would cut the C string short: "key\0x" must not open "key".
+        if path.utf8.contains(0) { return .failure(.nulInPath) }
         var fd: Int32
         repeat { fd = systemOpen(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) } while fd < 0 && errno == EINTR
         fd = aboveStandardStreams(fd)

@@ -2,6 +2,14 @@
 // or executable), a run of one to its end, and where the built products are.
 public import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The executable product `name` (`coffer`, `CofferTestHelper` …) built beside the running test
 /// binary.
 ///
@@ -118,11 +126,16 @@ public final class HelperChild: @unchecked Sendable {
     }
 
     /// Reads `handle` to its end on a thread of its own, handing each chunk, then `nil` at the
-    /// end, to `take` with the condition held.
+    /// end, to `take` with the condition held. Plain `read(2)`: it returns what the pipe holds
+    /// (`FileHandle.read(upToCount:)` waits for the whole count or the end).
     private func drain(_ handle: FileHandle, _ take: @escaping @Sendable (HelperChild, Data?) -> Void) {
         Thread.detachNewThread { [self] in
-            while let chunk = try? handle.read(upToCount: 65536), !chunk.isEmpty {
-                condition.withLock { take(self, chunk) }
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = read(handle.fileDescriptor, &buffer, buffer.count)
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { break }  // the end, or an error: nothing more will come
+                condition.withLock { take(self, Data(buffer[..<count])) }
             }
             condition.withLock {
                 take(self, nil)

@@ -9,11 +9,11 @@ package import Logging
 package struct CapturingLogHandler: LogHandler {
     package var metadata: Logger.Metadata = [:]
     package var logLevel: Logger.Level = .trace
-    private let seen: @Sendable (_ level: Logger.Level, _ message: Logger.Message, _ fields: String) -> Void
+    /// Takes an entry's level, message and `key=value` fields.
+    package typealias Seen = @Sendable (_ level: Logger.Level, _ message: Logger.Message, _ fields: String) -> Void
+    private let seen: Seen
 
-    package init(_ seen: @escaping @Sendable (_ level: Logger.Level, _ message: Logger.Message, _ fields: String) -> Void) {
-        self.seen = seen
-    }
+    package init(_ seen: @escaping Seen) { self.seen = seen }
 
     package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }

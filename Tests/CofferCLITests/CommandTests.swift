@@ -264,7 +264,8 @@ struct CommandTests {
 struct TerminalTests {
     /// Types `first` at init's passphrase prompt on `terminal`, and `second` at its repeat.
     static func answerInitPrompts(
-        on terminal: PseudoTerminal, _ first: String, _ second: String, sourceLocation: SourceLocation = #_sourceLocation
+        on terminal: PseudoTerminal, _ first: String, _ second: String,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) {
         #expect(terminal.waitFor("Passphrase for the new vault"), sourceLocation: sourceLocation)
         terminal.type(first)

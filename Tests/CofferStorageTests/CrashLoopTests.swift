@@ -13,7 +13,8 @@ struct KVCrashLoopTests {
         _ = try KeyValueFileStrategy(directory: dir.url, suite: "crash", durability: .immediate)
         let figures = try runCrashLoop(["crash-kv", dir.path, "crash"], directory: dir.path) {
             // The lock is free at once: a 50 ms timeout is enough.
-            try KeyValueFileStrategy(directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: .seconds(0.05))
+            try KeyValueFileStrategy(
+                directory: dir.url, suite: "crash", durability: .immediate, lockTimeout: .seconds(0.05))
         } newest: { store in
             try store.get(Int.self, for: "last") ?? -1
         } check: { store, step in

@@ -16,7 +16,9 @@ struct CounterStressTests {
     @Test func keyValueCounter() throws {
         let dir = try Scratch("kv-counter")
         let start = Date()
-        let writers = try (0..<2).map { _ in try HelperChild(["kv-increment", dir.path, "counter", "n", "\(Self.times)"]) }
+        let writers = try (0..<2).map { _ in
+            try HelperChild(["kv-increment", dir.path, "counter", "n", "\(Self.times)"])
+        }
         for writer in writers { #expect(writer.wait() == 0) }
         let store = try KeyValueFileStrategy(directory: dir.url, suite: "counter")
         #expect(try store.get(Int.self, for: "n") == 2 * Self.times)

@@ -46,7 +46,8 @@ struct HeaderChangeRaceTests {
     static func twoInstancesOfANewVault(in dir: Scratch) throws -> (url: URL, a: Vault, b: Vault) {
         let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
-        return (url, try Vault.open(at: url, unlock: .passphrase("old")), try Vault.open(at: url, unlock: .passphrase("old")))
+        let open = { try Vault.open(at: url, unlock: .passphrase("old")) }
+        return (url, try open(), try open())
     }
 
     /// Two `Vault`s on one file behave as two processes: each has its own journal, descriptor

@@ -83,7 +83,16 @@ let package = Package(
             name: "CofferVault", dependencies: ["CofferCore", "CofferJournal", "CofferCrypto"],
             swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
-        .target(name: "CofferTesting", dependencies: ["CofferCore"], swiftSettings: strictSettings),
+        // Test support (a public product); swift-log only for the integration children's and
+        // tests' log handler (CapturingLogHandler.swift), with the traits that use it.
+        .target(
+            name: "CofferTesting",
+            dependencies: [
+                "CofferCore",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle"])),
+            ],
+            swiftSettings: strictSettings
+        ),
         // Built (and postgres-nio with it) only with the `Postgres` trait; an empty module without.
         .target(
             name: "CofferPostgres",
@@ -110,7 +119,7 @@ let package = Package(
         .executableTarget(
             name: "CofferTestHelper",
             dependencies: [
-                "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres",
+                "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres", "CofferTesting",
                 // The integration children (Integrations.swift), built with their traits.
                 .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
                 .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
@@ -153,7 +162,7 @@ let package = Package(
             dependencies: ["CofferState", "CofferStorage", "CofferVault", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "CofferCLITests", dependencies: ["coffer"], swiftSettings: strictSettings),
+        .testTarget(name: "CofferCLITests", dependencies: ["coffer", "CofferTesting"], swiftSettings: strictSettings),
 
         // Integrations. Each target compiles to an empty module unless its trait is enabled
         // (its sources are wrapped in `#if Trait`), and its package dependency is conditional.

@@ -4,19 +4,13 @@ import CofferCore
 import CofferJournal
 import CofferCrypto
 import CofferStorage
+import CofferTesting  // crashValue, which the crash-loop tests check against
 import CofferVault
 import Foundation
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// The value the crash children write for commit `i`: a length that varies from a few bytes to
-/// several 4 KiB pages, so commits end at every offset within a sector and span sectors.
-func crashValue(_ i: Int) -> [UInt8] {
-    let length = 1 + (i &* 2654435761) % 9000
-    return (0..<length).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ i ^ ($0 >> 8)) }
-}
 
 /// `crash-kv DIR SUITE`: commits forever (immediate mode). Commit i is one batch:
 /// `k<i mod 64>` = crashValue(i), `x` = crashValue(i), `last` = i; then prints `ack <i>`. Every 7th

@@ -12,6 +12,7 @@ import CofferCore
 import CofferCrypto
 import CofferState
 import CofferStorage
+import CofferTesting  // IntegrationSecrets, CapturingLogHandler
 import CofferVault
 import Foundation
 import Synchronization
@@ -25,13 +26,6 @@ import CofferServiceLifecycle
 import Logging
 import ServiceLifecycle
 #endif
-
-/// The secrets the integration children handle; the tests look for them in every output.
-enum IntegrationSecrets {
-    static let passphrase = "correct horse PASSPHRASE-7d1f"
-    static let vaultSecret = "SECRET-VALUE-93c2"
-    static let storedSecret = "SECRET-KV-55aa"
-}
 
 /// Runs an integration command to its end (main.swift is synchronous).
 func runIntegrationCommand(_ arguments: [String]) {
@@ -70,22 +64,12 @@ private func integrationCommand(_ arguments: [String]) async throws {
 }
 
 #if Logging || ServiceLifecycle
-/// Prints each entry as `log LEVEL MESSAGE | key=value …` (the handler's and the entry's metadata).
-struct PrintingLogHandler: LogHandler {
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-    let seen: @Sendable (String) -> Void
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let all = metadata.merging(event.metadata ?? [:]) { $1 }
-        let fields = all.keys.sorted().map { "\($0)=\(all[$0]!)" }.joined(separator: " ")
-        say("log \(event.level) \(event.message) | \(fields)")
-        seen("\(event.message)|\(fields)")
+/// Prints each entry as `log LEVEL MESSAGE | key=value …` (the handler's and the entry's
+/// metadata), and hands `MESSAGE|key=value …` to `seen`.
+func printingLogHandler(_ seen: @escaping @Sendable (String) -> Void = { _ in }) -> CapturingLogHandler {
+    CapturingLogHandler { level, message, fields in
+        say("log \(level) \(message) | \(fields)")
+        seen("\(message)|\(fields)")
     }
 }
 #endif
@@ -93,7 +77,7 @@ struct PrintingLogHandler: LogHandler {
 #if Logging
 private func logWarnings(directory: String) throws {
     let lines = Mutex<[String]>([])
-    let logger = Logger(label: "coffer.test") { _ in PrintingLogHandler { line in lines.withLock { $0.append(line) } } }
+    let logger = Logger(label: "coffer.test") { _ in printingLogHandler { line in lines.withLock { $0.append(line) } } }
     CofferWarnings.log(to: logger)
 
     // Every secret from here on fails to lock into RAM (as past `ulimit -l`).
@@ -179,7 +163,7 @@ private func lifecycleServe(directory: String) async throws {
         "before unsynced=\(suite.hasUnsyncedWrites) locked=\(vault.isLocked) watching=\(FileWatcher.shared.isRunning) "
             + "inotify=\(inotifyDescriptors())")
 
-    let logger = Logger(label: "coffer.lifecycle") { _ in PrintingLogHandler { _ in } }
+    let logger = Logger(label: "coffer.lifecycle") { _ in printingLogHandler() }
     let group = ServiceGroup(
         services: [CofferService(context: context, logger: logger), ReadyService()],
         gracefulShutdownSignals: [.sigterm], logger: logger)

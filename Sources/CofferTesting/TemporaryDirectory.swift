@@ -1,3 +1,4 @@
+// A private temporary directory for a test, removed with its contents when released.
 import CofferCore
 public import Foundation
 import Synchronization
@@ -34,6 +35,13 @@ public final class TemporaryDirectory: Sendable {
         path = String(cString: created)
     }
 
+    /// A directory for one test, named after it: `coffer-<name>-XXXXXX`, so a directory left by a
+    /// crashed run says which test made it.
+    /// - Throws: as ``init(prefix:)``.
+    public convenience init(_ name: String) throws {
+        try self.init(prefix: "coffer-\(name)")
+    }
+
     deinit { try? remove() }
 
     /// The directory as a file URL.
@@ -41,6 +49,9 @@ public final class TemporaryDirectory: Sendable {
 
     /// The path of `name` inside the directory.
     public func path(_ name: String) -> String { path + "/" + name }
+
+    /// The URL of `name` inside the directory.
+    public func url(_ name: String) -> URL { url.appendingPathComponent(name) }
 
     /// Deletes the directory and its contents; later calls do nothing.
     /// - Throws: the file manager's error when removal fails.

@@ -262,15 +262,23 @@ struct CommandTests {
 /// The terminal prompt, driven through a pseudo-terminal as a person would type.
 @Suite("coffer on a terminal")
 struct TerminalTests {
+    /// Types `first` at init's passphrase prompt on `terminal`, and `second` at its repeat.
+    static func answerInitPrompts(
+        on terminal: PseudoTerminal, _ first: String, _ second: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        #expect(terminal.waitFor("Passphrase for the new vault"), sourceLocation: sourceLocation)
+        terminal.type(first)
+        #expect(terminal.waitFor("Repeat the passphrase"), sourceLocation: sourceLocation)
+        terminal.type(second)
+    }
+
     @Test("init asks twice, get once, set reads the secret — all without echo", .timeLimit(.minutes(1)))
     func promptsWithoutEcho() throws {
         let box = try Sandbox()
         let terminal = try PseudoTerminal()
         let initChild = try box.start(["init"], passphraseFile: false, terminal: terminal)
-        #expect(terminal.waitFor("Passphrase for the new vault"))
-        terminal.type(box.passphrase)
-        #expect(terminal.waitFor("Repeat the passphrase"))
-        terminal.type(box.passphrase)
+        Self.answerInitPrompts(on: terminal, box.passphrase, box.passphrase)
         let made = box.expectClean(initChild.wait())
         #expect(made.status == Exit.ok, "\(made)")
         terminal.drain()
@@ -304,10 +312,7 @@ struct TerminalTests {
         let third = try PseudoTerminal()
         let other = box.path + "/other.coffer"
         let mismatch = try box.start(["--vault", other, "init"], vault: false, passphraseFile: false, terminal: third)
-        #expect(third.waitFor("Passphrase for the new vault"))
-        third.type(box.passphrase)
-        #expect(third.waitFor("Repeat the passphrase"))
-        third.type(box.newPassphrase)
+        Self.answerInitPrompts(on: third, box.passphrase, box.newPassphrase)
         let refused = box.expectClean(mismatch.wait())
         #expect(refused.status == Exit.failure, "\(refused)")
         #expect(!FileManager.default.fileExists(atPath: other))

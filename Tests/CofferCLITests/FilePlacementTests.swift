@@ -1,3 +1,4 @@
+import CofferTesting
 import Foundation
 import Testing
 
@@ -94,7 +95,7 @@ struct FilePlacementTests {
             "$COFFER" --vault "$BOX/vault.coffer" --passphrase-file "$BOX/passphrase" verify > /dev/null 2>&1; echo "verify $?"
             printf x | "$COFFER" --vault "$BOX/vault.coffer" --passphrase-file "$BOX/passphrase" set svc other 2> "$OUT/set.err"; echo "set $?"
             """
-        let out = try PlacementOutput()
+        let out = try TemporaryDirectory(prefix: "coffer-cli-out")
         let result = try shell(["unshare", "-m", "--propagation", "private", "sh", "-c", script], box: box, out: out.path)
         #expect(result.contains("get 0"), "\(result)")
         #expect(result.contains("list 0"), "\(result)")
@@ -112,19 +113,14 @@ struct FilePlacementTests {
         let box = try Sandbox()
         try box.initVault()
         try box.set("svc", "acct", Array("owner-only".utf8))
-        unlink(box.vault + ".lock")
-        let nobody: uid_t = 65534
-        for file in [box.path, box.vault, box.passphraseFile] { chown(file, nobody, gid_t(nobody)) }
+        handToNobody(box)
         chmod(box.vault, 0o400)
         chmod(box.path, 0o500)
         defer { chmod(box.path, 0o700) }
-        let out = try PlacementOutput()
-        chown(out.path, nobody, gid_t(nobody))
         let script = """
             "$COFFER" --vault "$BOX/vault.coffer" --passphrase-file "$BOX/passphrase" get svc acct > "$OUT/get" 2>/dev/null; echo "get $?"
             """
-        let result = try shell(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script], box: box, out: out.path)
+        let (result, out) = try runAsNobody(script, box: box)
         #expect(result.contains("get 0"), "\(result)")
         #expect(FileManager.default.contents(atPath: out.path + "/get") == Data("owner-only".utf8))
         #expect(!FileManager.default.fileExists(atPath: box.vault + ".lock"))
@@ -136,56 +132,53 @@ struct FilePlacementTests {
         let box = try Sandbox()
         try box.initVault()
         try box.set("svc", "acct", Array("victim-secret".utf8))
-        unlink(box.vault + ".lock")
-        let victim: uid_t = 65534
+        handToNobody(box)  // the victim
         let attacker: uid_t = 1000
-        for file in [box.path, box.vault, box.passphraseFile] { chown(file, victim, gid_t(victim)) }
         chmod(box.path, 0o1777)
         defer { chmod(box.path, 0o700) }
         try box.write(Array(repeating: 0, count: 4096), to: box.vault + ".lock")
         chown(box.vault + ".lock", attacker, gid_t(attacker))
         chmod(box.vault + ".lock", 0o644)
-        let out = try PlacementOutput()
-        chown(out.path, victim, gid_t(victim))
         let script = """
             "$COFFER" --vault "$BOX/vault.coffer" --passphrase-file "$BOX/passphrase" get svc acct > "$OUT/get" 2> "$OUT/err"; echo "get $?"
             """
-        let result = try shell(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script], box: box, out: out.path)
+        let (result, out) = try runAsNobody(script, box: box)
         #expect(result.contains("get 1"), "\(result)")
         let error = String(decoding: FileManager.default.contents(atPath: out.path + "/err") ?? Data(), as: UTF8.self)
         #expect(error.contains("owned by user 1000"), "\(error)")
         #expect(FileManager.default.contents(atPath: out.path + "/get")?.isEmpty == true)
     }
 
+    /// An unprivileged user, for the tests that need permissions to count (root ignores them).
+    static let nobody: uid_t = 65534
+
+    /// Hands the sandbox (its directory, vault and passphrase file) to ``nobody``, without the
+    /// lock file its setup left.
+    private func handToNobody(_ box: Sandbox) {
+        unlink(box.vault + ".lock")
+        for file in [box.path, box.vault, box.passphraseFile] { chown(file, Self.nobody, gid_t(Self.nobody)) }
+    }
+
+    /// Runs `script` with sh as ``nobody``, `$OUT` a fresh directory that user owns; returns the
+    /// script's standard output, and the directory.
+    private func runAsNobody(_ script: String, box: Sandbox) throws -> (output: String, out: TemporaryDirectory) {
+        let out = try TemporaryDirectory(prefix: "coffer-cli-out")
+        chown(out.path, Self.nobody, gid_t(Self.nobody))
+        let output = try shell(
+            ["setpriv", "--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "sh", "-c", script],
+            box: box, out: out.path)
+        return (output, out)
+    }
+
     /// Runs `arguments` with `$BOX`, `$OUT` and `$COFFER` set; returns its standard output.
     private func shell(_ arguments: [String], box: Sandbox, out: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
         var environment = box.baseEnvironment
         environment["BOX"] = box.path
         environment["OUT"] = out
         environment["COFFER"] = cofferPath
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        return try HelperChild.run(
+            arguments, executable: URL(fileURLWithPath: "/usr/bin/env"), environment: environment,
+            inheritsEnvironment: false, standardError: .discard
+        ).output
     }
-}
-
-/// A private temporary directory, removed at the end.
-final class PlacementOutput {
-    let path: String
-    init() throws {
-        var template = Array("\(FileManager.default.temporaryDirectory.path)/coffer-cli-out-XXXXXX".utf8CString)
-        let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap { mkdtemp($0) } }
-        guard let created else { throw POSIXError(.EIO) }
-        path = String(cString: created)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
 }

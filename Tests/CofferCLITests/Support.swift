@@ -1,3 +1,4 @@
+import CofferTesting
 import Foundation
 import Synchronization
 import Testing
@@ -14,21 +15,8 @@ import Testing
 // HOME leaks in), and is killed if it runs for more than 30 s, so a prompt can never hang the
 // suite.
 
-/// The path of an executable product built beside the test binary (copied from
-/// Tests/CofferStorageTests/Support.swift).
-func productPath(_ name: String) -> String {
-    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    // On Linux the test binary is `<build>/debug/CofferPackageTests.xctest`; on macOS it is a
-    // bundle whose executable sits three levels deeper.
-    while !FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path),
-        directory.path != "/"
-    {
-        directory.deleteLastPathComponent()
-    }
-    return directory.appendingPathComponent(name).path
-}
-
-let cofferPath = productPath("coffer")
+/// The built `coffer` the tests run.
+let cofferPath = builtProduct(named: "coffer").path
 
 // NSLock, not Synchronization.Mutex: ThreadSanitizer sees it.
 private let spawnLock = NSLock()
@@ -241,7 +229,9 @@ final class Child {
 /// A private (`0700`) directory for one test, with a vault path, a random passphrase in a file,
 /// and a record of every run so the whole suite can assert the passphrase never leaked.
 final class Sandbox {
-    let path: String
+    /// The sandbox's directory (`0700`), removed with everything in it when the sandbox goes.
+    private let directory: TemporaryDirectory
+    var path: String { directory.path }
     /// Random, so finding it in an output means it leaked.
     let passphrase = "pp-" + UUID().uuidString
     let newPassphrase = "new-" + UUID().uuidString
@@ -252,16 +242,11 @@ final class Sandbox {
     private(set) var secrets: [[UInt8]] = []
 
     init() throws {
-        var template = Array("\(FileManager.default.temporaryDirectory.path)/coffer-cli-XXXXXX".utf8CString)
-        let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap { mkdtemp($0) } }
-        guard let created else { throw POSIXError(.EIO) }
-        path = String(cString: created)
+        directory = try TemporaryDirectory(prefix: "coffer-cli")
         // One trailing newline, as `echo` writes it: coffer strips exactly one.
         try write(passphrase + "\n", to: passphraseFile)
         try write(newPassphrase + "\n", to: newPassphraseFile)
     }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
 
     func write(_ text: String, to file: String) throws { try write(Array(text.utf8), to: file) }
 

@@ -1,5 +1,6 @@
 #if Logging
 import CofferCore
+import CofferTesting
 import Foundation
 import Testing
 
@@ -10,7 +11,8 @@ struct LoggingTests {
     @Test("Every warning reaches the Logger, with its kind and path, and never a secret")
     func warningsGoToTheLoggerWithoutSecrets() async throws {
         let scratch = try Scratch("log")
-        let child = try HelperChild(["log-warnings", scratch.path], environment: ["COFFER_WATCH": "poll"])
+        let child = try HelperChild(
+            ["log-warnings", scratch.path], environment: ["COFFER_WATCH": "poll"], standardError: .capture)
         let status = try await child.waitForExit()
         let lines = child.lines
         #expect(status == 0, "\(lines) \(child.standardError)")

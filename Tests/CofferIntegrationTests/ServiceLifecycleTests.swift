@@ -2,6 +2,7 @@
 import CofferCore
 import CofferServiceLifecycle
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Foundation
 import Logging
@@ -19,7 +20,7 @@ struct ServiceLifecycleTests {
     @Test("SIGTERM: coalesced writes are flushed, the vault is locked, no watch is left")
     func sigtermFlushesLocksAndStopsWatching() async throws {
         let scratch = try Scratch("lifecycle")
-        let child = try HelperChild(["lifecycle-serve", scratch.path])
+        let child = try HelperChild(["lifecycle-serve", scratch.path], standardError: .capture)
         let before = try #require(try await child.waitForLine(startingWith: "before "), "\(child.transcript)")
         #expect(before == "before unsynced=true locked=false watching=true inotify=1", "\(before)")
         _ = try #require(try await child.waitForLine(startingWith: "ready"), "\(child.transcript)")
@@ -58,7 +59,9 @@ struct ServiceLifecycleTests {
         let changes = Mutex(0)
         let observation = try suite.observeChanges { _ in changes.withLock { $0 += 1 } }
         let logged = Mutex<[String]>([])
-        let logger = Logger(label: "test") { _ in CapturingLogHandler { line in logged.withLock { $0.append(line) } } }
+        let logger = Logger(label: "test") { _ in
+            CapturingLogHandler { _, message, fields in logged.withLock { $0.append("\(message) \(fields)") } }
+        }
         let service = CofferService(context: nil, stores: [suite], vaults: [vault], logger: logger)
         let group = ServiceGroup(services: [service], logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -77,23 +80,6 @@ struct ServiceLifecycleTests {
         observation.cancel()  // does nothing now, and must not fail
         #expect(try suite.get(Int.self, for: "answer") == 43)  // the store itself still works
         #expect(logged.withLock { $0 }.contains { $0.contains("coffer: shut down") && $0.contains("coffer.locked=1") })
-    }
-}
-
-/// Hands every entry (message and metadata) to `seen`.
-struct CapturingLogHandler: LogHandler {
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-    let seen: @Sendable (String) -> Void
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let all = metadata.merging(event.metadata ?? [:]) { $1 }
-        seen("\(event.message) " + all.keys.sorted().map { "\($0)=\(all[$0]!)" }.joined(separator: " "))
     }
 }
 #endif

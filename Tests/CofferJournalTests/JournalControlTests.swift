@@ -133,7 +133,7 @@ struct JournalControlTests {
     /// remembered the old page notices the change and catches up.
     @Test func aGarbledControlPageIsSetUpAgainAndCaughtUpWith() throws {
         let dir = try Scratch("control-page")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let fs = LiveFileSystem()
         let (a, _) = try open(path, fs)
         _ = try append(a, 1)
@@ -157,16 +157,16 @@ struct JournalControlTests {
     /// noticed once `identityCheckInterval` has passed: the next write goes to the new file.
     @Test func aFileReplacedByHandIsNoticedAfterTheCheckInterval() throws {
         let dir = try Scratch("replaced-by-hand")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let fs = LiveFileSystem()
         var checking = shared
         checking.identityCheckInterval = .milliseconds(100)
         let (a, _) = try open(path, fs, checking)
         _ = try append(a, 1)
-        let (other, _) = try open(dir.file("k"), fs)
+        let (other, _) = try open(dir.path("k"), fs)
         _ = try append(other, 7)
         try other.close()
-        try fs.rename(dir.file("k"), path)
+        try fs.rename(dir.path("k"), path)
         Thread.sleep(forTimeInterval: 0.2)
         let changes = try append(a, 8)
         #expect(changes.reset)

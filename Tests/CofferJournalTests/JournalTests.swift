@@ -26,7 +26,7 @@ struct JournalTests {
 
     @Test func roundTripAndReopen() throws {
         let dir = try Scratch("journal")
-        let path = dir.file("j")
+        let path = dir.path("j")
         _ = try makeJournal(at: path, count: 20)
         let (journal, records) = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
         #expect(records.map(\.payload) == (1...20).map(payload))
@@ -37,7 +37,7 @@ struct JournalTests {
     /// record, and the journal then accepts new writes that survive another reopen.
     @Test func truncationAtEveryOffsetOfTheLastRecord() throws {
         let dir = try Scratch("truncate")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let n = 6
         let (bytes, offsets, end) = try makeJournal(at: path, count: n)
         let last = Int(offsets[n - 1])
@@ -57,7 +57,7 @@ struct JournalTests {
     /// sector-aligned cut inside a multi-sector last record reads as a torn tail.
     @Test func tornLastRecordInsidePreallocatedSpace() throws {
         let dir = try Scratch("torn")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         try journal.withWriteLock { _ in _ = try journal.append([payload(1), payload(2)]) }
         let big = Data((0..<3000).map { UInt8(truncatingIfNeeded: $0 * 7 + 1) })
@@ -97,7 +97,7 @@ struct JournalTests {
     /// record's offset, and salvage keeps every other record.
     @Test func flippedByteInAMiddleRecord() throws {
         let dir = try Scratch("flip")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let n = 9
         let (bytes, offsets, _) = try makeJournal(at: path, count: n)
         let victim = 4  // record 5
@@ -133,7 +133,7 @@ struct JournalTests {
     /// A batch is one commit: a crash inside it loses all of it, never part of it.
     @Test func batchIsAllOrNothing() throws {
         let dir = try Scratch("batch")
-        let path = dir.file("j")
+        let path = dir.path("j")
         var (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         try journal.withWriteLock { _ in _ = try journal.append([Data("one".utf8)]) }
         let offsets = try journal.withWriteLock { _ in
@@ -153,7 +153,7 @@ struct JournalTests {
 
     @Test func headerDamageAndVersionAreReported() throws {
         let dir = try Scratch("header")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let (bytes, _, _) = try makeJournal(at: path, count: 2)
         var image = bytes
         image[3] ^= 1
@@ -179,7 +179,7 @@ struct JournalTests {
 
     @Test func absurdLengthsAreRejectedWithoutAllocating() throws {
         let dir = try Scratch("absurd")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let (bytes, offsets, _) = try makeJournal(at: path, count: 3)
         // Claim a 2 GiB payload in the middle record, with a valid header check.
         var image = bytes
@@ -198,7 +198,7 @@ struct JournalTests {
 
     @Test func createNewRefusesToOverwriteAndOpenExistingRequiresAFile() throws {
         let dir = try Scratch("modes")
-        let path = dir.file("j")
+        let path = dir.path("j")
         expectError(.notFound) {
             _ = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
         }
@@ -212,7 +212,7 @@ struct JournalTests {
     /// next refresh, without reopening.
     @Test func refreshSeesOtherWritersAndCompaction() throws {
         let dir = try Scratch("refresh")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let (writer, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         let (reader, initial) = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
         #expect(initial.isEmpty)
@@ -235,7 +235,7 @@ struct JournalTests {
     /// that judges the tail reports their offset and says what follows them.
     @Test func damageAfterTheLastCommitSaysWhatFollowsIt() throws {
         let dir = try Scratch("judge")
-        let path = dir.file("j")
+        let path = dir.path("j")
         var checking = options
         checking.identityCheckInterval = .zero  // every write checks the path and judges the tail
         let (journal, _) = try Journal.open(path: path, options: checking, fileSystem: fs, create: .createNew)

@@ -6,14 +6,6 @@ import Testing
 /// A fresh directory for one test (CofferTesting's ``TemporaryDirectory``), removed after it.
 typealias Scratch = TemporaryDirectory
 
-extension TemporaryDirectory {
-    convenience init(_ name: String) throws {
-        try self.init(prefix: "coffer-journal-\(name)")
-    }
-
-    func file(_ name: String) -> String { path(name) }
-}
-
 /// Expects `body` to throw a ``CofferError`` with `code`.
 func expectError(
     _ code: CofferError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void

@@ -12,28 +12,9 @@ import Testing
 struct PostgresCLITests {
     /// Runs the built `coffer` with `input` on standard input; returns status, output, errors.
     static func coffer(_ arguments: [String], input: Data = Data()) throws -> (Int32, String, String) {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("coffer").path),
-            directory.path != "/"
-        {
-            directory.deleteLastPathComponent()
-        }
-        let process = Process()
-        process.executableURL = directory.appendingPathComponent("coffer")
-        process.arguments = arguments
-        let stdin = Pipe()
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        try stdin.fileHandleForWriting.write(contentsOf: input)
-        try stdin.fileHandleForWriting.close()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+        let run = try HelperChild.run(
+            arguments, executable: builtProduct(named: "coffer"), input: input, standardError: .capture)
+        return (run.status, run.output, run.errors)
     }
 
     @Test("set, get, list and rm against a vault in PostgreSQL; a running instance sees the rotation")

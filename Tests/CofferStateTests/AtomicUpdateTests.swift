@@ -2,6 +2,7 @@ import CofferCore
 import CofferCrypto
 import CofferState
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Foundation
 import Observation
@@ -88,49 +89,6 @@ struct AtomicUpdateTests {
             }
             #expect(total == 2000, "vault: \(vault)")
         }
-    }
-}
-
-/// A `CofferTestHelper` child with pipes to its standard input and output.
-final class HelperChild {
-    let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
-
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("CofferTestHelper").path),
-            directory.path != "/"
-        {
-            directory.deleteLastPathComponent()
-        }
-        process.executableURL = directory.appendingPathComponent("CofferTestHelper")
-        process.arguments = arguments
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        }
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-    }
-
-    /// One line of the child's output (without the newline), or `nil` at end of file.
-    func readLine() -> String? {
-        var line = Data()
-        while let byte = try? output.fileHandleForReading.read(upToCount: 1), let first = byte.first {
-            if first == UInt8(ascii: "\n") { return String(decoding: line, as: UTF8.self) }
-            line.append(first)
-        }
-        return line.isEmpty ? nil : String(decoding: line, as: UTF8.self)
-    }
-
-    func say(_ line: String) {
-        try? input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
-    }
-
-    func wait() -> Int32 {
-        process.waitUntilExit()
-        return process.terminationStatus
     }
 }
 

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTesting
 import Foundation
 import Testing
 
@@ -19,37 +20,23 @@ struct DefaultContextTests {
     /// Runs `CofferTestHelper default-context` as `executableName` (a copy named `*.xctest` is
     /// a test runner to Coffer, as `swift test`'s runner is).
     func run(as executableName: String?, appName: String?, in directory: URL) throws -> Run {
-        var helper = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: helper.appendingPathComponent("CofferTestHelper").path),
-            helper.path != "/"
-        {
-            helper.deleteLastPathComponent()
-        }
-        helper.appendPathComponent("CofferTestHelper")
+        var helper = builtProduct(named: "CofferTestHelper")
         if let executableName {
             let copy = directory.appendingPathComponent(executableName)
             try FileManager.default.copyItem(at: helper, to: copy)
             helper = copy
         }
-        let process = Process()
-        process.executableURL = helper
-        process.arguments = ["default-context"] + (appName.map { [$0] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_DATA_HOME"] = directory.appendingPathComponent("data").path
         environment["HOME"] = directory.path
         for key in ["XCTestConfigurationFilePath", "XCTestBundlePath", "XCTestSessionIdentifier"] {
             environment[key] = nil
         }
-        process.environment = environment
-        let output = Pipe(), errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let lines = { (data: Data) in String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init) }
-        return Run(status: process.terminationStatus, output: lines(out), errors: lines(err))
+        let run = try HelperChild.run(
+            ["default-context"] + (appName.map { [$0] } ?? []), executable: helper, environment: environment,
+            inheritsEnvironment: false, standardError: .capture)
+        let lines = { (text: String) in text.split(separator: "\n").map(String.init) }
+        return Run(status: run.status, output: lines(run.output), errors: lines(run.errors))
     }
 
     func withDirectory<R>(_ body: (URL) throws -> R) throws -> R {

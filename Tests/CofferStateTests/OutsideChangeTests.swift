@@ -1,6 +1,7 @@
 import CofferCore
 import CofferState
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Foundation
 import Observation
@@ -150,29 +151,16 @@ struct VaultOutsideChangeTests {
     static func coffer(
         _ arguments: [String], in context: CofferContext, stdin: String? = nil, newPassphrase: Bool = false
     ) throws -> Int32 {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("coffer").path),
-            directory.path != "/"
-        {
-            directory.deleteLastPathComponent()
-        }
-        let process = Process()
-        process.executableURL = directory.appendingPathComponent("coffer")
-        process.arguments = ["--vault", context.directory.appendingPathComponent("default.coffervault").path] + arguments
-        process.environment = [
-            "PATH": "/usr/bin:/bin", "HOME": context.directory.path,
-            "COFFER_PASSPHRASE": newPassphrase ? passphrase + " 2" : passphrase,
-            "COFFER_NEW_PASSPHRASE": passphrase + " 2", "COFFER_TEST_FAST_KDF": "1",
-        ]
-        let input = Pipe()
-        process.standardInput = input
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        if let stdin { try input.fileHandleForWriting.write(contentsOf: Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        process.waitUntilExit()
-        return process.terminationStatus
+        try HelperChild.run(
+            ["--vault", context.directory.appendingPathComponent("default.coffervault").path] + arguments,
+            executable: builtProduct(named: "coffer"), input: Data((stdin ?? "").utf8),
+            environment: [
+                "PATH": "/usr/bin:/bin", "HOME": context.directory.path,
+                "COFFER_PASSPHRASE": newPassphrase ? passphrase + " 2" : passphrase,
+                "COFFER_NEW_PASSPHRASE": passphrase + " 2", "COFFER_TEST_FAST_KDF": "1",
+            ],
+            inheritsEnvironment: false, standardError: .discard
+        ).status
     }
 
     @Test("coffer set, rm, compact and passwd from another process reach a running model")

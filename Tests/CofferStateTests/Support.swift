@@ -1,5 +1,6 @@
 import CofferCore
 import CofferStorage
+import CofferTesting  // Protected (the test doubles' lock, which ThreadSanitizer sees), HelperChild
 import CofferVault
 import Foundation
 import Testing
@@ -22,24 +23,6 @@ func withTemporaryContext<R>(vault: Bool = false, _ body: (CofferContext) async 
 
 /// A default vault that unlocks with a passphrase and the cheapest accepted Argon2id cost.
 let testVaultConfiguration = VaultConfiguration(unlock: .passphrase("correct horse battery staple"), kdf: .minimum)
-
-/// A value behind an `NSLock`.
-///
-/// The test doubles use this rather than `Synchronization.Mutex`, whose futex-based lock on
-/// Linux is invisible to ThreadSanitizer: these tests must run clean under `--sanitize=thread`.
-// @unchecked Sendable: every access to `value` goes through `lock`.
-final class Protected<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
 
 /// A thread-safe counter for recomputations and notifications.
 final class Counter: Sendable {

@@ -26,9 +26,41 @@ struct FaultInjectionTests {
         return faults
     }
 
+    /// Runs `save` under every fault of the calls it makes on a store from `prepare` (holding
+    /// an old value): counts those calls on one store, then, for each fault, injects it into a
+    /// fresh one and saves. When the save fails, removes the fault and hands the error, the file
+    /// system and the store to `surfaced`. Nearly every fault must surface (a short write of
+    /// more than the frame does not).
+    static func saveUnderEveryFault<Store>(
+        prepare: () throws -> (InMemoryFileSystem, Store), save: (Store) throws -> Void,
+        surfaced: (InMemoryFileSystem.Fault, CofferError, InMemoryFileSystem, Store) throws -> Void
+    ) throws {
+        let (probe, probeStore) = try prepare()
+        probe.resetCalls()
+        try save(probeStore)
+        let faults = Self.faults(for: probe) { $0.hasPrefix(Self.directory) }
+        #expect(faults.count >= 8)
+        var surfacedCount = 0
+        for fault in faults {
+            let (fs, store) = try prepare()
+            fs.inject(fault)
+            let failure: CofferError
+            do {
+                try save(store)
+                continue  // the fault hit a call this run did not make
+            } catch let error as CofferError {
+                failure = error
+            }
+            fs.removeAllFaults()
+            surfacedCount += 1
+            try surfaced(fault, failure, fs, store)
+        }
+        #expect(surfacedCount * 10 >= faults.count * 8, "\(surfacedCount) of \(faults.count) faults surfaced")
+    }
+
     @Test(arguments: [Durability.immediate, .coalesced])
     func keyValueSaveFailures(durability: Durability) throws {
-        // Count the calls of one save on a store holding an old value.
+        // A store holding an old value.
         func prepared() throws -> (InMemoryFileSystem, KeyValueFileStrategy) {
             let fs = InMemoryFileSystem()
             let store = try KeyValueFileStrategy(
@@ -37,28 +69,12 @@ struct FaultInjectionTests {
             try store.flush()
             return (fs, store)
         }
-        let (probe, probeStore) = try prepared()
-        probe.resetCalls()
-        try probeStore.set(String(repeating: "new", count: 10), for: "k")
-        try probeStore.flush()
-        let faults = Self.faults(for: probe) { $0.hasPrefix(Self.directory) }
-        #expect(faults.count >= 8)
-        var surfaced = 0
-        for fault in faults {
-            let (fs, store) = try prepared()
-            fs.inject(fault)
-            var failed = false
-            do {
-                try store.set(String(repeating: "new", count: 10), for: "k")
-                try store.flush()
-            } catch let error as CofferError {
-                failed = true
-                #expect(error.errno != nil, "\(fault): \(error)")
-                if case .fail(let errno) = fault.effect { #expect(error.errno == errno, "\(fault)") }
-            }
-            fs.removeAllFaults()
-            guard failed else { continue }  // the fault hit a call this run did not make
-            surfaced += 1
+        try Self.saveUnderEveryFault(prepare: prepared) { store in
+            try store.set(String(repeating: "new", count: 10), for: "k")
+            try store.flush()
+        } surfaced: { fault, error, fs, store in
+            #expect(error.errno != nil, "\(fault): \(error)")
+            if case .fail(let errno) = fault.effect { #expect(error.errno == errno, "\(fault)") }
             // The same instance still serves the old value, unless only the sync failed (the write's
             // fate is then unknown, and the value stays whichever the file holds).
             let value = try store.get(String.self, for: "k")
@@ -76,8 +92,6 @@ struct FaultInjectionTests {
             try reopened.set("later", for: "k")
             #expect(try reopened.get(String.self, for: "k") == "later")
         }
-        // Nearly every fault hits a call the save makes (a short write of more than the frame does not).
-        #expect(surfaced * 10 >= faults.count * 8, "\(surfaced) of \(faults.count) faults surfaced")
     }
 
     @Test func diskSaveFailures() throws {
@@ -87,23 +101,10 @@ struct FaultInjectionTests {
             try store.set("old", for: "k")
             return (fs, store)
         }
-        let (probe, probeStore) = try prepared()
-        probe.resetCalls()
-        try probeStore.set("new", for: "k")
-        let faults = Self.faults(for: probe) { $0.hasPrefix(Self.directory) }
-        #expect(faults.count >= 8)
-        var surfaced = 0
-        for fault in faults {
-            let (fs, store) = try prepared()
-            fs.inject(fault)
-            do {
-                try store.set("new", for: "k")
-                continue
-            } catch let error as CofferError {
-                surfaced += 1
-                #expect(error.errno != nil, "\(fault): \(error)")
-            }
-            fs.removeAllFaults()
+        try Self.saveUnderEveryFault(prepare: prepared) { store in
+            try store.set("new", for: "k")
+        } surfaced: { fault, error, fs, store in
+            #expect(error.errno != nil, "\(fault): \(error)")
             let value = try store.get(String.self, for: "k")
             // Only a failure after the rename (the directory fsync) may leave the new value visible.
             if fault.operation == .fsyncDirectory {
@@ -115,7 +116,6 @@ struct FaultInjectionTests {
             let leftovers = fs.allPaths().filter { $0.hasSuffix(".tmp") }
             #expect(leftovers.isEmpty, "\(fault): \(leftovers)")
         }
-        #expect(surfaced * 10 >= faults.count * 8, "\(surfaced) of \(faults.count) faults surfaced")
     }
 
     @Test func permissionsInMemory() throws {

@@ -25,73 +25,73 @@ struct FileHardeningTests {
 
     @Test func aSymlinkAtTheLockFileIsNeverFollowed() throws {
         let scratch = try Scratch("lock-symlink")
-        let victim = scratch.file("victim")
+        let victim = scratch.path("victim")
         try Self.victimBytes.write(to: URL(fileURLWithPath: victim))
         // Before the store exists (`init`) and after (a read-only `get`).
-        try FileManager.default.createSymbolicLink(atPath: scratch.file("s.cofferkv.lock"), withDestinationPath: victim)
+        try FileManager.default.createSymbolicLink(atPath: scratch.path("s.cofferkv.lock"), withDestinationPath: victim)
         let error = #expect(throws: CofferError.self) { try suite(scratch.path) }
         #expect(error?.errno == ELOOP)
         #expect(error?.message.contains("symbolic link") == true)
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Self.victimBytes)
 
-        try FileManager.default.removeItem(atPath: scratch.file("s.cofferkv.lock"))
+        try FileManager.default.removeItem(atPath: scratch.path("s.cofferkv.lock"))
         try suite(scratch.path).save(Data("v".utf8), for: "k")
-        try FileManager.default.removeItem(atPath: scratch.file("s.cofferkv.lock"))
-        try FileManager.default.createSymbolicLink(atPath: scratch.file("s.cofferkv.lock"), withDestinationPath: victim)
+        try FileManager.default.removeItem(atPath: scratch.path("s.cofferkv.lock"))
+        try FileManager.default.createSymbolicLink(atPath: scratch.path("s.cofferkv.lock"), withDestinationPath: victim)
         #expect(throws: CofferError.self) { try suite(scratch.path) }
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Self.victimBytes)
     }
 
     @Test func aHardLinkOrAnotherUsersFileAtTheLockFileIsRefused() throws {
         let scratch = try Scratch("lock-hardlink")
-        let victim = scratch.file("victim")
+        let victim = scratch.path("victim")
         try Self.victimBytes.write(to: URL(fileURLWithPath: victim))
-        try FileManager.default.linkItem(atPath: victim, toPath: scratch.file("s.cofferkv.lock"))
+        try FileManager.default.linkItem(atPath: victim, toPath: scratch.path("s.cofferkv.lock"))
         let linked = #expect(throws: CofferError.self) { try suite(scratch.path) }  // it cannot be created
         #expect(linked?.message.contains("hard links") == true)
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Self.victimBytes)
 
-        try FileManager.default.removeItem(atPath: scratch.file("s.cofferkv.lock"))
-        try Self.victimBytes.write(to: URL(fileURLWithPath: scratch.file("s.cofferkv.lock")))
+        try FileManager.default.removeItem(atPath: scratch.path("s.cofferkv.lock"))
+        try Self.victimBytes.write(to: URL(fileURLWithPath: scratch.path("s.cofferkv.lock")))
         let other: uid_t = geteuid() == 65534 ? 65533 : 65534
-        #expect(chown(scratch.file("s.cofferkv.lock"), other, gid_t(other)) == 0)
+        #expect(chown(scratch.path("s.cofferkv.lock"), other, gid_t(other)) == 0)
         let foreign = #expect(throws: CofferError.self) { try suite(scratch.path) }
         #expect(foreign?.message.contains("owned by user \(other)") == true)
-        #expect(try Data(contentsOf: URL(fileURLWithPath: scratch.file("s.cofferkv.lock"))) == Self.victimBytes)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: scratch.path("s.cofferkv.lock"))) == Self.victimBytes)
     }
 
     @Test func aFIFOOrADirectoryWhereTheStoreBelongsIsRefusedWithoutALockFile() throws {
         let scratch = try Scratch("fifo")
-        #expect(mkfifo(scratch.file("s.cofferkv"), 0o600) == 0)
+        #expect(mkfifo(scratch.path("s.cofferkv"), 0o600) == 0)
         let fifo = #expect(throws: CofferError.self) { try suite(scratch.path) }  // must not hang either
         #expect(fifo?.code == .invalidArgument)
         #expect(fifo?.message.contains("FIFO") == true)
-        #expect(!FileManager.default.fileExists(atPath: scratch.file("s.cofferkv.lock")))
+        #expect(!FileManager.default.fileExists(atPath: scratch.path("s.cofferkv.lock")))
 
-        try FileManager.default.createDirectory(atPath: scratch.file("d.cofferkv"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: scratch.path("d.cofferkv"), withIntermediateDirectories: false)
         let directory = #expect(throws: CofferError.self) { try suite(scratch.path, "d") }
         #expect(directory?.message.contains("a directory") == true)
-        #expect(!FileManager.default.fileExists(atPath: scratch.file("d.cofferkv.lock")))
+        #expect(!FileManager.default.fileExists(atPath: scratch.path("d.cofferkv.lock")))
 
         // A FIFO as the whole journal path, opened the way `Journal` users do.
         let options = JournalOptions(application: 0x4B56)
         let error = #expect(throws: CofferError.self) {
-            _ = try Journal.open(path: scratch.file("s.cofferkv"), options: options, fileSystem: fs, create: .openExisting)
+            _ = try Journal.open(path: scratch.path("s.cofferkv"), options: options, fileSystem: fs, create: .openExisting)
         }
         #expect(error?.code == .invalidArgument)
     }
 
     @Test func twoPathsToOneStoreShareOneLockAndLoseNothing() throws {
         let scratch = try Scratch("aliases")
-        let real = scratch.file("a")
+        let real = scratch.path("a")
         try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: false)
-        try FileManager.default.createDirectory(atPath: scratch.file("b"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: scratch.path("b"), withIntermediateDirectories: false)
         let direct = try suite(real)
         try FileManager.default.createSymbolicLink(
-            atPath: scratch.file("b/s.cofferkv"), withDestinationPath: real + "/s.cofferkv")
-        try FileManager.default.createSymbolicLink(atPath: scratch.file("c"), withDestinationPath: real)
-        let viaFileLink = try suite(scratch.file("b"))
-        let viaDirectoryLink = try suite(scratch.file("c"))
+            atPath: scratch.path("b/s.cofferkv"), withDestinationPath: real + "/s.cofferkv")
+        try FileManager.default.createSymbolicLink(atPath: scratch.path("c"), withDestinationPath: real)
+        let viaFileLink = try suite(scratch.path("b"))
+        let viaDirectoryLink = try suite(scratch.path("c"))
         #expect(viaFileLink.path == direct.path || viaFileLink.path.hasSuffix("b/s.cofferkv"))
 
         // Interleaved writers through three names: with a lock per name, each one's stale view of
@@ -101,12 +101,12 @@ struct FileHardeningTests {
             try viaFileLink.save(Data("b\(round)".utf8), for: "b\(round)")
             try viaDirectoryLink.save(Data("c\(round)".utf8), for: "c\(round)")
         }
-        #expect(!FileManager.default.fileExists(atPath: scratch.file("b/s.cofferkv.lock")))
+        #expect(!FileManager.default.fileExists(atPath: scratch.path("b/s.cofferkv.lock")))
         #expect(FileManager.default.fileExists(atPath: real + "/s.cofferkv.lock"))
 
         // A compaction through the symlink replaces the file it points to, not the link.
         try viaFileLink.compact()
-        let attributes = try FileManager.default.attributesOfItem(atPath: scratch.file("b/s.cofferkv"))
+        let attributes = try FileManager.default.attributesOfItem(atPath: scratch.path("b/s.cofferkv"))
         #expect(attributes[.type] as? FileAttributeType == .typeSymbolicLink)
 
         let reopened = try suite(real)
@@ -122,9 +122,9 @@ struct FileHardeningTests {
     @Test func aHardLinkedStoreFileIsReadButNeverWritten() throws {
         let scratch = try Scratch("store-hardlink")
         try suite(scratch.path).save(Data("v".utf8), for: "k")
-        try FileManager.default.createDirectory(atPath: scratch.file("other"), withIntermediateDirectories: false)
-        try FileManager.default.linkItem(atPath: scratch.file("s.cofferkv"), toPath: scratch.file("other/s.cofferkv"))
-        let linked = try suite(scratch.file("other"))
+        try FileManager.default.createDirectory(atPath: scratch.path("other"), withIntermediateDirectories: false)
+        try FileManager.default.linkItem(atPath: scratch.path("s.cofferkv"), toPath: scratch.path("other/s.cofferkv"))
+        let linked = try suite(scratch.path("other"))
         #expect(try linked.load("k") == Data("v".utf8))
         let error = #expect(throws: CofferError.self) { try linked.save(Data("w".utf8), for: "k") }
         #expect(error?.message.contains("2 names") == true)
@@ -135,37 +135,37 @@ struct FileHardeningTests {
         // Root touching a user's store used to leave a root-owned lock file that locked the user out.
         let scratch = try Scratch("foreign-store")
         try suite(scratch.path).save(Data("v".utf8), for: "k")
-        try FileManager.default.removeItem(atPath: scratch.file("s.cofferkv.lock"))
+        try FileManager.default.removeItem(atPath: scratch.path("s.cofferkv.lock"))
         let other: uid_t = geteuid() == 65534 ? 65533 : 65534
-        #expect(chown(scratch.file("s.cofferkv"), other, gid_t(other)) == 0)
+        #expect(chown(scratch.path("s.cofferkv"), other, gid_t(other)) == 0)
         let error = #expect(throws: CofferError.self) { try suite(scratch.path) }
         #expect(error?.message.contains("owned by user \(other)") == true)
-        #expect(!FileManager.default.fileExists(atPath: scratch.file("s.cofferkv.lock")))
+        #expect(!FileManager.default.fileExists(atPath: scratch.path("s.cofferkv.lock")))
     }
 
     @Test func aHugeSparseStoreFileIsRefusedWithoutAllocating() throws {
         let scratch = try Scratch("sparse")
         try suite(scratch.path).save(Data("v".utf8), for: "k")
-        #expect(truncate(scratch.file("s.cofferkv"), 64 << 30) == 0)  // 64 GiB, sparse
+        #expect(truncate(scratch.path("s.cofferkv"), 64 << 30) == 0)  // 64 GiB, sparse
         let error = #expect(throws: CofferError.self) { try suite(scratch.path) }  // used to trap
         #expect(error?.code == .limitExceeded)
         let disk = try DiskStrategy(directory: scratch.url.appendingPathComponent("files"))
         try disk.save(Data("x".utf8), for: "big")
         let file = try #require(
-            try FileManager.default.contentsOfDirectory(atPath: scratch.file("files")).first { !$0.hasPrefix(".") })
-        #expect(truncate(scratch.file("files/\(file)"), 64 << 30) == 0)
+            try FileManager.default.contentsOfDirectory(atPath: scratch.path("files")).first { !$0.hasPrefix(".") })
+        #expect(truncate(scratch.path("files/\(file)"), 64 << 30) == 0)
         let diskError = #expect(throws: CofferError.self) { try disk.load("big") }
         #expect(diskError?.code == .limitExceeded)
     }
 
     @Test func aWritableDirectoryAboveTheStoreIsWarnedAbout() throws {
         let scratch = try Scratch("shared-ancestor")
-        try FileManager.default.createDirectory(atPath: scratch.file("team/app"), withIntermediateDirectories: true)
-        #expect(chmod(scratch.file("team"), 0o777) == 0)
-        #expect(chmod(scratch.file("team/app"), 0o700) == 0)
+        try FileManager.default.createDirectory(atPath: scratch.path("team/app"), withIntermediateDirectories: true)
+        #expect(chmod(scratch.path("team"), 0o777) == 0)
+        #expect(chmod(scratch.path("team/app"), 0o700) == 0)
         WarningLog.install()
-        _ = try suite(scratch.file("team/app"))
-        let told = WarningLog.shared.withLock { $0.filter { $0.path == scratch.file("team") } }
+        _ = try suite(scratch.path("team/app"))
+        let told = WarningLog.shared.withLock { $0.filter { $0.path == scratch.path("team") } }
         #expect(told.count == 1)
         #expect(told.first?.message.contains("sticky") == true)
     }

@@ -79,7 +79,7 @@ struct KeyValueFileTests {
         let dir = try Scratch("kv-child")
         let store = try KeyValueFileStrategy(directory: dir.url, suite: "shared")
         try store.set(-1, for: "parent")
-        let result = try runProduct("CofferTestHelper", ["kv-write", dir.path, "shared", "50", "child-", "coalesced"])
+        let result = try HelperChild.run(["kv-write", dir.path, "shared", "50", "child-", "coalesced"])
         #expect(result.status == 0)
         #expect(result.output.split(separator: "\n").count == 50)
         for i in 0..<50 { #expect(try store.get(Int.self, for: "child-\(i)") == i) }
@@ -89,17 +89,8 @@ struct KeyValueFileTests {
     /// Two processes each increment one counter 500 times through `update`: none is lost.
     @Test func twoProcessesIncrementingOneCounterLoseNothing() throws {
         let dir = try Scratch("kv-counter")
-        let processes = try (0..<2).map { _ in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: productPath("CofferTestHelper"))
-            process.arguments = ["kv-increment", dir.path, "counter", "n", "500"]
-            try process.run()
-            return process
-        }
-        for process in processes {
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
-        }
+        let children = try (0..<2).map { _ in try HelperChild(["kv-increment", dir.path, "counter", "n", "500"]) }
+        for child in children { #expect(child.wait() == 0) }
         let store = try KeyValueFileStrategy(directory: dir.url, suite: "counter")
         #expect(try store.get(Int.self, for: "n") == 1000)
     }
@@ -193,7 +184,7 @@ struct ExclusiveKeyValueTests {
             }
             #expect(error?.code == .busy)
             // A child process too.
-            let child = try runProduct("CofferTestHelper", ["kv-write", dir.path, "s", "1", "child-", "coalesced"])
+            let child = try HelperChild.run(["kv-write", dir.path, "s", "1", "child-", "coalesced"])
             #expect(child.status != 0)
         }
         // Closed: the next opener, exclusive or not, gets in and sees everything.

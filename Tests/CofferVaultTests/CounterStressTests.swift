@@ -1,6 +1,7 @@
 import CofferCore
 import CofferCrypto
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Foundation
 import Testing
@@ -10,25 +11,15 @@ import Testing
 /// application lock with a third process reading it all along: nothing lost, every read whole.
 @Suite("Counters across processes", .serialized)
 struct CounterStressTests {
-    static let times = (ProcessInfo.processInfo.environment["COFFER_STRESS_ITERATIONS"].flatMap { Int($0) } ?? 30) >= 1000 ? 1000 : 100
-
-    static func start(_ arguments: [String], output: Pipe? = nil) throws -> Process {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
-        process.arguments = arguments
-        if let output { process.standardOutput = output }
-        try process.run()
-        return process
-    }
+    static let times = stressIterations >= 1000 ? 1000 : 100
 
     @Test func keyValueCounter() throws {
         let dir = try Scratch("kv-counter")
         let start = Date()
-        let writers = try (0..<2).map { _ in try Self.start(["kv-increment", dir.path, "counter", "n", "\(Self.times)"]) }
-        for process in writers {
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
+        let writers = try (0..<2).map { _ in
+            try HelperChild(["kv-increment", dir.path, "counter", "n", "\(Self.times)"])
         }
+        for writer in writers { #expect(writer.wait() == 0) }
         let store = try KeyValueFileStrategy(directory: dir.url, suite: "counter")
         #expect(try store.get(Int.self, for: "n") == 2 * Self.times)
         print("RELIABILITY counter, key-value update(): 2 processes × \(Self.times) = \(try store.get(Int.self, for: "n") ?? -1) (expected \(2 * Self.times)) in \(Int(Date().timeIntervalSince(start))) s")
@@ -40,42 +31,22 @@ struct CounterStressTests {
     /// overlap even at 100 increments (a read outside the lock then loses updates every run).
     @Test func vaultCounterWithUpdate() throws {
         let dir = try Scratch("vault-update-counter")
-        let url = dir.file("counter.coffer")
+        let url = dir.url("counter.coffer")
         let key = [UInt8](repeating: 0x5a, count: 32)
         _ = try Vault.create(at: url, unlock: .key(try SecureBytes(copying: key)))
         let start = Date()
-        let pipes = (0..<2).map { _ in (input: Pipe(), output: Pipe()) }
-        let writers = try pipes.map { pipes in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
-            process.arguments = ["vault-update", url.path, "\(Self.times)"]
-            process.standardInput = pipes.input
-            process.standardOutput = pipes.output
-            try process.run()
-            return process
-        }
-        let ready = try pipes.map { pipes in
-            // "ready\n" (6 bytes), or end of file when the child failed to open the vault.
-            var said = Data()
-            while said.count < 6, let chunk = try pipes.output.fileHandleForReading.read(upToCount: 6 - said.count),
-                !chunk.isEmpty
-            {
-                said += chunk
-            }
-            return String(decoding: said, as: UTF8.self) == "ready\n"
-        }
+        let writers = try (0..<2).map { _ in try HelperChild(["vault-update", url.path, "\(Self.times)"]) }
+        // "ready", or the end of the output when the child failed to open the vault.
+        let ready = writers.map { $0.readLine() == "ready" }
         guard ready.allSatisfy({ $0 }) else {
             // Writing to a child that died would raise SIGPIPE here.
-            for process in writers where process.isRunning { process.terminate() }
-            for process in writers { process.waitUntilExit() }
+            for writer in writers where writer.process.isRunning { writer.process.terminate() }
+            for writer in writers { writer.wait() }
             Issue.record("a vault-update child did not open the vault: \(ready)")
             return
         }
-        for pipes in pipes { try pipes.input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8)) }
-        for process in writers {
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
-        }
+        for writer in writers { writer.say("go") }
+        for writer in writers { #expect(writer.wait() == 0) }
         let vault = try Vault.open(at: url, unlock: .key(try SecureBytes(copying: key)))
         let bytes = try #require(try vault.data(service: "counter", account: "update"))
         #expect(bytes.count == 8)
@@ -87,20 +58,15 @@ struct CounterStressTests {
 
     @Test func vaultCounterWithAConcurrentReader() throws {
         let dir = try Scratch("vault-counter")
-        let url = dir.file("counter.coffer")
+        let url = dir.url("counter.coffer")
         let keyHex = String(repeating: "5a", count: 32)
         _ = try Vault.create(at: url, unlock: .key(try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))))
         let start = Date()
-        let readerOutput = Pipe()
-        let reader = try Self.start(["vault-read-loop", url.path, keyHex, "\(2 * Self.times)"], output: readerOutput)
-        let writers = try (0..<2).map { _ in try Self.start(["vault-increment", url.path, keyHex, "\(Self.times)"]) }
-        for process in writers {
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
-        }
-        let readLine = String(decoding: readerOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        reader.waitUntilExit()
-        #expect(reader.terminationStatus == 0, "the reader saw a torn or older value")
+        let reader = try HelperChild(["vault-read-loop", url.path, keyHex, "\(2 * Self.times)"])
+        let writers = try (0..<2).map { _ in try HelperChild(["vault-increment", url.path, keyHex, "\(Self.times)"]) }
+        for writer in writers { #expect(writer.wait() == 0) }
+        #expect(reader.wait() == 0, "the reader saw a torn or older value")
+        let readLine = reader.output
         let vault = try Vault.open(at: url, unlock: .key(try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))))
         let final = try vault.string(service: "counter", account: "n")
         #expect(final == "\(2 * Self.times)")

@@ -1,3 +1,4 @@
+import CofferTesting
 import Foundation
 import Testing
 
@@ -11,17 +12,8 @@ struct FuzzCorpusTests {
     @Test(arguments: ["frames", "header", "vault"])
     func corpusReplaysWithoutACrash(_ target: String) throws {
         let corpus = Self.repository.appendingPathComponent("Fuzz/corpus/\(target)").path
-        let fuzz = URL(fileURLWithPath: VaultCrashLoopTests.helperPath()).deletingLastPathComponent()
-            .appendingPathComponent("CofferFuzz").path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: fuzz)
-        process.arguments = ["replay", target, corpus]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(text)")
-        #expect(text.contains("inputs ran without a crash"))
+        let run = try HelperChild.run(["replay", target, corpus], executable: builtProduct(named: "CofferFuzz"))
+        #expect(run.reason == .exit && run.status == 0, "\(run.output)")
+        #expect(run.output.contains("inputs ran without a crash"))
     }
 }

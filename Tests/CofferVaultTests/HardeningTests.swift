@@ -1,6 +1,7 @@
 import CofferCore
 import CofferJournal
 import CofferCrypto
+import CofferTesting
 @testable import CofferVault
 import Foundation
 import Testing
@@ -41,11 +42,19 @@ func headerSequences(_ url: URL) throws -> [UInt64?] {
 
 @Suite("Vault: a header change by another process is never undone (issue 13, item 2)")
 struct HeaderChangeRaceTests {
+    /// A new, empty vault `v` in `dir` (passphrase "old"), opened twice.
+    static func twoInstancesOfANewVault(in dir: Scratch) throws -> (url: URL, a: Vault, b: Vault) {
+        let url = dir.url("v")
+        _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+        let open = { try Vault.open(at: url, unlock: .passphrase("old")) }
+        return (url, try open(), try open())
+    }
+
     /// Two `Vault`s on one file behave as two processes: each has its own journal, descriptor
     /// and `flock` on `<file>.lock`.
     @Test func aPassphraseChangeSurvivesAnotherInstancesCompaction() throws {
         let dir = try Scratch("passwd-compact")
-        let url = dir.file("v")
+        let url = dir.url("v")
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
             try vault.set("one", service: "s", account: "a")
@@ -73,14 +82,7 @@ struct HeaderChangeRaceTests {
     /// and above the live bytes), the case the attack reproduced 13 times out of 14.
     @Test func aPassphraseChangeSurvivesAnotherInstancesAutomaticCompaction() throws {
         let dir = try Scratch("passwd-autocompact")
-        let url = dir.file("v")
-        let a: Vault
-        let b: Vault
-        do {
-            _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
-            a = try Vault.open(at: url, unlock: .passphrase("old"))
-            b = try Vault.open(at: url, unlock: .passphrase("old"))
-        }
+        let (url, a, b) = try Self.twoInstancesOfANewVault(in: dir)
         let big = Data(repeating: 0x42, count: 4096)
         try b.apply(
             (0..<40).map { .set(service: "bulk", account: "\($0)", secret: [UInt8](big), label: nil, comment: nil) })
@@ -104,7 +106,7 @@ struct HeaderChangeRaceTests {
     @Test(arguments: ["compact", "remove"])
     func aPassphraseChangeSurvivesAnotherProcesssCompaction(mode: String) throws {
         let dir = try Scratch("passwd-child-\(mode)")
-        let url = dir.file("v")
+        let url = dir.url("v")
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
             let big = [UInt8](repeating: 0x42, count: 4096)
@@ -112,27 +114,19 @@ struct HeaderChangeRaceTests {
                 (0..<40).map { .set(service: "bulk", account: "\($0)", secret: big, label: nil, comment: nil) })
             try vault.set("kept", service: "s", account: "a")
         }
-        let input = Pipe()
-        let output = Pipe()
-        let child = Process()
-        child.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
-        child.arguments = ["vault-compact", url.path, "old", mode, "bulk"]
-        child.standardInput = input
-        child.standardOutput = output
-        try child.run()
+        let child = try HelperChild(["vault-compact", url.path, "old", mode, "bulk"])
         defer {
-            if child.isRunning { child.terminate() }
-            child.waitUntilExit()
+            if child.process.isRunning { child.process.terminate() }
+            child.wait()
         }
-        guard try Self.line(from: output) == "ready" else {
+        guard child.readLine() == "ready" else {
             Issue.record("the vault-compact child did not open the vault")
             return
         }
         try Vault.open(at: url, unlock: .passphrase("old")).changePassphrase(to: "new")
-        try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
-        #expect(try Self.line(from: output) == "done")
-        child.waitUntilExit()
-        #expect(child.terminationStatus == 0)
+        child.say("go")
+        #expect(child.readLine() == "done")
+        #expect(child.wait() == 0)
         let sequences = try headerSequences(url)
         #expect(sequences[0] == sequences[1] && (sequences[0] ?? 0) >= 3, "compacted after the change: \(sequences)")
         let reopened = try Vault.open(at: url, unlock: .passphrase("new"))
@@ -141,27 +135,11 @@ struct HeaderChangeRaceTests {
         expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .passphrase("old")) }
     }
 
-    /// One line from a child's standard output, without its newline ("" at end of file).
-    static func line(from pipe: Pipe) throws -> String {
-        var bytes: [UInt8] = []
-        while let chunk = try pipe.fileHandleForReading.read(upToCount: 1), let byte = chunk.first, byte != 0x0A {
-            bytes.append(byte)
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
     /// The other order: a compaction by one instance, then a key-slot change by the other,
     /// which must write its header into the new file with the compaction's sequence + 1.
     @Test func aKeySlotChangeAfterAnotherInstancesCompactionKeepsBoth() throws {
         let dir = try Scratch("compact-passwd")
-        let url = dir.file("v")
-        let a: Vault
-        let b: Vault
-        do {
-            _ = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
-            a = try Vault.open(at: url, unlock: .passphrase("old"))
-            b = try Vault.open(at: url, unlock: .passphrase("old"))
-        }
+        let (url, a, b) = try Self.twoInstancesOfANewVault(in: dir)
         try a.set("x", service: "s", account: "a")
         try a.compact()
         let key = try SecureBytes.random(count: 32)
@@ -177,7 +155,7 @@ struct HeaderChangeRaceTests {
     /// compacts; and its own passphrase change then targets the slot it unlocked with.
     @Test func aRemovedSlotStaysRemovedAndTheUnlockedSlotIsFollowed() throws {
         let dir = try Scratch("rmslot-compact")
-        let url = dir.file("v")
+        let url = dir.url("v")
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("first"), kdf: fastKDF)
             try vault.addKeySlot(.passphrase("second"), kdf: fastKDF)
@@ -201,7 +179,7 @@ struct KDFLimitTests {
     /// wrong passphrase.
     @Test func aCraftedExpensiveSlotIsRefusedBeforeRunning() throws {
         let dir = try Scratch("kdf-huge")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         try editHeaderCopies(url) { bytes, base in
             let slot = base + VaultHeader.slotsOffset
@@ -222,7 +200,7 @@ struct KDFLimitTests {
     /// where it was reported as a wrong passphrase.
     @Test func tooManyPassesIsALimitNotAWrongPassphrase() throws {
         let dir = try Scratch("kdf-passes")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         try editHeaderCopies(url) { bytes, base in storeLE64(64, at: base + VaultHeader.slotsOffset + 8, in: &bytes) }
         for passphrase in ["p", "not it"] {
@@ -235,7 +213,7 @@ struct KDFLimitTests {
     /// opened once the caller allows its cost; `unlock` keeps the limit the vault was opened with.
     @Test func theLimitIsTheCallersAndCanBeRaised() throws {
         let dir = try Scratch("kdf-limit")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let cost = Argon2idParameters(opsLimit: 2, memLimitBytes: 16 << 10)
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("p"), kdf: cost)
@@ -271,7 +249,7 @@ struct KDFLimitTests {
     /// nothing within the limit opens. Key files and raw keys are never limited.
     @Test func slotsWithinTheLimitAreTriedAndTheOthersPassedOver() throws {
         let dir = try Scratch("kdf-mixed")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let key = try SecureBytes.random(count: 32)
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("cheap"), kdf: fastKDF)
@@ -293,7 +271,7 @@ struct KDFLimitTests {
     /// Parameters outside the format's bounds stay a malformed header (checked first).
     @Test func parametersOutsideTheFormatStayCorrupted() throws {
         let dir = try Scratch("kdf-format")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         try editHeaderCopies(url) { bytes, base in storeLE64(65, at: base + VaultHeader.slotsOffset + 8, in: &bytes) }
         expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("p"), kdfLimit: .maximumAccepted) }
@@ -314,7 +292,7 @@ struct KDFLimitTests {
 @Suite("Vault header: authenticated exactly as stored (issue 13, the format)")
 struct HeaderBytesTests {
     static func makeVault(_ dir: Scratch) throws -> URL {
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         try vault.set("x", service: "s", account: "a")
         return url
@@ -395,7 +373,7 @@ struct VaultNameTests {
     @Test(arguments: ["service", "account", "label", "comment"])
     func aRecordWithANameThatIsNotUTF8IsRefused(field: String) throws {
         let dir = try Scratch("utf8")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let key = try SecureBytes.random(count: 32)
         do {
             let vault = try Vault.create(at: url, unlock: .key(key))
@@ -436,7 +414,7 @@ struct VaultNameTests {
     /// bytes: refused before anything is written, with lengths but not the text in the message.
     @Test func longNamesAreRefusedBeforeAnythingIsWritten() throws {
         let dir = try Scratch("lengths")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .key(try SecureBytes.random(count: 32)))
         #expect(Vault.maximumNameLength == 1024 && Vault.maximumTextLength == 4096)
         let name = String(repeating: "n", count: Vault.maximumNameLength)

@@ -16,16 +16,16 @@ struct KeyFileLimitTests {
     /// A vault unlocked by a 40-byte key file, and that key's bytes.
     private func vaultWithKeyFile(_ dir: Scratch) throws -> (url: URL, key: [UInt8]) {
         let key = SecureRandom.bytes(count: 40)
-        try writeBytes(key, to: dir.file("key"))
-        let url = dir.file("v.coffer")
-        try Vault.create(at: url, unlock: .keyFile(dir.file("key")), kdf: fastKDF).set("x", service: "s", account: "a")
+        try writeBytes(key, to: dir.url("key"))
+        let url = dir.url("v.coffer")
+        try Vault.create(at: url, unlock: .keyFile(dir.url("key")), kdf: fastKDF).set("x", service: "s", account: "a")
         return (url, key)
     }
 
     @Test func aFIFOIsRefusedAtOnceNotWaitedOn() throws {
         let dir = try Scratch("fifo")
         let (url, key) = try vaultWithKeyFile(dir)
-        let fifo = dir.file("key.fifo").path
+        let fifo = dir.url("key.fifo").path
         #expect(mkfifo(fifo, 0o600) == 0)
         // Should the open wait for a writer (the defect), one turns up after two seconds with the
         // right key, so the test fails on the time and the outcome instead of hanging.
@@ -53,12 +53,12 @@ struct KeyFileLimitTests {
         #expect(VaultUnlock.maximumKeyFileSize == 65536)
         // One byte over: the right key followed by padding would otherwise be read (and fail as
         // a wrong key).
-        let over = dir.file("over")
+        let over = dir.url("over")
         try writeBytes(key + [UInt8](repeating: 0, count: 65536 + 1 - key.count), to: over)
         let error = expectError(.limitExceeded) { _ = try Vault.open(at: url, unlock: .keyFile(over)) }
         #expect(error?.message.contains("65536") == true)
         // A 256 MiB sparse file: refused from its size, without reading it.
-        let huge = dir.file("huge").path
+        let huge = dir.url("huge").path
         let fd = open(huge, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         #expect(fd >= 0 && ftruncate(fd, 256 << 20) == 0)
         close(fd)
@@ -69,9 +69,9 @@ struct KeyFileLimitTests {
 
     @Test func aKeyFileOfExactlyTheLimitWorks() throws {
         let dir = try Scratch("limit")
-        let keyFile = dir.file("key")
+        let keyFile = dir.url("key")
         try writeBytes(SecureRandom.bytes(count: VaultUnlock.maximumKeyFileSize), to: keyFile)
-        let url = dir.file("v.coffer")
+        let url = dir.url("v.coffer")
         try Vault.create(at: url, unlock: .keyFile(keyFile), kdf: fastKDF).set("x", service: "s", account: "a")
         #expect(try Vault.open(at: url, unlock: .keyFile(keyFile)).string(service: "s", account: "a") == "x")
     }
@@ -80,13 +80,13 @@ struct KeyFileLimitTests {
         let dir = try Scratch("kinds")
         let (url, _) = try vaultWithKeyFile(dir)
         // A key on another device, or a Kubernetes secret mount, is reached through links.
-        #expect(symlink(dir.file("key").path, dir.file("link").path) == 0)
-        #expect(try Vault.open(at: url, unlock: .keyFile(dir.file("link"))).string(service: "s", account: "a") == "x")
-        #expect(mkfifo(dir.file("fifo").path, 0o600) == 0)
-        #expect(symlink(dir.file("fifo").path, dir.file("fifo-link").path) == 0)
-        expectError(.invalidArgument) { _ = try Vault.open(at: url, unlock: .keyFile(dir.file("fifo-link"))) }
+        #expect(symlink(dir.url("key").path, dir.url("link").path) == 0)
+        #expect(try Vault.open(at: url, unlock: .keyFile(dir.url("link"))).string(service: "s", account: "a") == "x")
+        #expect(mkfifo(dir.url("fifo").path, 0o600) == 0)
+        #expect(symlink(dir.url("fifo").path, dir.url("fifo-link").path) == 0)
+        expectError(.invalidArgument) { _ = try Vault.open(at: url, unlock: .keyFile(dir.url("fifo-link"))) }
         expectError(.invalidArgument) { _ = try Vault.open(at: url, unlock: .keyFile(dir.url)) }
-        expectError(.notFound) { _ = try Vault.open(at: url, unlock: .keyFile(dir.file("missing"))) }
+        expectError(.notFound) { _ = try Vault.open(at: url, unlock: .keyFile(dir.url("missing"))) }
     }
 
     @Test func keyFileContentsOpenTheKeyFileSlot() throws {

@@ -1,3 +1,4 @@
+import CofferTesting
 import Foundation
 import Testing
 
@@ -9,20 +10,9 @@ import Glibc
 /// overrun a SecureBytes buffer, and one that scans its own memory after Vault.lock().
 @Suite("Memory hygiene")
 struct MemoryHygieneTests {
-    static func helper(_ arguments: [String]) throws -> (reason: Process.TerminationReason, status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = "enable=no"
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationReason, process.terminationStatus, String(decoding: data, as: UTF8.self))
+    /// Runs a helper that may die of a signal (no backtrace, standard error discarded).
+    static func helper(_ arguments: [String]) throws -> HelperChild.Finished {
+        try HelperChild.run(arguments, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .discard)
     }
 
     @Test(arguments: [["secure-overread", "32"], ["secure-overread", "1"], ["secure-overread", "4096"], ["secure-underread"], ["secure-write"]])
@@ -66,20 +56,8 @@ struct MemoryHygieneTests {
     }
 
     /// Runs a helper and returns its exit, standard output and standard error.
-    static func helperWithErrors(_ arguments: [String]) throws -> (status: Int32, output: String, errors: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: VaultCrashLoopTests.helperPath())
-        process.arguments = arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        // Both pipes are small (a few lines); read one after the other.
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    static func helperWithErrors(_ arguments: [String]) throws -> HelperChild.Finished {
+        try HelperChild.run(arguments, standardError: .capture)
     }
 
     static func field(_ name: String, in line: Substring) -> Int? {

@@ -17,8 +17,8 @@ struct OutsideAttackTests {
     @Test("A vault swapped for another under an open Vault stops: no stale read, no write into the other file")
     func swappedVaultStops() throws {
         let dir = try Scratch("swap")
-        let path = dir.file("v.coffer")
-        let other = dir.file("o.coffer")
+        let path = dir.url("v.coffer")
+        let other = dir.url("o.coffer")
         let vault = try Vault.create(at: path, unlock: try Self.key(1))
         try vault.set("secret-a", service: "s", account: "a")
         try Vault.create(at: other, unlock: try Self.key(2)).set("secret-b", service: "s", account: "a")
@@ -56,7 +56,7 @@ struct OutsideAttackTests {
     @Test("A key file whose size reads 0 is refused without being read (procfs)")
     func procfsKeyFile() throws {
         let dir = try Scratch("procfs-key")
-        let url = dir.file("k.coffer")
+        let url = dir.url("k.coffer")
         _ = try Vault.create(at: url, unlock: try Self.key(4))
         // /proc/self/status: st_size 0, yet a read returns hundreds of bytes (and /proc/kmsg blocks).
         let error = #expect(throws: CofferError.self) {

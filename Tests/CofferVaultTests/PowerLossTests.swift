@@ -152,7 +152,7 @@ final class PowerCutFileSystem: FileSystem {
 /// opens to exactly the state before or after the interrupted operation.
 @Suite("Power loss at every point")
 struct PowerLossTests {
-    static let iterations = ProcessInfo.processInfo.environment["COFFER_STRESS_ITERATIONS"].flatMap { Int($0) } ?? 30
+    static let iterations = stressIterations
     /// Seeds per (point, data mode, metadata mode): 2 in make test, 50 in make stress.
     static let seeds = max(2, iterations / 20)
     static let dataModes: [InMemoryFileSystem.UnsyncedData] = [.random, .randomWithGarbage, .drop]

@@ -1,23 +1,22 @@
 import CofferCore
 import CofferCrypto
+import CofferTesting
 import CofferVault
 import Foundation
 import Testing
 
-/// A private temporary directory for one test, removed when the test ends.
-final class Scratch {
-    let url: URL
-    var path: String { url.path }
+/// A fresh directory for one test (CofferTesting's ``TemporaryDirectory``), removed after it.
+typealias Scratch = TemporaryDirectory
 
-    init(_ name: String = "vault") throws {
-        let path = FileManager.default.temporaryDirectory.path + "/coffer-vault-\(name)-\(UUID().uuidString)"
-        try DurableIO.ensureDirectory(path, fileSystem: LiveFileSystem())
-        url = URL(fileURLWithPath: path)
+/// What a vault holds: its items and each one's secret, to compare one open of it with another.
+struct Snapshot: Equatable {
+    var items: [VaultItem]
+    var secrets: [Data?]
+
+    init(of vault: Vault) throws {
+        items = try vault.items()
+        secrets = try items.map { try vault.data(service: $0.service, account: $0.account) }
     }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
 }
 
 /// Argon2id at libsodium's minimum cost: the tests exercise the format, not the KDF's strength.

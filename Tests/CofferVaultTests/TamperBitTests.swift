@@ -10,21 +10,10 @@ import Testing
 /// values. (TamperTests flips bytes and covers swap, replay and transplant.)
 @Suite("Tamper: every bit, wrong passphrases, absurd values")
 struct TamperBitTests {
-    static let iterations = ProcessInfo.processInfo.environment["COFFER_STRESS_ITERATIONS"].flatMap { Int($0) } ?? 30
     static let url = URL(fileURLWithPath: "/t/vault")
     static let key: SecureBytes = {
         do { return try SecureBytes(copying: [UInt8](repeating: 0x33, count: 32)) } catch { fatalError("\(error)") }
     }()
-
-    struct Snapshot: Equatable {
-        var items: [VaultItem]
-        var secrets: [Data?]
-    }
-
-    static func snapshot(_ vault: Vault) throws -> Snapshot {
-        let items = try vault.items()
-        return Snapshot(items: items, secrets: try items.map { try vault.data(service: $0.service, account: $0.account) })
-    }
 
     /// Frame ranges of the records (from the journal's frame headers).
     static func frames(_ bytes: [UInt8], end: Int) -> [Range<Int>] {
@@ -50,13 +39,13 @@ struct TamperBitTests {
             let vault = try Vault.create(at: Self.url, unlock: .key(Self.key), fileSystem: fs)
             try vault.set("first-secret", service: "svc", account: "one", label: "One")
             try vault.set(Data([0, 1, 2, 3]), service: "svc", account: "two")
-            original = try Self.snapshot(vault)
+            original = try Snapshot(of: vault)
             dataEnd = Int(try vault.info().fileSize)
         }
         let bytes = [UInt8](try #require(fs.contents(atPath: Self.url.path)))
         let records = Self.frames(bytes, end: dataEnd)
         #expect(records.count == 2 && records.last?.upperBound == dataEnd)
-        let stride = Self.iterations >= 1000 ? 1 : 5
+        let stride = stressIterations >= 1000 ? 1 : 5
         var flips = 0
         var harmless = 0
         var detectedHeader = 0
@@ -73,7 +62,7 @@ struct TamperBitTests {
                 flips += 1
                 do {
                     let vault = try Vault.open(at: Self.url, unlock: .key(Self.key), fileSystem: fs)
-                    if try Self.snapshot(vault) == original { harmless += 1 } else { wrongPlaintext += 1 }
+                    if try Snapshot(of: vault) == original { harmless += 1 } else { wrongPlaintext += 1 }
                 } catch let error as CofferError {
                     #expect(error.code == .corrupted, "bit \(bit) of byte \(offset): \(error.code)")
                     if offset < 32 + 4096 {

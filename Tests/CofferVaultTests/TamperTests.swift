@@ -10,21 +10,11 @@ import Testing
 /// authentication/corruption error. Never different data, never a crash.
 @Suite("Vault tamper detection")
 struct TamperTests {
-    struct Snapshot: Equatable {
-        var items: [VaultItem]
-        var secrets: [Data?]
-    }
-
-    static func snapshot(_ vault: Vault) throws -> Snapshot {
-        let items = try vault.items()
-        return Snapshot(items: items, secrets: try items.map { try vault.data(service: $0.service, account: $0.account) })
-    }
-
     static func makeSmallVault(at url: URL) throws -> Snapshot {
         let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
         try vault.set("first-secret", service: "svc", account: "one", label: "One")
         try vault.set(Data([0, 1, 2, 3]), service: "svc", account: "two")
-        return try snapshot(vault)
+        return try Snapshot(of: vault)
     }
 
     /// Flip each byte of a small two-item vault (every offset, two different flips).
@@ -39,7 +29,7 @@ struct TamperTests {
         let vault = try Vault.create(at: url, unlock: .key(key), fileSystem: fs)
         try vault.set("first-secret", service: "svc", account: "one", label: "One")
         try vault.set(Data([0, 1, 2, 3]), service: "svc", account: "two")
-        let original = try Self.snapshot(vault)
+        let original = try Snapshot(of: vault)
         let bytes = [UInt8](try #require(fs.contents(atPath: url.path)))
         var detected = 0
         var harmless = 0
@@ -52,7 +42,7 @@ struct TamperTests {
                 try tampered.createFile(atPath: url.path, contents: Data(image))
                 do {
                     let opened = try Vault.open(at: url, unlock: .key(key), fileSystem: tampered)
-                    let seen = try Self.snapshot(opened)
+                    let seen = try Snapshot(of: opened)
                     #expect(seen == original, "flip \(mask) at \(offset) gave different data")
                     harmless += 1
                 } catch let error as CofferError {
@@ -82,7 +72,7 @@ struct TamperTests {
 
     @Test func swappedRecordsAreDetected() throws {
         let dir = try Scratch("swap")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
         for i in 0..<3 { try vault.set(String(repeating: "s", count: 10), service: "svc", account: "a\(i)") }
         let bytes = try readBytes(url)
@@ -103,7 +93,7 @@ struct TamperTests {
 
     @Test func replayingARecordFromAnOlderCopyIsDetected() throws {
         let dir = try Scratch("replay")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
         try vault.set("old-secret", service: "svc", account: "a")
         let older = try readBytes(url)
@@ -119,8 +109,8 @@ struct TamperTests {
 
     @Test func movingARecordBetweenVaultsIsDetected() throws {
         let dir = try Scratch("transplant")
-        let a = dir.file("a")
-        let b = dir.file("b")
+        let a = dir.url("a")
+        let b = dir.url("b")
         // Same passphrase, same item: only the vault differs.
         for url in [a, b] {
             let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
@@ -144,7 +134,7 @@ struct TamperTests {
 
     @Test func damagedHeaderReadsAsDamageNotAsWrongPassphrase() throws {
         let dir = try Scratch("header")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Self.makeSmallVault(at: url)
         var bytes = try readBytes(url)
         // Damage both copies' slot bytes (a random disk error): checksums no longer match.
@@ -158,7 +148,7 @@ struct TamperTests {
     /// wins) is caught by the header MAC once the master key is known.
     @Test func forgedHeaderWithValidChecksumFailsItsMAC() throws {
         let dir = try Scratch("forge")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Self.makeSmallVault(at: url)
         var bytes = try readBytes(url)
         let base = 32
@@ -183,7 +173,7 @@ struct VaultSalvageTests {
 
     @Test func aTamperedRecordIsSkippedAndTheRestKept() throws {
         let dir = try Scratch("salvage")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let (bytes, ranges) = try Self.make(url)
         // Alter the middle record's ciphertext and fix its CRCs: only authentication can tell.
         var image = bytes
@@ -222,7 +212,7 @@ struct VaultSalvageTests {
     /// ones, and failures are reported (strict) or skipped (salvage) in record order, in both halves.
     @Test func aLargeVaultOpensInOrderAndSalvagesInBothHalves() throws {
         let dir = try Scratch("salvage-large")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let count = Session.parallelOpenThreshold + 200
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF, durability: .coalesced)
@@ -268,7 +258,7 @@ struct VaultSalvageTests {
     @Test(arguments: [0, 1, Session.pipelineBlock - 1, Session.pipelineBlock + 5])
     func aShortRecordInALargeBatchIsReportedAtItsOffset(after extra: Int) throws {
         let dir = try Scratch("short-large")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let count = Session.parallelOpenThreshold + 3 * Session.pipelineBlock + extra
         do {
             let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF, durability: .coalesced)
@@ -292,7 +282,7 @@ struct VaultSalvageTests {
 
     @Test func aDamagedFrameKeepsEveryEarlierRecord() throws {
         let dir = try Scratch("salvage-frame")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let (bytes, ranges) = try Self.make(url)
         var image = bytes
         image[ranges[1].lowerBound + 40] ^= 0x01  // the frame's CRC now fails: journal-level damage

@@ -10,11 +10,11 @@ import Testing
 struct VaultTests {
     @Test func storeReadListRemoveAndReopenWithEachUnlockSource() throws {
         let dir = try Scratch("sources")
-        let keyFile = dir.file("key")
+        let keyFile = dir.url("key")
         try Data(SecureRandom.bytes(count: 64)).write(to: keyFile)
         let rawKey = try SecureBytes.random(count: 32)
         for unlock in [VaultUnlock.passphrase("correct horse battery staple"), .keyFile(keyFile), .key(rawKey)] {
-            let url = dir.file(UUID().uuidString + ".coffer")
+            let url = dir.url(UUID().uuidString + ".coffer")
             do {
                 let vault = try Vault.create(at: url, unlock: unlock, kdf: fastKDF)
                 try vault.set("ghp_secret", service: "api.github.com", account: "octocat", label: "GitHub token")
@@ -38,7 +38,7 @@ struct VaultTests {
 
     @Test func updatingKeepsCreatedAndLabelAndAdvancesModified() throws {
         let dir = try Scratch("update")
-        let vault = try Vault.create(at: dir.file("v"), unlock: .passphrase("p"), kdf: fastKDF)
+        let vault = try Vault.create(at: dir.url("v"), unlock: .passphrase("p"), kdf: fastKDF)
         try vault.set("one", service: "s", account: "a", label: "L", comment: "C")
         let first = try #require(try vault.item(service: "s", account: "a"))
         Thread.sleep(forTimeInterval: 0.01)
@@ -52,7 +52,7 @@ struct VaultTests {
 
     @Test func wrongPassphraseIsWrongKeyNeverCorruptionNeverEmpty() throws {
         let dir = try Scratch("wrong")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("right"), kdf: fastKDF)
         try vault.set("x", service: "s", account: "a")
         for attempt in 0..<50 {
@@ -67,18 +67,18 @@ struct VaultTests {
 
     @Test func missingFilesAndExistingFilesAreClearErrors() throws {
         let dir = try Scratch("missing")
-        expectError(.notFound) { _ = try Vault.open(at: dir.file("nope"), unlock: .passphrase("p")) }
-        _ = try Vault.create(at: dir.file("v"), unlock: .passphrase("p"), kdf: fastKDF)
-        expectError(.alreadyExists) { _ = try Vault.create(at: dir.file("v"), unlock: .passphrase("q"), kdf: fastKDF) }
-        expectError(.notFound) { _ = try Vault.open(at: dir.file("v"), unlock: .keyFile(dir.file("no-key"))) }
-        try Data(repeating: 1, count: 8).write(to: dir.file("short-key"))
-        expectError(.invalidArgument) { _ = try Vault.open(at: dir.file("v"), unlock: .keyFile(dir.file("short-key"))) }
-        expectError(.invalidArgument) { _ = try Vault.open(at: dir.file("v"), unlock: .key(try SecureBytes.random(count: 16))) }
+        expectError(.notFound) { _ = try Vault.open(at: dir.url("nope"), unlock: .passphrase("p")) }
+        _ = try Vault.create(at: dir.url("v"), unlock: .passphrase("p"), kdf: fastKDF)
+        expectError(.alreadyExists) { _ = try Vault.create(at: dir.url("v"), unlock: .passphrase("q"), kdf: fastKDF) }
+        expectError(.notFound) { _ = try Vault.open(at: dir.url("v"), unlock: .keyFile(dir.url("no-key"))) }
+        try Data(repeating: 1, count: 8).write(to: dir.url("short-key"))
+        expectError(.invalidArgument) { _ = try Vault.open(at: dir.url("v"), unlock: .keyFile(dir.url("short-key"))) }
+        expectError(.invalidArgument) { _ = try Vault.open(at: dir.url("v"), unlock: .key(try SecureBytes.random(count: 16))) }
     }
 
     @Test func lockDropsAccessUntilUnlocked() throws {
         let dir = try Scratch("lock")
-        let vault = try Vault.create(at: dir.file("v"), unlock: .passphrase("p"), kdf: fastKDF)
+        let vault = try Vault.create(at: dir.url("v"), unlock: .passphrase("p"), kdf: fastKDF)
         try vault.set("x", service: "s", account: "a")
         vault.lock()
         #expect(vault.isLocked)
@@ -93,7 +93,7 @@ struct VaultTests {
 
     @Test func changePassphraseAndKeySlots() throws {
         let dir = try Scratch("passwd")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
         try vault.set("x", service: "s", account: "a")
         try vault.changePassphrase(to: "new")
@@ -152,7 +152,7 @@ struct VaultTests {
 
     @Test func nothingReadableInTheFile() throws {
         let dir = try Scratch("plaintext")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("hunter2-passphrase"), kdf: fastKDF)
         let needles = ["ghp_VerySecretToken123", "api.github.example", "octocat-account", "My GitHub Label", "a comment"]
         try vault.set(needles[0], service: needles[1], account: needles[2], label: needles[3], comment: needles[4])
@@ -174,7 +174,7 @@ struct VaultTests {
         #expect("\(key)" == "<redacted>")
         #expect(!"\(VaultUnlock.key(key))".contains("0123"))
         let dir = try Scratch("errors")
-        let vault = try Vault.create(at: dir.file("v"), unlock: unlock, kdf: fastKDF)
+        let vault = try Vault.create(at: dir.url("v"), unlock: unlock, kdf: fastKDF)
         try vault.set(Data([0xFF, 0xFE]), service: "svc", account: "acct")
         let error = expectError(.decoding) { _ = try vault.string(service: "svc", account: "acct") }
         #expect(error.map { !$0.description.contains("\u{FFFD}") } ?? false)
@@ -184,7 +184,7 @@ struct VaultTests {
 
     @Test func compactionKeepsItemsAndShrinksTheFile() throws {
         let dir = try Scratch("compact")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF, durability: .coalesced)
         for round in 0..<300 {
             for account in 0..<3 { try vault.set(String(repeating: "\(round)", count: 200), service: "s", account: "a\(account)") }
@@ -200,7 +200,7 @@ struct VaultTests {
 
     @Test func twoInstancesSeeEachOthersWritesAndCompactions() throws {
         let dir = try Scratch("two")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let a = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         let b = try Vault.open(at: url, unlock: .passphrase("p"))
         try a.set("1", service: "s", account: "x")
@@ -217,7 +217,7 @@ struct VaultTests {
 
     @Test func absurdKDFParametersInTheHeaderAreRefusedBeforeRunning() throws {
         let dir = try Scratch("absurd")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         var bytes = try readBytes(url)
         // Both header copies: opsLimit 2^32, memLimit 2^40, with valid checksums (a hostile file).
@@ -238,7 +238,7 @@ struct VaultTests {
 
     @Test func unsupportedVersionIsReportedAsSuch() throws {
         let dir = try Scratch("version")
-        let url = dir.file("v")
+        let url = dir.url("v")
         _ = try Vault.create(at: url, unlock: .passphrase("p"), kdf: fastKDF)
         var bytes = try readBytes(url)
         for copy in 0..<2 {
@@ -278,7 +278,7 @@ struct VaultStrategyValueTests {
     /// Secrets are stored as themselves, so `coffer get` and `@Stored` agree on the bytes.
     @Test func typedValuesAreStoredPlainAndReadBackTyped() throws {
         let dir = try Scratch("plain")
-        let vault = try Vault.create(at: dir.file("v"), unlock: .passphrase("p"), kdf: fastKDF)
+        let vault = try Vault.create(at: dir.url("v"), unlock: .passphrase("p"), kdf: fastKDF)
         let strategy = VaultStrategy(vault: vault, service: "svc")
         try strategy.set("ghp_token", for: "string")
         #expect(try vault.string(service: "svc", account: "string") == "ghp_token")

@@ -12,7 +12,7 @@ struct VaultUpdateTests {
     /// A raw-key vault (no KDF run) and its key, to reopen it.
     static func makeVault(_ dir: Scratch, _ name: String = "v") throws -> (Vault, SecureBytes) {
         let key = try SecureBytes.random(count: 32)
-        return (try Vault.create(at: dir.file(name), unlock: .key(key)), key)
+        return (try Vault.create(at: dir.url(name), unlock: .key(key)), key)
     }
 
     static func encode(_ count: UInt64) -> Data { withUnsafeBytes(of: count.littleEndian) { Data($0) } }

@@ -61,7 +61,7 @@ struct VaultVectorTests {
         let scratch = try Scratch("vectors")
         for entry in manifest.vaults {
             // Work on a copy: opening takes a lock file beside the vault.
-            let url = scratch.file(entry.file)
+            let url = scratch.url(entry.file)
             try FileManager.default.copyItem(at: Self.directory.appendingPathComponent(entry.file), to: url)
             let unlock: VaultUnlock
             switch entry.unlock.kind {

@@ -130,7 +130,7 @@ struct VaultWritePathTests {
             .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
         guard FileManager.default.fileExists(atPath: script.path) else { return }
         let dir = try Scratch("reader")
-        let url = dir.file("v")
+        let url = dir.url("v")
         let keyBytes = (0..<32).map { UInt8($0) }
         let vault = try Vault.create(at: url, unlock: .key(try SecureBytes(copying: keyBytes)), durability: .coalesced)
         try vault.set("s1", service: "svc", account: "a", label: "La")

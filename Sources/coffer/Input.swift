@@ -175,7 +175,7 @@ private enum TerminalGuard {
 
     /// The actions in place before ``install(fd:original:quiet:)``, put back by ``remove()`` (so
     /// the crash handlers of `Hardening` survive a prompt).
-    nonisolated(unsafe) static var previous: [Int32: sigaction] = [:]
+    nonisolated(unsafe) static var previous: [SavedSignalAction] = []
 
     static func install(fd: Int32, original: termios, quiet: termios) {
         savedTerminalFD = fd
@@ -183,14 +183,15 @@ private enum TerminalGuard {
         quietTerminalState = quiet
         pendingStop = 0
         // No SA_RESTART (flags 0), so a blocked `read` returns EINTR and the loop sees a deferred stop.
-        for number in exitSignals { previous[number] = SignalHandlers.install(restoreTerminalAndDie, for: number) }
-        for number in stopSignals { previous[number] = SignalHandlers.install(restoreTerminalAndStop, for: number) }
-        previous[SIGCONT] = SignalHandlers.install(turnEchoOffAgain, for: SIGCONT)
+        previous =
+            exitSignals.map { SignalHandlers.install(restoreTerminalAndDie, for: $0) }
+            + stopSignals.map { SignalHandlers.install(restoreTerminalAndStop, for: $0) }
+            + [SignalHandlers.install(turnEchoOffAgain, for: SIGCONT)]
     }
 
     static func remove() {
-        for (number, action) in previous { SignalHandlers.restore(action, for: number) }
-        previous = [:]
+        for action in previous { action.restore() }
+        previous = []
         savedTerminalFD = -1
     }
 

@@ -1,12 +1,11 @@
 // The platform layer's signal calls: installing a handler with sigaction, and putting back the action it replaced.
 
-// `package` imports: the saved action (`sigaction`) is part of these functions' signatures.
 #if canImport(Glibc)
-package import Glibc
+    import Glibc
 #elseif canImport(Musl)
-package import Musl
+    import Musl
 #elseif canImport(Darwin)
-package import Darwin
+    import Darwin
 #endif
 
 /// Process-wide signal handlers, for the few places that install their own: the crash handlers
@@ -17,11 +16,11 @@ package enum SignalHandlers {
     /// Makes `handler` the action for signal `number`, with no signal blocked while it runs and
     /// `flags` (`SA_…`; 0 for none: then no `SA_RESTART`, so a blocked `read` returns `EINTR`).
     ///
-    /// - Returns: The action it replaced, for ``restore(_:for:)``.
+    /// - Returns: The action it replaced, which ``SavedSignalAction/restore()`` puts back.
     @discardableResult
     package static func install(
         _ handler: @escaping @convention(c) (Int32) -> Void, for number: Int32, flags: Int32 = 0
-    ) -> sigaction {
+    ) -> SavedSignalAction {
         var action = sigaction()
         #if canImport(Darwin)
             action.__sigaction_u.__sa_handler = handler
@@ -32,11 +31,17 @@ package enum SignalHandlers {
         action.sa_flags = flags
         var replaced = sigaction()
         sigaction(number, &action, &replaced)
-        return replaced
+        return SavedSignalAction(number: number, action: replaced)
     }
+}
 
-    /// Puts back `action` (one ``install(_:for:flags:)`` returned) for signal `number`.
-    package static func restore(_ action: sigaction, for number: Int32) {
+/// A signal's action as it was before ``SignalHandlers/install(_:for:flags:)`` replaced it.
+package struct SavedSignalAction {
+    fileprivate let number: Int32
+    fileprivate let action: sigaction
+
+    /// Makes it the signal's action again.
+    package func restore() {
         var action = action
         sigaction(number, &action, nil)
     }

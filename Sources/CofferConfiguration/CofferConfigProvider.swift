@@ -283,7 +283,8 @@ extension CofferConfigProvider: ConfigProvider {
         updatesHandler: nonisolated(nonsending) (_ updates: ConfigUpdatesAsyncSequence<any ConfigSnapshot, Never>)
             async throws -> Return
     ) async throws -> Return {
-        try await watch(in: \.snapshotWatchers, { $0 }, first: { _ in currentSnapshot() }, updatesHandler: updatesHandler)
+        try await watch(
+            in: \.snapshotWatchers, { $0 }, first: { _ in currentSnapshot() }, updatesHandler: updatesHandler)
     }
 
     /// One watch of either kind: a stream that keeps the newest element, its continuation

@@ -107,7 +107,8 @@ struct AEADBehaviourTests {
         let output = withOutput(count: fixture.plaintext.count) { output in
             withBuffers(sealed, fixture.nonce, fixture.aad) { sealed, nonce, aad in
                 expectCryptoError(.authenticationFailed) {
-                    try kind.construction.open(sealed, key: fixture.key, nonce: nonce, associatedData: aad, into: output)
+                    try kind.construction.open(
+                        sealed, key: fixture.key, nonce: nonce, associatedData: aad, into: output)
                 }
             }
         }

@@ -71,7 +71,8 @@ let benchmarks: @Sendable () -> Void = {
     var item = 0
     let big = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
     Benchmark(
-        "vault.seal.1MiB", configuration: configuration(timeUnits: .microseconds, warmupIterations: 2, maxIterations: 200)
+        "vault.seal.1MiB",
+        configuration: configuration(timeUnits: .microseconds, warmupIterations: 2, maxIterations: 200)
     ) { benchmark in
         guard let sealer else { fatalError("set up before the run") }
         for _ in benchmark.scaledIterations {

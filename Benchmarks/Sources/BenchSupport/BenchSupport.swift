@@ -63,7 +63,8 @@ public func configuration(
 ) -> Benchmark.Configuration {
     .init(
         metrics: coreMetrics, timeUnits: timeUnits, warmupIterations: warmupIterations, scalingFactor: scaling,
-        maxDuration: maxDuration, maxIterations: maxIterations, thresholds: regressionTolerances(fsyncBound: fsyncBound))
+        maxDuration: maxDuration, maxIterations: maxIterations,
+        thresholds: regressionTolerances(fsyncBound: fsyncBound))
 }
 
 /// Directories to delete when the process exits.

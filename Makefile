@@ -55,7 +55,7 @@ docs: deps
 		generate-documentation --target Coffer --warnings-as-errors --output-path $(DOCS_OUTPUT)
 
 ## Two processes' models converge on a secret that `coffer` rotates, through a throwaway
-## PostgreSQL server (scripts/demo-fleet.sh).
+## PostgreSQL server (scripts/demo-fleet.sh, which runs inside scripts/with-postgres.sh).
 demo-fleet: deps postgres-deps
 	$(SWIFT) build $(STRICT) $(TRAITS) --product coffer
 	$(SWIFT) build $(STRICT) $(TRAITS) --product CofferTestHelper

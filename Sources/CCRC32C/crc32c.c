@@ -7,6 +7,8 @@
 //     "crc" feature, chosen with getauxval(AT_HWCAP) & HWCAP_CRC32 on Linux; always on Apple
 //     silicon (and whenever the build already targets the feature);
 //   - anywhere: slicing-by-8 over a constant table (the Swift version's algorithm).
+// The two instruction paths are one function body, coffer_crc32c_instructions, with the
+// instructions named by per-architecture macros (CRC_U64 … CRC_U8).
 // No compiler flag is needed beyond SwiftPM's defaults.
 
 #include "coffer_crc32c.h"
@@ -408,15 +410,37 @@ uint32_t coffer_crc32c_portable(uint32_t crc, const void *data, size_t length) {
     return ~c;
 }
 
+// The CPU's CRC-32C instructions, one per operand width, and the target attribute that allows
+// them in one function: the steps are the same on both architectures, so one body
+// (coffer_crc32c_instructions) serves both. CRC_U64(c, v) folds the little-endian 64-bit v into
+// the state c and returns a 64-bit state (x86's instruction works on a 64-bit register and leaves
+// its upper half zero: keeping the state 64-bit in the loop spares a zero-extension per word);
+// CRC_U32/U16/U8 do the same for narrower v on a 32-bit state.
 #if defined(COFFER_CRC32C_X86)
+#define COFFER_CRC32C_TARGET __attribute__((target("sse4.2")))
+#define CRC_U64(c, v) _mm_crc32_u64((c), (v))
+#define CRC_U32(c, v) _mm_crc32_u32((c), (v))
+#define CRC_U16(c, v) _mm_crc32_u16((c), (v))
+#define CRC_U8(c, v) _mm_crc32_u8((c), (v))
+#elif defined(COFFER_CRC32C_ARM)
+#define COFFER_CRC32C_TARGET __attribute__((target("crc")))
+#define CRC_U64(c, v) ((uint64_t)__builtin_arm_crc32cd((uint32_t)(c), (v)))
+#define CRC_U32(c, v) __builtin_arm_crc32cw((c), (v))
+#define CRC_U16(c, v) __builtin_arm_crc32ch((c), (v))
+#define CRC_U8(c, v) __builtin_arm_crc32cb((c), (v))
+#endif
 
-__attribute__((target("sse4.2"))) static uint32_t coffer_crc32c_sse42(uint32_t crc, const unsigned char *p,
-                                                                       size_t length) {
+#if defined(COFFER_CRC32C_X86) || defined(COFFER_CRC32C_ARM)
+
+// 8 bytes per instruction, then the 4-, 2- and 1-byte rest. Loads go through memcpy: any
+// alignment, and both targets are little-endian, as the instructions expect.
+COFFER_CRC32C_TARGET static uint32_t coffer_crc32c_instructions(uint32_t crc, const unsigned char *p,
+                                                                size_t length) {
     uint64_t c = (uint64_t)~crc;
     while (length >= 8) {
         uint64_t word;
-        __builtin_memcpy(&word, p, 8); // little-endian, any alignment
-        c = _mm_crc32_u64(c, word);
+        __builtin_memcpy(&word, p, 8);
+        c = CRC_U64(c, word);
         p += 8;
         length -= 8;
     }
@@ -424,18 +448,22 @@ __attribute__((target("sse4.2"))) static uint32_t coffer_crc32c_sse42(uint32_t c
     if (length & 4) {
         uint32_t word;
         __builtin_memcpy(&word, p, 4);
-        c32 = _mm_crc32_u32(c32, word);
+        c32 = CRC_U32(c32, word);
         p += 4;
     }
     if (length & 2) {
         uint16_t half;
         __builtin_memcpy(&half, p, 2);
-        c32 = _mm_crc32_u16(c32, half);
+        c32 = CRC_U16(c32, half);
         p += 2;
     }
-    if (length & 1) c32 = _mm_crc32_u8(c32, *p);
+    if (length & 1) c32 = CRC_U8(c32, *p);
     return ~c32;
 }
+
+#endif
+
+#if defined(COFFER_CRC32C_X86)
 
 static int coffer_crc32c_detect(void) {
 #if defined(__SSE4_2__)
@@ -447,32 +475,6 @@ static int coffer_crc32c_detect(void) {
 }
 
 #elif defined(COFFER_CRC32C_ARM)
-
-__attribute__((target("crc"))) static uint32_t coffer_crc32c_armv8(uint32_t crc, const unsigned char *p,
-                                                                   size_t length) {
-    uint32_t c = ~crc;
-    while (length >= 8) {
-        uint64_t word;
-        __builtin_memcpy(&word, p, 8); // little-endian, any alignment
-        c = __builtin_arm_crc32cd(c, word);
-        p += 8;
-        length -= 8;
-    }
-    if (length & 4) {
-        uint32_t word;
-        __builtin_memcpy(&word, p, 4);
-        c = __builtin_arm_crc32cw(c, word);
-        p += 4;
-    }
-    if (length & 2) {
-        uint16_t half;
-        __builtin_memcpy(&half, p, 2);
-        c = __builtin_arm_crc32ch(c, half);
-        p += 2;
-    }
-    if (length & 1) c = __builtin_arm_crc32cb(c, *p);
-    return ~c;
-}
 
 static int coffer_crc32c_detect(void) {
 #if defined(__ARM_FEATURE_CRC32) || defined(__APPLE__)
@@ -504,10 +506,8 @@ int coffer_crc32c_hardware(void) {
 
 uint32_t coffer_crc32c(uint32_t crc, const void *data, size_t length) {
     if (length == 0) return crc;
-#if defined(COFFER_CRC32C_X86)
-    if (coffer_crc32c_hardware()) return coffer_crc32c_sse42(crc, (const unsigned char *)data, length);
-#elif defined(COFFER_CRC32C_ARM)
-    if (coffer_crc32c_hardware()) return coffer_crc32c_armv8(crc, (const unsigned char *)data, length);
+#if defined(COFFER_CRC32C_X86) || defined(COFFER_CRC32C_ARM)
+    if (coffer_crc32c_hardware()) return coffer_crc32c_instructions(crc, (const unsigned char *)data, length);
 #endif
     return coffer_crc32c_portable(crc, data, length);
 }

@@ -263,26 +263,15 @@ extension CofferConfigProvider: ConfigProvider {
             _ updates: ConfigUpdatesAsyncSequence<Result<LookupResult, any Error>, Never>
         ) async throws -> Return
     ) async throws -> Return {
-        let (stream, continuation) = AsyncStream<Result<LookupResult, any Error>>.makeStream(
-            bufferingPolicy: .bufferingNewest(1))
-        let id = state.withLock { s -> UInt64 in
-            s.next += 1
-            s.valueWatchers[s.next] = ValueWatcher(key: key, type: type, continuation: continuation)
-            return s.next
-        }
-        startObservingIfNeeded()
-        defer {
-            state.withLock { _ = $0.valueWatchers.removeValue(forKey: id) }
-            continuation.finish()
-            stopObservingIfUnused()
-        }
-        // Registered before reading: a change between the two is told again, never lost.
-        let initial = Result { try value(forKey: key, type: type) }
-        state.withLock { s in
-            if case .success(let lookup) = initial { s.valueWatchers[id]?.last = lookup }
-        }
-        continuation.yield(initial)
-        return try await updatesHandler(ConfigUpdatesAsyncSequence(stream))
+        try await watch(
+            in: \.valueWatchers, { ValueWatcher(key: key, type: type, continuation: $0) },
+            first: { id in
+                let initial = Result { try value(forKey: key, type: type) }
+                state.withLock { s in
+                    if case .success(let lookup) = initial { s.valueWatchers[id]?.last = lookup }
+                }
+                return initial
+            }, updatesHandler: updatesHandler)
     }
 
     /// Every value the store holds now, read once.
@@ -294,19 +283,35 @@ extension CofferConfigProvider: ConfigProvider {
         updatesHandler: nonisolated(nonsending) (_ updates: ConfigUpdatesAsyncSequence<any ConfigSnapshot, Never>)
             async throws -> Return
     ) async throws -> Return {
-        let (stream, continuation) = AsyncStream<any ConfigSnapshot>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        try await watch(
+            in: \.snapshotWatchers, { $0 }, first: { _ in currentSnapshot() }, updatesHandler: updatesHandler)
+    }
+
+    /// One watch of either kind: a stream that keeps the newest element, its continuation
+    /// registered in `watchers` (as `watcher` makes it) before `first` reads the current state
+    /// — so a change between the two is told again, never lost — and removed when
+    /// `updatesHandler` returns or throws. `first` gets the watch's id.
+    // Runs on the caller, as the two protocol methods that call it do.
+    nonisolated(nonsending) private func watch<Element: Sendable, Watcher, Return: ~Copyable>(
+        in watchers: WritableKeyPath<State, [UInt64: Watcher]>,
+        _ watcher: (AsyncStream<Element>.Continuation) -> Watcher,
+        first: (UInt64) -> Element,
+        updatesHandler: nonisolated(nonsending) (_ updates: ConfigUpdatesAsyncSequence<Element, Never>) async throws
+            -> Return
+    ) async throws -> Return {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let id = state.withLock { s -> UInt64 in
             s.next += 1
-            s.snapshotWatchers[s.next] = continuation
+            s[keyPath: watchers][s.next] = watcher(continuation)
             return s.next
         }
         startObservingIfNeeded()
         defer {
-            state.withLock { _ = $0.snapshotWatchers.removeValue(forKey: id) }
+            state.withLock { _ = $0[keyPath: watchers].removeValue(forKey: id) }
             continuation.finish()
             stopObservingIfUnused()
         }
-        continuation.yield(currentSnapshot())
+        continuation.yield(first(id))
         return try await updatesHandler(ConfigUpdatesAsyncSequence(stream))
     }
 }

@@ -170,73 +170,32 @@ enum AEAD<Binding: SodiumAEADBinding> {
         }
     }
 
+    // MARK: - Forms that allocate their output
+
     static func seal(
-        _ plaintext: UnsafeRawBufferPointer,
-        key: SecureBytes,
-        nonce: UnsafeRawBufferPointer,
+        _ plaintext: UnsafeRawBufferPointer, key: SecureBytes, nonce: UnsafeRawBufferPointer,
         associatedData: UnsafeRawBufferPointer
     ) throws -> [UInt8] {
-        let sealedLength = plaintext.count.addingReportingOverflow(Binding.tagLength)
-        guard !sealedLength.overflow else {
-            throw CryptoError.invalidLength(
-                "\(Binding.name) plaintext", in: 0...Binding.maximumMessageLength, actual: plaintext.count)
-        }
-        return try [UInt8](unsafeUninitializedCapacity: sealedLength.partialValue) { buffer, initialized in
-            try seal(
-                plaintext, key: key, nonce: nonce, associatedData: associatedData,
-                into: UnsafeMutableRawBufferPointer(buffer))
-            initialized = buffer.count
-        }
+        try array(.seal, plaintext, key: key, nonce: nonce, associatedData: associatedData)
     }
 
     static func open(
-        _ sealed: UnsafeRawBufferPointer,
-        key: SecureBytes,
-        nonce: UnsafeRawBufferPointer,
+        _ sealed: UnsafeRawBufferPointer, key: SecureBytes, nonce: UnsafeRawBufferPointer,
         associatedData: UnsafeRawBufferPointer
     ) throws -> [UInt8] {
-        let plaintextLength = max(sealed.count - Binding.tagLength, 0)
-        guard plaintextLength > 0 else {
-            // An empty plaintext still has its tag checked. Not through
-            // `[UInt8](unsafeUninitializedCapacity: 0)`: that writes the count of the shared
-            // empty-array storage, which ThreadSanitizer reports as a race between threads.
-            try withUnsafeTemporaryAllocation(byteCount: 1, alignment: 1) { scratch in
-                try open(
-                    sealed, key: key, nonce: nonce, associatedData: associatedData,
-                    into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<0]))
-            }
-            return []
-        }
-        return try [UInt8](unsafeUninitializedCapacity: plaintextLength) { buffer, initialized in
-            try open(
-                sealed, key: key, nonce: nonce, associatedData: associatedData,
-                into: UnsafeMutableRawBufferPointer(buffer))
-            initialized = buffer.count
-        }
+        try array(.open, sealed, key: key, nonce: nonce, associatedData: associatedData)
     }
 
     static func seal<P: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ plaintext: P, key: SecureBytes, nonce: N, associatedData: A
     ) throws -> Data {
-        try withBytes(plaintext, nonce, associatedData) { plaintext, nonce, associatedData in
-            var output = Data(count: plaintext.count + Binding.tagLength)
-            try output.withUnsafeMutableBytes { output in
-                try seal(plaintext, key: key, nonce: nonce, associatedData: associatedData, into: output)
-            }
-            return output
-        }
+        try data(.seal, plaintext, key: key, nonce: nonce, associatedData: associatedData)
     }
 
     static func open<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ sealed: S, key: SecureBytes, nonce: N, associatedData: A
     ) throws -> Data {
-        try withBytes(sealed, nonce, associatedData) { sealed, nonce, associatedData in
-            var output = Data(count: max(sealed.count - Binding.tagLength, 0))
-            try output.withUnsafeMutableBytes { output in
-                try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
-            }
-            return output
-        }
+        try data(.open, sealed, key: key, nonce: nonce, associatedData: associatedData)
     }
 
     static func openSecure<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
@@ -253,6 +212,76 @@ enum AEAD<Binding: SodiumAEADBinding> {
             return try SecureBytes(count: sealed.count - Binding.tagLength) { output in
                 try open(sealed, key: key, nonce: nonce, associatedData: associatedData, into: output)
             }
+        }
+    }
+
+    /// Sealing or opening, for the forms that allocate their output: its length, and the `into:`
+    /// form that writes it.
+    private enum Operation {
+        case seal, open
+
+        /// The output's length for `count` bytes in. Opening fewer bytes than a tag gives 0, and
+        /// the `into:` form then refuses them.
+        func outputLength(_ count: Int) throws -> Int {
+            switch self {
+            case .seal:
+                let (length, overflow) = count.addingReportingOverflow(Binding.tagLength)
+                guard !overflow else {
+                    throw CryptoError.invalidLength(
+                        "\(Binding.name) plaintext", in: 0...Binding.maximumMessageLength, actual: count)
+                }
+                return length
+            case .open:
+                return max(count - Binding.tagLength, 0)
+            }
+        }
+
+        func callAsFunction(
+            _ input: UnsafeRawBufferPointer, key: SecureBytes, nonce: UnsafeRawBufferPointer,
+            associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
+        ) throws {
+            switch self {
+            case .seal: try AEAD.seal(input, key: key, nonce: nonce, associatedData: associatedData, into: output)
+            case .open: try AEAD.open(input, key: key, nonce: nonce, associatedData: associatedData, into: output)
+            }
+        }
+    }
+
+    /// `operation`'s output for `input`, in a new array.
+    private static func array(
+        _ operation: Operation, _ input: UnsafeRawBufferPointer, key: SecureBytes, nonce: UnsafeRawBufferPointer,
+        associatedData: UnsafeRawBufferPointer
+    ) throws -> [UInt8] {
+        let count = try operation.outputLength(input.count)
+        guard count > 0 else {
+            // Opening a tag alone still checks the tag. Not through
+            // `[UInt8](unsafeUninitializedCapacity: 0)`: that writes the count of the shared
+            // empty-array storage, which ThreadSanitizer reports as a race between threads.
+            try withUnsafeTemporaryAllocation(byteCount: 1, alignment: 1) { scratch in
+                try operation(
+                    input, key: key, nonce: nonce, associatedData: associatedData,
+                    into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<0]))
+            }
+            return []
+        }
+        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            try operation(
+                input, key: key, nonce: nonce, associatedData: associatedData,
+                into: UnsafeMutableRawBufferPointer(buffer))
+            initialized = buffer.count
+        }
+    }
+
+    /// `operation`'s output for `input`, in a new `Data`.
+    private static func data<M: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+        _ operation: Operation, _ input: M, key: SecureBytes, nonce: N, associatedData: A
+    ) throws -> Data {
+        try withBytes(input, nonce, associatedData) { input, nonce, associatedData in
+            var output = Data(count: try operation.outputLength(input.count))
+            try output.withUnsafeMutableBytes { output in
+                try operation(input, key: key, nonce: nonce, associatedData: associatedData, into: output)
+            }
+            return output
         }
     }
 

@@ -63,22 +63,14 @@ public enum PasswordHash {
             throw CryptoError(code: .invalidParameter, message: "Argon2id memLimitBytes does not fit in size_t")
         }
         return try SecureBytes(count: length) { output in
-            let (status, error) = passphrase.withUnsafeBytes { passphraseBytes in
-                withNonNullBytes(passphraseBytes) { passphraseStart in
-                    withNonNullBytes(salt) { saltStart in
-                        withNonNullMutableBytes(output) { outputStart in
-                            UnsafeRawPointer(passphraseStart).withMemoryRebound(
-                                to: CChar.self, capacity: max(passphraseBytes.count, 1)
-                            ) { passphraseChars in
-                                errno = 0
-                                let status = crypto_pwhash(
-                                    outputStart, UInt64(output.count),
-                                    passphraseChars, UInt64(passphraseBytes.count),
-                                    saltStart, parameters.opsLimit, memLimit,
-                                    crypto_pwhash_alg_argon2id13())
-                                return (status, errno)
-                            }
-                        }
+            let (status, error) = withPassphraseChars(passphrase) { passphraseChars, passphraseLength in
+                withNonNullBytes(salt) { saltStart in
+                    withNonNullMutableBytes(output) { outputStart in
+                        errno = 0
+                        let status = crypto_pwhash(
+                            outputStart, UInt64(output.count), passphraseChars, passphraseLength,
+                            saltStart, parameters.opsLimit, memLimit, crypto_pwhash_alg_argon2id13())
+                        return (status, errno)
                     }
                 }
             }
@@ -135,17 +127,10 @@ public enum PasswordHash {
         for (index, byte) in encodedBytes.enumerated() {
             buffer[index] = CChar(bitPattern: byte)
         }
-        let (status, error) = passphrase.withUnsafeBytes { passphraseBytes in
-            withNonNullBytes(passphraseBytes) { passphraseStart in
-                UnsafeRawPointer(passphraseStart).withMemoryRebound(
-                    to: CChar.self, capacity: max(passphraseBytes.count, 1)
-                ) { passphraseChars in
-                    errno = 0
-                    let status = crypto_pwhash_argon2id_str_verify(
-                        buffer, passphraseChars, UInt64(passphraseBytes.count))
-                    return (status, errno)
-                }
-            }
+        let (status, error) = withPassphraseChars(passphrase) { passphraseChars, passphraseLength in
+            errno = 0
+            let status = crypto_pwhash_argon2id_str_verify(buffer, passphraseChars, passphraseLength)
+            return (status, errno)
         }
         if status == 0 {
             return true
@@ -154,6 +139,20 @@ public enum PasswordHash {
             throw CryptoError(code: .outOfMemory, message: "Argon2id could not allocate memory to verify")
         }
         return false
+    }
+
+    /// Calls `body` with the passphrase as libsodium's `const char *` (never null, even when
+    /// empty: see ``withNonNullBytes(_:_:)``) and its length in bytes.
+    private static func withPassphraseChars<R>(
+        _ passphrase: SecureBytes, _ body: (UnsafePointer<CChar>, UInt64) throws -> R
+    ) rethrows -> R {
+        try passphrase.withUnsafeBytes { bytes in
+            try withNonNullBytes(bytes) { start in
+                try UnsafeRawPointer(start).withMemoryRebound(to: CChar.self, capacity: max(bytes.count, 1)) {
+                    try body($0, UInt64(bytes.count))
+                }
+            }
+        }
     }
 }
 

@@ -57,18 +57,6 @@ extension UnsafeMutableRawBufferPointer {
 
 /// Calls `body` with a pointer that is never null: the buffer's start, or a dummy byte when the
 /// buffer is empty and has no storage (libsodium declares some zero-length inputs `nonnull`).
-func withNonNullBytes<R>(
-    _ buffer: UnsafeRawBufferPointer,
-    _ body: (UnsafePointer<UInt8>) throws -> R
-) rethrows -> R {
-    if let start = buffer.bytePointer {
-        return try body(start)
-    }
-    var dummy: UInt8 = 0
-    return try withUnsafePointer(to: &dummy) { try body($0) }
-}
-
-/// Like ``withNonNullBytes(_:_:)`` for a mutable output buffer.
 func withNonNullMutableBytes<R>(
     _ buffer: UnsafeMutableRawBufferPointer,
     _ body: (UnsafeMutablePointer<UInt8>) throws -> R
@@ -78,4 +66,13 @@ func withNonNullMutableBytes<R>(
     }
     var dummy: UInt8 = 0
     return try withUnsafeMutablePointer(to: &dummy) { try body($0) }
+}
+
+/// Like ``withNonNullMutableBytes(_:_:)`` for an input buffer: the same pointer, read-only
+/// (`body` gets it as `const`, so nothing is written through it).
+func withNonNullBytes<R>(
+    _ buffer: UnsafeRawBufferPointer,
+    _ body: (UnsafePointer<UInt8>) throws -> R
+) rethrows -> R {
+    try withNonNullMutableBytes(UnsafeMutableRawBufferPointer(mutating: buffer)) { try body(UnsafePointer($0)) }
 }

@@ -171,31 +171,11 @@ struct BenchSuite {
         defer { defaults.removePersistentDomain(forName: name) }
         defaults.set(21, forKey: "count")
         let specs = [
-            BenchSpec(name: "stored.read") { n in
-                var sum: UInt64 = 0
-                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.count) }
-                return sum
-            },
-            BenchSpec(name: "computed.read") { n in
-                var sum: UInt64 = 0
-                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: model.doubled) }
-                return sum
-            },
-            BenchSpec(name: "peer.mutex.read") { n in
-                var sum: UInt64 = 0
-                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: box.value.withLock { $0 }) }
-                return sum
-            },
-            BenchSpec(name: "peer.observable.read") { n in
-                var sum: UInt64 = 0
-                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: observable.count) }
-                return sum
-            },
-            BenchSpec(name: "peer.userdefaults.read") { n in
-                var sum: UInt64 = 0
-                for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: defaults.integer(forKey: "count")) }
-                return sum
-            },
+            BenchSpec(name: "stored.read") { n in sumOfReads(n) { model.count } },
+            BenchSpec(name: "computed.read") { n in sumOfReads(n) { model.doubled } },
+            BenchSpec(name: "peer.mutex.read") { n in sumOfReads(n) { box.value.withLock { $0 } } },
+            BenchSpec(name: "peer.observable.read") { n in sumOfReads(n) { observable.count } },
+            BenchSpec(name: "peer.userdefaults.read") { n in sumOfReads(n) { defaults.integer(forKey: "count") } },
         ]
         return try runner.measureGroup(specs.filter { selected.contains($0.name) })
     }
@@ -241,9 +221,7 @@ struct BenchSuite {
         let (vaultWrite, vault) = try vaultWriter("vault.write", .coalesced, key: key)
         try vault.set(Data(repeating: 7, count: 32), service: "bench", account: "item")
         let read = BenchSpec(name: "vault.read") { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n { sum &+= UInt64(try vault.data(service: "bench", account: "item")?.count ?? 0) }
-            return sum
+            try sumOfReads(n) { try vault.data(service: "bench", account: "item")?.count ?? 0 }
         }
         let name = "coffer-bench-\(getpid())"
         guard let defaults = UserDefaults(suiteName: name) else {
@@ -367,12 +345,9 @@ struct BenchSuite {
             try store.flush()
         }
         let keyValue = BenchSpec(name: "keyvalue.open.10k", maxIterations: 1000) { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n {
-                let store = try KeyValueFileStrategy(directory: directory, suite: "open10k")
-                sum &+= UInt64(try store.load(probe)?.count ?? 0)
+            try sumOfReads(n) {
+                try KeyValueFileStrategy(directory: directory, suite: "open10k").load(probe)?.count ?? 0
             }
-            return sum
         }
         // The vault: 10,000 items of 32 bytes, unlocked with a raw key (no KDF).
         let key = try SecureBytes.random(count: 32)
@@ -389,12 +364,9 @@ struct BenchSuite {
             try vault.flush()
         }
         let vault = BenchSpec(name: "vault.open.10k", maxIterations: 1000) { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n {
-                let vault = try Vault.open(at: url, unlock: .key(key))
-                sum &+= UInt64(try vault.data(service: "bench", account: probe)?.count ?? 0)
+            try sumOfReads(n) {
+                try Vault.open(at: url, unlock: .key(key)).data(service: "bench", account: probe)?.count ?? 0
             }
-            return sum
         }
         return try runner.measureGroup([keyValue, vault].filter { selected.contains($0.name) })
     }

@@ -40,6 +40,17 @@ func monotonicNanoseconds() -> UInt64 {
     return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
 }
 
+/// `read` done `n` times, the results summed (wrapping) into the checksum a ``BenchSpec`` body
+/// returns. Inlined, with a closure that does not escape: the read is inlined into the loop as
+/// if it were written there, with no call through a closure per operation (that would add its
+/// own nanoseconds to the fastest reads).
+@inline(__always)
+func sumOfReads(_ n: Int, _ read: () throws -> Int) rethrows -> UInt64 {
+    var sum: UInt64 = 0
+    for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: try read()) }
+    return sum
+}
+
 /// Consumes a value so the loop that produced it cannot be deleted: the optimiser cannot look
 /// into an unoptimised, non-inlined function, so the argument must be computed.
 @inline(never) @_optimize(none)

@@ -175,24 +175,23 @@ private enum TerminalGuard {
 
     /// The actions in place before ``install(fd:original:quiet:)``, put back by ``remove()`` (so
     /// the crash handlers of `Hardening` survive a prompt).
-    nonisolated(unsafe) static var previous: [Int32: sigaction] = [:]
+    nonisolated(unsafe) static var previous: [SavedSignalAction] = []
 
     static func install(fd: Int32, original: termios, quiet: termios) {
         savedTerminalFD = fd
         savedTerminalState = original
         quietTerminalState = quiet
         pendingStop = 0
-        for number in exitSignals { previous[number] = setHandler(number, restoreTerminalAndDie) }
-        for number in stopSignals { previous[number] = setHandler(number, restoreTerminalAndStop) }
-        previous[SIGCONT] = setHandler(SIGCONT, turnEchoOffAgain)
+        // No SA_RESTART (flags 0), so a blocked `read` returns EINTR and the loop sees a deferred stop.
+        previous =
+            exitSignals.map { SignalHandlers.install(restoreTerminalAndDie, for: $0) }
+            + stopSignals.map { SignalHandlers.install(restoreTerminalAndStop, for: $0) }
+            + [SignalHandlers.install(turnEchoOffAgain, for: SIGCONT)]
     }
 
     static func remove() {
-        for (number, action) in previous {
-            var action = action
-            sigaction(number, &action, nil)
-        }
-        previous = [:]
+        for action in previous { action.restore() }
+        previous = []
         savedTerminalFD = -1
     }
 
@@ -205,23 +204,7 @@ private enum TerminalGuard {
     }
 
     /// Catches `number` again after a deferred stop.
-    static func rearm(_ number: Int32) { _ = setHandler(number, restoreTerminalAndStop) }
-
-    /// Installs `handler` without SA_RESTART, so a blocked `read` returns EINTR and the loop
-    /// sees a deferred stop; returns the action it replaced.
-    private static func setHandler(_ number: Int32, _ handler: @escaping @convention(c) (Int32) -> Void) -> sigaction {
-        var action = sigaction()
-        #if canImport(Darwin)
-            action.__sigaction_u.__sa_handler = handler
-        #else
-            action.__sigaction_handler.sa_handler = handler
-        #endif
-        sigemptyset(&action.sa_mask)
-        action.sa_flags = 0
-        var old = sigaction()
-        sigaction(number, &action, &old)
-        return old
-    }
+    static func rearm(_ number: Int32) { SignalHandlers.install(restoreTerminalAndStop, for: number) }
 }
 
 // Read by the signal handlers (async-signal-safe calls only: tcsetattr, tcgetpgrp, getpgrp,

@@ -33,10 +33,8 @@ struct SetCommand: ParsableCommand {
     @Option(help: "A readable name for the item.") var label: String?
     @Option(help: "A note kept with the item (not secret: shown by list --json).") var comment: String?
 
-    func validate() throws {
-        try checkName(service, "service")
-        try checkName(account, "account")
-    }
+    // Its arguments' help says more than `get`'s and `rm`'s (ItemName), so it keeps its own.
+    func validate() throws { try ItemName.check(service: service, account: account) }
 
     func run() throws {
         if root.global.keyFile == GlobalOptions.standardInputKeyFile {
@@ -76,21 +74,12 @@ struct GetCommand: ParsableCommand {
             """)
 
     @ParentCommand var root: CofferCommand
-    @Argument(help: "The service.") var service: String
-    @Argument(help: "The account.") var account: String
-
-    func validate() throws {
-        try checkName(service, "service")
-        try checkName(account, "account")
-    }
+    @OptionGroup var item: ItemName
 
     func run() throws {
         let vault = try root.global.openItemStore()
-        guard let secret = try vault.secret(service: service, account: account) else {
-            throw CLIError(
-                .notFound,
-                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
-                    + quotedName(vault.location))
+        guard let secret = try vault.secret(service: item.service, account: item.account) else {
+            throw item.notFound(in: vault.location)
         }
         let written = secret.withUnsafeBytes { writeAll(STDOUT_FILENO, $0) }
         guard written else {
@@ -186,23 +175,35 @@ struct RemoveCommand: ParsableCommand {
             """)
 
     @ParentCommand var root: CofferCommand
+    @OptionGroup var item: ItemName
+
+    func run() throws {
+        let vault = try root.global.openItemStore()
+        guard try vault.remove(service: item.service, account: item.account) else {
+            throw item.notFound(in: vault.location)
+        }
+        writeOut("removed \(escapedName(item.service)) / \(escapedName(item.account))\n")
+    }
+}
+
+/// The `<service> <account>` arguments that name one item, for `get` and `rm`.
+struct ItemName: ParsableArguments {
     @Argument(help: "The service.") var service: String
     @Argument(help: "The account.") var account: String
 
-    func validate() throws {
+    func validate() throws { try Self.check(service: service, account: account) }
+
+    /// An empty service or account is a usage error (exit 2), before the vault is opened.
+    static func check(service: String, account: String) throws {
         try checkName(service, "service")
         try checkName(account, "account")
     }
 
-    func run() throws {
-        let vault = try root.global.openItemStore()
-        guard try vault.remove(service: service, account: account) else {
-            throw CLIError(
-                .notFound,
-                "no item for service \(quotedName(service)), account \(quotedName(account)) in "
-                    + quotedName(vault.location))
-        }
-        writeOut("removed \(escapedName(service)) / \(escapedName(account))\n")
+    /// Exit 3: the vault at `location` holds no such item.
+    func notFound(in location: String) -> CLIError {
+        CLIError(
+            .notFound,
+            "no item for service \(quotedName(service)), account \(quotedName(account)) in " + quotedName(location))
     }
 }
 

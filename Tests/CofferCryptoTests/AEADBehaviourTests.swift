@@ -104,22 +104,11 @@ struct AEADBehaviourTests {
         let fixture = try Fixture(kind)
         var sealed = try fixture.seal()
         sealed[sealed.count - 1] ^= 1
-        var output = [UInt8](repeating: 0xAA, count: fixture.plaintext.count)
-        sealed.withUnsafeBytes { sealed in
-            fixture.nonce.withUnsafeBytes { nonce in
-                fixture.aad.withUnsafeBytes { aad in
-                    output.withUnsafeMutableBytes { output in
-                        expectCryptoError(.authenticationFailed) {
-                            switch kind {
-                            case .xchacha20Poly1305:
-                                try XChaCha20Poly1305.open(
-                                    sealed, key: fixture.key, nonce: nonce, associatedData: aad, into: output)
-                            case .chacha20Poly1305IETF:
-                                try ChaCha20Poly1305IETF.open(
-                                    sealed, key: fixture.key, nonce: nonce, associatedData: aad, into: output)
-                            }
-                        }
-                    }
+        let output = withOutput(count: fixture.plaintext.count) { output in
+            withBuffers(sealed, fixture.nonce, fixture.aad) { sealed, nonce, aad in
+                expectCryptoError(.authenticationFailed) {
+                    try kind.construction.open(
+                        sealed, key: fixture.key, nonce: nonce, associatedData: aad, into: output)
                 }
             }
         }

@@ -153,9 +153,7 @@ let benchmarks: @Sendable () -> Void = {
     var counter: UInt64 = 0
     Benchmark(
         "peer.libsodium.seal.1MiB",
-        configuration: .init(
-            metrics: coreMetrics, timeUnits: .microseconds, warmupIterations: 2, maxDuration: .seconds(1),
-            maxIterations: 500, thresholds: regressionTolerances())
+        configuration: configuration(timeUnits: .microseconds, warmupIterations: 2, maxIterations: 500)
     ) { benchmark in
         for _ in benchmark.scaledIterations {
             counter &+= 1

@@ -72,9 +72,7 @@ let benchmarks: @Sendable () -> Void = {
     let big = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
     Benchmark(
         "vault.seal.1MiB",
-        configuration: .init(
-            metrics: coreMetrics, timeUnits: .microseconds, warmupIterations: 2, maxDuration: .seconds(1),
-            maxIterations: 200, thresholds: regressionTolerances())
+        configuration: configuration(timeUnits: .microseconds, warmupIterations: 2, maxIterations: 200)
     ) { benchmark in
         guard let sealer else { fatalError("set up before the run") }
         for _ in benchmark.scaledIterations {
@@ -95,9 +93,8 @@ let benchmarks: @Sendable () -> Void = {
     for (name, parameters) in [("interactive", Argon2idParameters.interactive), ("moderate", .moderate)] {
         Benchmark(
             "kdf.\(name)",
-            configuration: .init(
-                metrics: coreMetrics, timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(3),
-                maxIterations: 5, thresholds: regressionTolerances())
+            configuration: configuration(
+                timeUnits: .milliseconds, warmupIterations: 0, maxDuration: .seconds(3), maxIterations: 5)
         ) { benchmark in
             for _ in benchmark.scaledIterations {
                 let derived = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)

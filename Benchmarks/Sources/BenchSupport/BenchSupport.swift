@@ -48,24 +48,23 @@ public func regressionTolerances(fsyncBound: Bool = false) -> [BenchmarkMetric: 
     ]
 }
 
-/// Sets the suite-wide configuration; call first in `benchmarks`.
+/// Sets the suite-wide configuration, `configuration()` with its defaults; call first in `benchmarks`.
 public func configureSuite() {
-    Benchmark.defaultConfiguration = .init(
-        metrics: coreMetrics,
-        timeUnits: .nanoseconds,
-        warmupIterations: 3,
-        maxDuration: .seconds(1),
-        maxIterations: 2_000,
-        thresholds: regressionTolerances())
+    Benchmark.defaultConfiguration = configuration()
 }
 
-/// A configuration for an operation fast enough to be repeated `scaling` times per sample.
+/// A benchmark's configuration: ``coreMetrics`` and ``regressionTolerances(fsyncBound:)`` always,
+/// and what a benchmark may change. An operation fast enough to be repeated `scaling` times per
+/// sample says so; a slow one (sealing 1 MiB, a KDF) reports in larger `timeUnits`, with fewer
+/// warm-up runs or iterations, or more time.
 public func configuration(
-    scaling: BenchmarkScalingFactor = .one, maxIterations: Int = 2_000, fsyncBound: Bool = false
+    scaling: BenchmarkScalingFactor = .one, timeUnits: BenchmarkTimeUnits = .nanoseconds, warmupIterations: Int = 3,
+    maxDuration: Duration = .seconds(1), maxIterations: Int = 2_000, fsyncBound: Bool = false
 ) -> Benchmark.Configuration {
     .init(
-        metrics: coreMetrics, timeUnits: .nanoseconds, warmupIterations: 3, scalingFactor: scaling,
-        maxDuration: .seconds(1), maxIterations: maxIterations, thresholds: regressionTolerances(fsyncBound: fsyncBound))
+        metrics: coreMetrics, timeUnits: timeUnits, warmupIterations: warmupIterations, scalingFactor: scaling,
+        maxDuration: maxDuration, maxIterations: maxIterations,
+        thresholds: regressionTolerances(fsyncBound: fsyncBound))
 }
 
 /// Directories to delete when the process exits.

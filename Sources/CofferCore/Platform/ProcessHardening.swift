@@ -143,15 +143,8 @@ public enum ProcessHardening {
         sigaltstack(&stack, nil)
 
         for number in [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGQUIT] {
-            var action = sigaction()
-            #if canImport(Darwin)
-                action.__sigaction_u.__sa_handler = crashHandler
-            #else
-                action.__sigaction_handler.sa_handler = crashHandler
-            #endif
-            sigemptyset(&action.sa_mask)
-            action.sa_flags = Int32(SA_ONSTACK) | Int32(bitPattern: UInt32(SA_RESETHAND))
-            sigaction(number, &action, nil)
+            SignalHandlers.install(
+                crashHandler, for: number, flags: Int32(SA_ONSTACK) | Int32(bitPattern: UInt32(SA_RESETHAND)))
         }
     }
 }

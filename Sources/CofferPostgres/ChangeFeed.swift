@@ -16,6 +16,12 @@ final class ChangeFeed: @unchecked Sendable {
     private var stopped = false
     private var pending = false
     private var current: PostgresConnection?
+    /// This connection's LISTEN is in place (`listening`), or its listener has ended (`unheard`:
+    /// the connection closed, or LISTEN failed), so no notification will come on it.
+    private var listening = false
+    private var unheard = false
+    /// Which connection's listener may change the two above (an earlier one may end late).
+    private var generation = 0
     /// How many times the feed has (re)connected and caught up; for tests.
     private(set) var connections = 0
 
@@ -50,9 +56,39 @@ final class ChangeFeed: @unchecked Sendable {
         connection.map(closeQuietly)
     }
 
-    private func wake() {
+    /// Starts listening on `live` (postgres-nio sends the LISTEN): `listening` once it is in
+    /// place, a wake-up for each notification, `unheard` when the listener ends.
+    ///
+    /// Not `addListener`: when the connection closes between the connect and that call (the
+    /// server stopping, or ``stop()``), its registration is dropped before reaching the
+    /// connection, and postgres-nio traps on the unused listener ("Notification closure had not
+    /// been used", seen once in a full test run). `listen(on:consume:)` fails the listener then.
+    private func listen(on live: PostgresConnection) -> Task<Void, Never> {
         condition.lock()
-        pending = true
+        listening = false
+        unheard = false
+        generation += 1
+        let generation = generation
+        condition.unlock()
+        let channel = channel
+        return Task(executorPreference: BridgeExecutor.shared) { [weak self] in
+            do {
+                try await live.listen(on: channel) { notifications in
+                    self?.update(generation) { $0.listening = true }
+                    for try await _ in notifications { self?.update(generation) { $0.pending = true } }
+                }
+            } catch {
+                // The connection closed or LISTEN failed: the feed reconnects.
+            }
+            self?.update(generation) { $0.unheard = true }
+        }
+    }
+
+    /// Changes the guarded state, unless a later connection's listener owns it, and wakes the
+    /// feed's thread.
+    private func update(_ generation: Int, _ change: (ChangeFeed) -> Void) {
+        condition.lock()
+        if generation == self.generation { change(self) }
         condition.signal()
         condition.unlock()
     }
@@ -77,19 +113,23 @@ final class ChangeFeed: @unchecked Sendable {
                 // Stopped while connecting: close it below like any other (a `break` here once
                 // left it open, and postgres-nio traps on a connection freed unclosed).
                 if stop { throw CancellationError() }
-                live.addListener(channel: channel) { [weak self] _, _ in self?.wake() }
-                live.closeFuture.whenComplete { [weak self] _ in self?.wake() }
-                try PostgresLink.run("LISTEN \"\(channel)\"", on: live)
+                let listener = listen(on: live)
+                defer { listener.cancel() }
                 condition.lock()
-                connections += 1
-                pending = false
+                while !listening && !unheard && !stopped && !live.isClosed { _ = condition.wait(until: Date() + 1) }
+                let ready = listening && !unheard && !stopped
+                if ready {
+                    connections += 1
+                    pending = false
+                }
                 condition.unlock()
+                if !ready { throw CancellationError() }
                 try catchUp(live)
                 delay = 0.05
                 while true {
                     condition.lock()
-                    while !pending && !stopped && !live.isClosed { _ = condition.wait(until: Date() + 1) }
-                    let stop = stopped
+                    while !pending && !stopped && !unheard && !live.isClosed { _ = condition.wait(until: Date() + 1) }
+                    let stop = stopped || unheard
                     pending = false
                     condition.unlock()
                     if stop || live.isClosed { break }

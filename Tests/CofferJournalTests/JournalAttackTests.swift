@@ -89,7 +89,7 @@ struct JournalAttackTests {
     @Test("opening a store whose tail holds crafted frames refuses it, in bounded time", .timeLimit(.minutes(3)))
     func openRefusesCraftedTailQuickly() throws {
         let dir = try Scratch("crafted")
-        let path = dir.file("j")
+        let path = dir.path("j")
         let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         try journal.withWriteLock { _ in _ = try journal.append([Data("kept".utf8)]) }
         let end = Int(journal.dataEnd)
@@ -105,13 +105,13 @@ struct JournalAttackTests {
     @Test("opening a store removes its own leftover temporary files, never another store's")
     func openRemovesOnlyItsOwnTemporaryFiles() throws {
         let dir = try Scratch("temporaries")
-        let path = dir.file("a.coffer")
+        let path = dir.path("a.coffer")
         let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         try journal.close()
         // A leftover of this store's own, as DurableIO names it (a crash mid-compaction)...
-        let own = dir.file(".a.coffer.\(String(UInt64.random(in: 0...UInt64.max), radix: 36)).tmp")
+        let own = dir.path(".a.coffer.\(String(UInt64.random(in: 0...UInt64.max), radix: 36)).tmp")
         // ...and the file a compaction of the store `a.coffer.old.coffer` is about to rename into place.
-        let other = dir.file(".a.coffer.old.coffer.\(String(UInt64.random(in: 0...UInt64.max), radix: 36)).tmp")
+        let other = dir.path(".a.coffer.old.coffer.\(String(UInt64.random(in: 0...UInt64.max), radix: 36)).tmp")
         for file in [own, other] { try Data("x".utf8).write(to: URL(fileURLWithPath: file)) }
         let (reopened, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
         try reopened.close()

@@ -123,7 +123,7 @@ package final class FileLock: Sendable {
         }) {
             if ContinuousClock.now >= deadline {
                 throw CofferError(
-                    .busy, "another thread of this process holds the lock on this store (waited \(timeout.inSeconds) s)",
+                    .busy, "another thread of this process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s)",
                     path: path)
             }
             Thread.sleep(forTimeInterval: pause.inSeconds)

@@ -442,7 +442,7 @@ public final class InMemoryFileSystem: FileSystem {
             if ContinuousClock.now - start >= max(.zero, timeout) {
                 throw CofferError(
                     .busy,
-                    "another process holds the lock on this store (waited \(timeout.inSeconds) s); try again when it is done",
+                    "another process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s); try again when it is done",
                     path: path, errno: EWOULDBLOCK)
             }
             Thread.sleep(forTimeInterval: pause)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -149,7 +150,17 @@ func printError(_ message: String) {
     writeError("coffer: \(line)\n")
 }
 
-func writeOut(_ text: String) { writeAll(STDOUT_FILENO, Array(text.utf8)) }
+/// The errno of the first write to standard output that failed, if any; `main` turns it into
+/// exit 1 once the command has run.
+let standardOutputFailure = Mutex<Int32?>(nil)
+
+/// Writes `text` to standard output; a failure is remembered in ``standardOutputFailure``.
+func writeOut(_ text: String) {
+    if !writeAll(STDOUT_FILENO, Array(text.utf8)) {
+        let code = errno
+        standardOutputFailure.withLock { if $0 == nil { $0 = code } }
+    }
+}
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
 
 /// Writes every byte to `fd`, retrying partial writes and EINTR. Returns false on failure.

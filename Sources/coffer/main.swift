@@ -16,6 +16,11 @@ do {
     try checkEnvironmentIsUTF8()
     var command = try CofferCommand.parseAsRoot()
     try command.run()
+    // A command's output that could not be written (standard output closed, a full disk, a
+    // closed pipe) is a failure, never a silent success: `coffer list >&-` used to exit 0.
+    if let failure = standardOutputFailure.withLock({ $0 }) {
+        throw CLIError(.failure, "cannot write to standard output: \(String(cString: strerror(failure)))")
+    }
     exit(ExitStatus.success.rawValue)
 } catch {
     exit(report(error).rawValue)

@@ -73,6 +73,8 @@ struct CLIAttackTests {
             [0, 1], ["--vault", box.vault, "--passphrase-file", box.passphraseFile, "list"],
             environment: box.baseEnvironment)
         #expect(status != -1, "coffer list hung")
+        // Its table could not be written: that is a failure (exit 1), not a silent success.
+        #expect(status == Exit.failure, "coffer list with standard output closed exited \(status)")
         let verify = try box.run(["verify"])
         #expect(verify.status == Exit.ok, "the vault no longer verifies after `coffer list <&- >&-`: \(verify)")
     }

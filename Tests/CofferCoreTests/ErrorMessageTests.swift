@@ -115,4 +115,31 @@ struct ErrorMessageTests {
             #expect(!text.contains(#/returned (\d+) bytes?, expected \1 bytes?/#), "\(text)")
         }
     }
+
+    @Test("Seconds print with at most two decimals: a lock wait of 9.999982 s reads 10 s")
+    func secondsText() {
+        #expect(9.999982.secondsText == "10")
+        #expect(0.5.secondsText == "0.5")
+        #expect(2.25.secondsText == "2.25")
+        #expect(0.05.secondsText == "0.05")
+        #expect(0.0.secondsText == "0")
+        #expect((-1.5).secondsText == "-1.5")
+    }
+
+    @Test("A lock that stays busy names the wait in rounded seconds")
+    func lockWaitMessage() throws {
+        let directory = try TemporaryDirectory(prefix: "coffer-lock-message")
+        let fs = LiveFileSystem()
+        let path = directory.path("store.lock")
+        let holder = try fs.open(path, create: true, exclusive: false, mode: 0o600)
+        defer { fs.close(holder) }
+        try fs.lock(holder, exclusive: true, timeout: .zero, path: path)
+        let waiter = try fs.open(path, create: false, exclusive: false, mode: 0o600)
+        defer { fs.close(waiter) }
+        let error = #expect(throws: CofferError.self) {
+            try fs.lock(waiter, exclusive: true, timeout: .milliseconds(250), path: path)
+        }
+        #expect(error?.code == .busy)
+        #expect(error?.message.contains("(waited 0.25 s)") == true, "\(error?.message ?? "")")
+    }
 }

@@ -242,7 +242,7 @@ public struct LiveFileSystem: FileSystem {
             if now - start >= timeout {
                 throw CofferError(
                     .busy,
-                    "another process holds the lock on this store (waited \(timeout) s); try again when it is done",
+                    "another process holds the lock on this store (waited \(timeout.secondsText) s); try again when it is done",
                     path: path, errno: saved)
             }
             usleep(pause)

@@ -15,16 +15,22 @@ struct JournalAttackTests {
     let fs = LiveFileSystem()
     let options = JournalOptions(application: 9, durability: .immediate)
 
+    /// A frame header whose own check passes, claiming every byte up to `count` as its payload
+    /// with a wrong payload CRC.
+    static func appendInvalidFrame(claimingUpTo count: Int, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        appendLE(UInt32(count - start - Journal.frameHeaderSize), to: &bytes)
+        appendLE(UInt32(0x1234_5678), to: &bytes)
+        appendLE(CRC32C.checksum(Array(bytes[start..<(start + 8)])), to: &bytes)
+    }
+
     /// `count` bytes of overlapping frame headers, each claiming the rest of the bytes as its
     /// payload with a wrong payload CRC, and each with a valid header check.
     static func overlappingFrames(count: Int) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(count)
         while count - bytes.count - Journal.frameHeaderSize >= 1 {
-            let start = bytes.count
-            appendLE(UInt32(count - start - Journal.frameHeaderSize), to: &bytes)
-            appendLE(UInt32(0x1234_5678), to: &bytes)
-            appendLE(CRC32C.checksum(Array(bytes[start..<(start + 8)])), to: &bytes)
+            appendInvalidFrame(claimingUpTo: count, to: &bytes)
         }
         bytes += [UInt8](repeating: 1, count: count - bytes.count)
         return bytes
@@ -55,10 +61,7 @@ struct JournalAttackTests {
         bytes.reserveCapacity(count)
         let good: [UInt8] = [0x42]
         while count - bytes.count >= 2 * Journal.frameHeaderSize + good.count + 1 {
-            let start = bytes.count
-            appendLE(UInt32(count - start - Journal.frameHeaderSize), to: &bytes)
-            appendLE(UInt32(0x1234_5678), to: &bytes)
-            appendLE(CRC32C.checksum(Array(bytes[start..<(start + 8)])), to: &bytes)
+            appendInvalidFrame(claimingUpTo: count, to: &bytes)
             good.withUnsafeBytes { Journal.appendFrame($0, continued: false, continues: false, to: &bytes) }
         }
         bytes += [UInt8](repeating: 1, count: count - bytes.count)

@@ -1,7 +1,7 @@
 // A Duration as seconds, for the places that wait in loops of seconds or print them.
 
 extension Duration {
-    /// This duration in seconds, as messages print it ("waited 10.0 s") and C calls take it.
+    /// This duration in seconds, as C calls and timers take it (messages print ``Swift/Double/secondsText``).
     package var inSeconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }

@@ -120,6 +120,26 @@ extension Journal {
         package var damage: [Int] = []
         /// Intact records after the first damage (counted in strict mode, kept in salvage mode).
         package var intactAfterDamage = 0
+        /// The scan's budget (``searchBudget(_:)``) ran out: what follows the damage was not
+        /// examined, so `intactAfterDamage` is a lower bound and salvage would lose records.
+        /// Honest files never get here; a file crafted to make the scan quadratic does.
+        package var exhausted = false
+    }
+
+    /// What one scan may still spend (see ``searchBudget(_:)``), and whether it ever fell short.
+    struct Budget {
+        var left: Int
+        var ranOut = false
+
+        /// Pays `cost` when there is enough left; otherwise notes that the budget ran out.
+        mutating func pay(_ cost: Int) -> Bool {
+            guard cost <= left else {
+                ranOut = true
+                return false
+            }
+            left -= cost
+            return true
+        }
     }
 
     /// Scans frames from `start`. Pure: used by open, by the tail repair and by the fuzzer.
@@ -130,7 +150,8 @@ extension Journal {
     /// it or `lenientTail` is set (coalesced writers use the file, so a power loss may persist a
     /// later unsynced commit and not an earlier one). Otherwise it is damage: strict scanning
     /// stops there; salvage skips to the next intact commit. The search for that commit is
-    /// bounded (``searchBudget(_:)``); when it runs out, the frame is damage and salvage stops.
+    /// bounded (``searchBudget(_:)``); when it runs out, the frame is damage, nothing after it is
+    /// kept, and the scan says so (``Scan/exhausted``).
     ///
     /// With `source` (the `Data` whose bytes `bytes` are), each record's payload is a slice of it
     /// sharing its storage, instead of a copy: one allocation for the whole file, not two per
@@ -139,15 +160,17 @@ extension Journal {
         _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false,
         source: Data? = nil
     ) -> Scan {
-        var budget = searchBudget(bytes.count)
-        return scanFrames(
+        var budget = Budget(left: searchBudget(bytes.count))
+        var scan = scanFrames(
             bytes, from: start, maxPayload: maxPayload, salvage: salvage, lenientTail: lenientTail, source: source,
             budget: &budget)
+        scan.exhausted = budget.ranOut
+        return scan
     }
 
     /// Bytes one scan may checksum (every frame's payload, and the searches for an intact frame
     /// after damage) and examine for torn sectors: twice the file, plus 64 MiB. An honest file
-    /// is checksummed once, and candidates whose header check passes at a place that is no
+    /// is checksummed about once (each damaged frame adds its own length at most twice), and candidates whose header check passes at a place that is no
     /// frame are one in 2³² in real files, so an honest scan stays far below it; a crafted file
     /// can put a passing header every 12 bytes, each claiming the rest of the file, and
     /// checking them all took n²/24 bytes of CRC (46 s for 1 MiB, hours for 16 MiB).
@@ -157,14 +180,15 @@ extension Journal {
     enum NextFrame: Equatable {
         case at(Int)
         case none
-        /// The budget ran out first: something intact may follow, so the damage is never taken
-        /// for a torn tail, and salvage keeps nothing after it.
+        /// The budget ran out first: something intact may follow, so the damage is not taken for
+        /// a torn tail (unless `lenientTail` says any torn-looking frame is one), and the scan
+        /// is marked ``Scan/exhausted``: open refuses to salvage such a file.
         case unknown
     }
 
     private static func scanFrames(
         _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool,
-        source: Data?, budget: inout Int
+        source: Data?, budget: inout Budget
     ) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
@@ -240,15 +264,14 @@ extension Journal {
     /// rest of the file, would checksum the rest of the file at each (quadratic). A frame the
     /// budget cannot pay for is not intact: damage, never wiped.
     private static func intactFrame(
-        _ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int, budget: inout Int
+        _ bytes: UnsafeRawBufferPointer, at offset: Int, maxPayload: Int, budget: inout Budget
     ) -> FrameHeader? {
         guard offset >= 0, bytes.count - offset >= frameHeaderSize,
             let frame = parseFrameHeader(
                 UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + frameHeaderSize)]), maxPayload: maxPayload),
             frame.length <= bytes.count - offset - frameHeaderSize,
-            frame.length <= budget
+            budget.pay(frame.length)
         else { return nil }
-        budget -= frame.length
         guard
             CRC32C.checksum(
                 UnsafeRawBufferPointer(
@@ -274,7 +297,7 @@ extension Journal {
     /// walk over the rest of the file at every one of them (quadratic). When the budget cannot
     /// pay, the frame is not taken for a torn write: it is damage, which is never wiped.
     static func looksTorn(
-        _ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int, budget: inout Int
+        _ bytes: UnsafeRawBufferPointer, frameAt offset: Int, maxPayload: Int, budget: inout Budget
     ) -> Bool {
         let count = bytes.count
         if offset >= count || count - offset < frameHeaderSize { return true }
@@ -289,8 +312,7 @@ extension Journal {
         }
         var boundary = (offset / sectorSize + 1) * sectorSize
         while boundary < end {
-            if budget < sectorSize { return false }
-            budget -= sectorSize
+            if !budget.pay(sectorSize) { return false }
             let blockEnd = min(boundary + sectorSize, end)
             if isAllZero(UnsafeRawBufferPointer(rebasing: bytes[boundary..<blockEnd])) { return true }
             boundary += sectorSize
@@ -302,7 +324,7 @@ extension Journal {
     /// continuation frames are skipped: they may be the rest of the very commit being judged.
     /// Each payload checksummed is paid from `budget` (see ``searchBudget(_:)``).
     private static func nextIntactFrame(
-        _ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int, budget: inout Int
+        _ bytes: UnsafeRawBufferPointer, after offset: Int, maxPayload: Int, budget: inout Budget
     ) -> NextFrame {
         var p = offset + 1
         while p + frameHeaderSize <= bytes.count {
@@ -313,8 +335,13 @@ extension Journal {
                 parseFrameHeader(
                     UnsafeRawBufferPointer(rebasing: bytes[p..<(p + frameHeaderSize)]), maxPayload: maxPayload) != nil
             {
-                if length > budget { return .unknown }
+                if length > budget.left {
+                    budget.ranOut = true
+                    return .unknown
+                }
                 if let frame = intactFrame(bytes, at: p, maxPayload: maxPayload, budget: &budget), !frame.continues {
+                    // The scan resumes there and checks this frame again: it is paid once.
+                    budget.left += frame.length
                     return .at(p)
                 }
             }

@@ -161,11 +161,28 @@ extension Journal {
     /// the random part in base 36 (no dot). Any name that merely starts with the prefix would
     /// also match another store's: opening `a.coffer` removed `.a.coffer.old.coffer.<random>.tmp`,
     /// the file a compaction of `a.coffer.old.coffer` was about to rename into place.
+    ///
+    /// Also `<prefix>damaged-<seconds>[-records][-<n>].<random>.tmp`: the temporary file of a
+    /// damaged copy being set aside (``DurableIO/damagedCopyPath(for:suffix:fileSystem:)``), a
+    /// full copy of the store that a crash during salvage would otherwise leave behind.
     static func isTemporaryFile(_ name: String, prefix: String) -> Bool {
         guard name.hasPrefix(prefix), name.hasSuffix(".tmp") else { return false }
-        let random = name.utf8.dropFirst(prefix.utf8.count).dropLast(4)
+        var rest = Substring(name.dropFirst(prefix.count).dropLast(4))
+        if rest.hasPrefix("damaged-"), let dot = rest.lastIndex(of: ".") {
+            let aside = rest[..<dot].dropFirst("damaged-".count).split(separator: "-", omittingEmptySubsequences: false)
+            let valid =
+                !aside.isEmpty && aside.count <= 3 && !aside[0].isEmpty && aside[0].allSatisfy(\.isASCIIDigit)
+                && aside.dropFirst().allSatisfy { $0 == "records" || (!$0.isEmpty && $0.allSatisfy(\.isASCIIDigit)) }
+            guard valid else { return false }
+            rest = rest[rest.index(after: dot)...]
+        }
         let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
         let letters = UInt8(ascii: "a")...UInt8(ascii: "z")
-        return !random.isEmpty && random.allSatisfy { digits.contains($0) || letters.contains($0) }
+        return !rest.isEmpty && rest.utf8.allSatisfy { digits.contains($0) || letters.contains($0) }
     }
+}
+
+extension Character {
+    /// `0` to `9` only (not other scripts' digits).
+    fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
 }

@@ -351,12 +351,18 @@ package final class Journal: @unchecked Sendable {
                 journal.readOnlyReason = readOnly
                 owner = journal
                 if let damaged = scan.damage.first {
-                    if recovery == .strict || readOnly != nil {
+                    if recovery == .strict || readOnly != nil || scan.exhausted {
+                        // An exhausted scan examined only part of what follows: salvaging would
+                        // drop intact records unseen, so the file is left for a person to judge.
+                        let after =
+                            scan.exhausted
+                            ? "at least \(scan.intactAfterDamage) follow it (the file holds more damage than Coffer "
+                                + "examines automatically, so it was not salvaged)"
+                            : "\(scan.intactAfterDamage) follow it"
                         throw CofferError(
                             .corrupted,
                             "record at byte \(damaged) is damaged (it fails its checksum and is not a torn write); "
-                                + "\(scan.records.count) intact record(s) precede it and \(scan.intactAfterDamage) "
-                                + "follow it; nothing was changed",
+                                + "\(scan.records.count) intact record(s) precede it and \(after); nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
                     let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)

@@ -1,6 +1,6 @@
 // A child process the tests talk to by lines (CofferTestHelper by default, or any built product
 // or executable), a run of one to its end, and where the built products are.
-public import Foundation
+package import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -18,7 +18,7 @@ import Darwin
 /// walks up from the binary's directory to the first that holds `name`.
 /// - Returns: the product's URL; `/<name>` when no directory on the way holds it (running it
 ///   then fails, naming that path).
-public func builtProduct(named name: String) -> URL {
+package func builtProduct(named name: String) -> URL {
     var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
     while !FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path),
         directory.path != "/"
@@ -45,9 +45,9 @@ public func builtProduct(named name: String) -> URL {
 /// ``run(_:executable:input:environment:inheritsEnvironment:standardError:)`` runs one to its end.
 // @unchecked Sendable: `process` and `input` are Sendable handles; everything else is guarded by
 // `condition` (an NSCondition, which ThreadSanitizer sees).
-public final class HelperChild: @unchecked Sendable {
+package final class HelperChild: @unchecked Sendable {
     /// Where the child's standard error goes.
-    public enum StandardError: Sendable {
+    package enum StandardError: Sendable {
         /// To the test process's own, so a failing child's message shows in the test log.
         case inherit
         /// Into ``standardError``, for a test that checks it.
@@ -57,24 +57,24 @@ public final class HelperChild: @unchecked Sendable {
     }
 
     /// How a child run to its end finished.
-    public struct Finished: Sendable, CustomStringConvertible {
+    package struct Finished: Sendable, CustomStringConvertible {
         /// Whether it exited or died of a signal.
-        public var reason: Process.TerminationReason
+        package var reason: Process.TerminationReason
         /// Its exit status, or the signal that ended it.
-        public var status: Int32
+        package var status: Int32
         /// Everything it wrote to standard output.
-        public var output: String
+        package var output: String
         /// Everything it wrote to standard error, when captured (empty otherwise).
-        public var errors: String
+        package var errors: String
 
         /// For a failure message.
-        public var description: String {
+        package var description: String {
             "\(reason == .exit ? "exit" : "signal") \(status); output: \(output); errors: \(errors)"
         }
     }
 
     /// The running process: its identifier (to signal it), its termination reason.
-    public let process: Process
+    package let process: Process
     private let input: FileHandle
     private let condition = NSCondition()
     // Guarded by `condition`.
@@ -94,7 +94,7 @@ public final class HelperChild: @unchecked Sendable {
     ///     `false`, the child's whole environment.
     ///   - standardError: where the child's standard error goes.
     /// - Throws: the error of `Process.run()` when the child cannot be started.
-    public init(
+    package init(
         _ arguments: [String], executable: URL = builtProduct(named: "CofferTestHelper"),
         environment: [String: String] = [:], inheritsEnvironment: Bool = true, standardError: StandardError = .inherit
     ) throws {
@@ -164,7 +164,7 @@ public final class HelperChild: @unchecked Sendable {
 
     /// The next line of the child's output that this method has not returned yet (without its
     /// newline), waiting for it; `nil` once the output has ended.
-    public func readLine() -> String? {
+    package func readLine() -> String? {
         condition.withLock {
             while linesRead == completeLines.count, !outputEnded { condition.wait() }
             guard linesRead < completeLines.count else { return nil }
@@ -174,14 +174,14 @@ public final class HelperChild: @unchecked Sendable {
     }
 
     /// Writes `line` and a newline to the child's standard input.
-    public func say(_ line: String) {
+    package func say(_ line: String) {
         try? input.write(contentsOf: Data((line + "\n").utf8))
     }
 
     /// Closes the child's standard input, waits for it to exit and for the end of its output,
     /// and returns its exit status (the signal's number when one ended it).
     @discardableResult
-    public func wait() -> Int32 {
+    package func wait() -> Int32 {
         try? input.close()
         process.waitUntilExit()
         condition.withLock {
@@ -191,23 +191,23 @@ public final class HelperChild: @unchecked Sendable {
     }
 
     /// Every line the child has written so far, the ones ``readLine()`` returned included.
-    public var lines: [String] { condition.withLock { completeLines } }
+    package var lines: [String] { condition.withLock { completeLines } }
 
     /// Everything the child has written to standard output so far.
-    public var output: String { condition.withLock { String(decoding: outputBytes, as: UTF8.self) } }
+    package var output: String { condition.withLock { String(decoding: outputBytes, as: UTF8.self) } }
 
     /// Everything the child has written to standard error so far, when captured.
-    public var standardError: String { condition.withLock { String(decoding: errorBytes, as: UTF8.self) } }
+    package var standardError: String { condition.withLock { String(decoding: errorBytes, as: UTF8.self) } }
 
     /// What the child said so far, for a failure message.
-    public var transcript: String { "running: \(process.isRunning); output: \(lines); errors: \(standardError)" }
+    package var transcript: String { "running: \(process.isRunning); output: \(lines); errors: \(standardError)" }
 
     /// Waits for a line starting with `prefix`, up to a generous bound (never asserted as a
     /// speed), without blocking the task's thread; `nil` when the output ends, or the bound
     /// passes, without one. The bound is wall-clock time, and a busy test process may not run
     /// this task for a long while: the output is checked once more after it, so a slow
     /// resumption is not mistaken for a missing line.
-    public func waitForLine(startingWith prefix: String, seconds: Double = 600) async throws -> String? {
+    package func waitForLine(startingWith prefix: String, seconds: Double = 600) async throws -> String? {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while ContinuousClock.now < deadline {
             let (found, ended) = condition.withLock { (completeLines.first { $0.hasPrefix(prefix) }, outputEnded) }
@@ -220,7 +220,7 @@ public final class HelperChild: @unchecked Sendable {
 
     /// ``wait()`` without blocking the task's thread: waits for the child to exit (terminating
     /// it if it outlives a generous bound) and for the end of its output.
-    public func waitForExit(seconds: Double = 600) async throws -> Int32 {
+    package func waitForExit(seconds: Double = 600) async throws -> Int32 {
         try? input.close()
         let deadline = ContinuousClock.now + .seconds(seconds)
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
@@ -235,7 +235,7 @@ public final class HelperChild: @unchecked Sendable {
     ///
     /// - Parameters: as ``init(_:executable:environment:inheritsEnvironment:standardError:)``.
     /// - Throws: the error of `Process.run()`, or of writing `input`.
-    public static func run(
+    package static func run(
         _ arguments: [String], executable: URL = builtProduct(named: "CofferTestHelper"), input: Data = Data(),
         environment: [String: String] = [:], inheritsEnvironment: Bool = true, standardError: StandardError = .inherit
     ) throws -> Finished {

@@ -50,6 +50,7 @@ struct JournalAttackTests {
             #expect(scan.records.isEmpty)
             #expect(scan.end == 0)
             #expect(scan.damage == [0], "the crafted frames are damage, not a torn tail to be wiped")
+            #expect(scan.exhausted, "the scan says it stopped at its bound")
         }
     }
 
@@ -82,6 +83,7 @@ struct JournalAttackTests {
                 #expect(!scan.records.isEmpty)
                 #expect(scan.records.allSatisfy { $0.payload == Data([0x42]) })
                 #expect(scan.records.count < 1000)
+                #expect(scan.exhausted, "the scan says it stopped at its bound, so open will not salvage")
             } else {
                 #expect(scan.records.isEmpty)
                 #expect(scan.end == 0)
@@ -105,6 +107,27 @@ struct JournalAttackTests {
         #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == Array(image))
     }
 
+    @Test("salvage refuses a file it could not examine within its bound, and changes nothing", .timeLimit(.minutes(3)))
+    func salvageRefusesAnExhaustedScan() throws {
+        let dir = try Scratch("crafted-salvage")
+        let path = dir.path("j")
+        let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
+        try journal.withWriteLock { _ in _ = try journal.append([Data("kept".utf8)]) }
+        let end = Int(journal.dataEnd)
+        try journal.close()
+        var image = Array(try Data(contentsOf: URL(fileURLWithPath: path)))[..<end]
+        image += Self.alternatingFrames(count: 16 << 20)
+        try Data(image).write(to: URL(fileURLWithPath: path))
+        let error = #expect(throws: CofferError.self) {
+            _ = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting, recovery: .salvage)
+        }
+        #expect(error?.code == .corrupted)
+        #expect(error?.message.contains("more damage than Coffer examines automatically") == true)
+        // Nothing was rewritten and no damaged copy was set aside: the file is as it was.
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == Array(image))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains("damaged") }.isEmpty)
+    }
+
     @Test("opening a store removes its own leftover temporary files, never another store's")
     func openRemovesOnlyItsOwnTemporaryFiles() throws {
         let dir = try Scratch("temporaries")
@@ -120,5 +143,18 @@ struct JournalAttackTests {
         try reopened.close()
         #expect(!FileManager.default.fileExists(atPath: own), "this store's leftover temporary file was kept")
         #expect(FileManager.default.fileExists(atPath: other), "another store's temporary file was removed")
+    }
+
+    @Test("the temporary file of a damaged copy being set aside is this store's to remove; look-alikes are not")
+    func temporaryNames() {
+        let prefix = ".a.coffer."
+        for own in ["x1z", "damaged-1700000000.k3", "damaged-1700000000-records.k3", "damaged-1700000000-2.k3",
+                    "damaged-1700000000-records-3.k3"] {
+            #expect(Journal.isTemporaryFile(prefix + own + ".tmp", prefix: prefix), "\(own)")
+        }
+        for other in ["old.coffer.x1z", "damaged-.k3", "damaged-17x.k3", "damaged-1-records-2-3.k3", "", "damaged-1.",
+                      "X1Z"] {
+            #expect(!Journal.isTemporaryFile(prefix + other + ".tmp", prefix: prefix), "\(other)")
+        }
     }
 }

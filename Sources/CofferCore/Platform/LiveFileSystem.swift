@@ -35,8 +35,14 @@ public struct LiveFileSystem: FileSystem {
         var flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         if create { flags |= O_CREAT }
         if exclusive { flags |= O_EXCL }
-        let fd = aboveStandardStreams(retrying { systemOpen(path, flags, mode_t(mode)) })
-        if fd < 0 { throw Self.openError(path, errno: errno) }
+        let opened = retrying { systemOpen(path, flags, mode_t(mode)) }
+        let fd = aboveStandardStreams(opened)
+        if fd < 0 {
+            let code = errno
+            // Created here but not kept (no descriptor above 2 was free): do not leave it behind.
+            if opened >= 0 && create && exclusive { _ = systemUnlink(path) }
+            throw Self.openError(path, errno: code)
+        }
         do {
             let status = try fstat(fd)
             try Self.checkRegular(status, path: path)

@@ -36,17 +36,23 @@ struct JournalAttackTests {
         return bytes
     }
 
-    // The sizes below are chosen so that a quadratic scan cannot finish inside the time limit
-    // (hours at 16 MiB), while the bounded one takes seconds in a debug build: the limit is the
-    // check, with no timed assertion of its own.
+    // 16 MiB: the bounded scan takes about a second in a debug build, a quadratic one hours (the
+    // alternating test was stopped after 5 minutes without the fix). `.timeLimit` cannot stop a
+    // synchronous scan, so a regression shows as a run that does not end, never as a timed
+    // assertion that a loaded machine could fail.
+
+    /// The scan of `bytes` from 0, strict and then salvaging.
+    static func scans(_ bytes: [UInt8]) -> [(salvage: Bool, scan: Journal.Scan)] {
+        [false, true].map { salvage in
+            (salvage, bytes.withUnsafeBytes {
+                Journal.scanFrames($0, from: 0, maxPayload: Int(Journal.lengthMask), salvage: salvage)
+            })
+        }
+    }
 
     @Test("overlapping crafted frames are judged in bounded time, as damage", .timeLimit(.minutes(3)))
     func overlappingFramesAreJudgedQuickly() {
-        let bytes = Self.overlappingFrames(count: 16 << 20)
-        for salvage in [false, true] {
-            let scan = bytes.withUnsafeBytes {
-                Journal.scanFrames($0, from: 0, maxPayload: Int(Journal.lengthMask), salvage: salvage)
-            }
+        for (_, scan) in Self.scans(Self.overlappingFrames(count: 16 << 20)) {
             #expect(scan.records.isEmpty)
             #expect(scan.end == 0)
             #expect(scan.damage == [0], "the crafted frames are damage, not a torn tail to be wiped")
@@ -71,11 +77,7 @@ struct JournalAttackTests {
 
     @Test("invalid frames claiming the rest of the file between intact ones: bounded, damage", .timeLimit(.minutes(3)))
     func alternatingFramesAreBounded() {
-        let bytes = Self.alternatingFrames(count: 16 << 20)
-        for salvage in [false, true] {
-            let scan = bytes.withUnsafeBytes {
-                Journal.scanFrames($0, from: 0, maxPayload: Int(Journal.lengthMask), salvage: salvage)
-            }
+        for (salvage, scan) in Self.scans(Self.alternatingFrames(count: 16 << 20)) {
             #expect(scan.damage.first == 0, "the first invalid frame is damage (salvage: \(salvage))")
             if salvage {
                 // The intact commits salvage could afford to reach are kept, in order; it stops
@@ -91,40 +93,38 @@ struct JournalAttackTests {
         }
     }
 
-    @Test("opening a store whose tail holds crafted frames refuses it, in bounded time", .timeLimit(.minutes(3)))
-    func openRefusesCraftedTailQuickly() throws {
-        let dir = try Scratch("crafted")
+    /// A journal holding one intact record, followed by `tail`; its path and bytes.
+    func storeWithTail(_ tail: [UInt8], in dir: Scratch) throws -> (path: String, image: [UInt8]) {
         let path = dir.path("j")
         let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
         try journal.withWriteLock { _ in _ = try journal.append([Data("kept".utf8)]) }
         let end = Int(journal.dataEnd)
         try journal.close()
-        var image = Array(try Data(contentsOf: URL(fileURLWithPath: path)))[..<end]
-        image += Self.overlappingFrames(count: 16 << 20)
+        let image = Array(Array(try Data(contentsOf: URL(fileURLWithPath: path)))[..<end]) + tail
         try Data(image).write(to: URL(fileURLWithPath: path))
+        return (path, image)
+    }
+
+    @Test("opening a store whose tail holds crafted frames refuses it, in bounded time", .timeLimit(.minutes(3)))
+    func openRefusesCraftedTailQuickly() throws {
+        let dir = try Scratch("crafted")
+        let (path, image) = try storeWithTail(Self.overlappingFrames(count: 16 << 20), in: dir)
         expectError(.corrupted) { _ = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting) }
         // Nothing was changed: the crafted bytes are still there for a person to look at.
-        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == Array(image))
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == image)
     }
 
     @Test("salvage refuses a file it could not examine within its bound, and changes nothing", .timeLimit(.minutes(3)))
     func salvageRefusesAnExhaustedScan() throws {
         let dir = try Scratch("crafted-salvage")
-        let path = dir.path("j")
-        let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
-        try journal.withWriteLock { _ in _ = try journal.append([Data("kept".utf8)]) }
-        let end = Int(journal.dataEnd)
-        try journal.close()
-        var image = Array(try Data(contentsOf: URL(fileURLWithPath: path)))[..<end]
-        image += Self.alternatingFrames(count: 16 << 20)
-        try Data(image).write(to: URL(fileURLWithPath: path))
+        let (path, image) = try storeWithTail(Self.alternatingFrames(count: 16 << 20), in: dir)
         let error = #expect(throws: CofferError.self) {
             _ = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting, recovery: .salvage)
         }
         #expect(error?.code == .corrupted)
         #expect(error?.message.contains("more damage than Coffer examines automatically") == true)
         // Nothing was rewritten and no damaged copy was set aside: the file is as it was.
-        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == Array(image))
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == image)
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains("damaged") }.isEmpty)
     }
 

@@ -167,22 +167,20 @@ extension Journal {
     /// full copy of the store that a crash during salvage would otherwise leave behind.
     static func isTemporaryFile(_ name: String, prefix: String) -> Bool {
         guard name.hasPrefix(prefix), name.hasSuffix(".tmp") else { return false }
+        /// Whether `part` is non-empty ASCII digits (and, with `letters`, lowercase letters).
+        func made(of part: Substring, letters: Bool) -> Bool {
+            !part.isEmpty
+                && part.utf8.allSatisfy { (0x30...0x39).contains($0) || (letters && (0x61...0x7A).contains($0)) }
+        }
         var rest = Substring(name.dropFirst(prefix.count).dropLast(4))
         if rest.hasPrefix("damaged-"), let dot = rest.lastIndex(of: ".") {
+            // Never empty: splitting keeps empty pieces, so "damaged-." gives [""].
             let aside = rest[..<dot].dropFirst("damaged-".count).split(separator: "-", omittingEmptySubsequences: false)
-            let valid =
-                !aside.isEmpty && aside.count <= 3 && !aside[0].isEmpty && aside[0].allSatisfy(\.isASCIIDigit)
-                && aside.dropFirst().allSatisfy { $0 == "records" || (!$0.isEmpty && $0.allSatisfy(\.isASCIIDigit)) }
-            guard valid else { return false }
+            guard aside.count <= 3, made(of: aside[0], letters: false),
+                aside.dropFirst().allSatisfy({ $0 == "records" || made(of: $0, letters: false) })
+            else { return false }
             rest = rest[rest.index(after: dot)...]
         }
-        let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
-        let letters = UInt8(ascii: "a")...UInt8(ascii: "z")
-        return !rest.isEmpty && rest.utf8.allSatisfy { digits.contains($0) || letters.contains($0) }
+        return made(of: rest, letters: true)
     }
-}
-
-extension Character {
-    /// `0` to `9` only (not other scripts' digits).
-    fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
 }

@@ -99,6 +99,7 @@ let package = Package(
             dependencies: [
                 "CofferCore", "CofferVault", "CofferCrypto",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
             ],
             swiftSettings: strictSettings
         ),

@@ -40,7 +40,7 @@ public final class CofferContext: Sendable {
     /// The file system the default stores use.
     public let fileSystem: any FileSystem
     private let settings: [ObjectIdentifier: any Sendable]
-    private let stores = Locked<[String: any Sendable]>([:])
+    private let stores = Locked<[String: StoreSlot]>([:])
 
     /// Creates a context rooted at `directory`.
     public convenience init(
@@ -130,20 +130,92 @@ public final class CofferContext: Sendable {
 
     /// The store registered under `id`, created by `make` on first use, so every property of a
     /// context shares one instance per file (one journal per file per process).
+    ///
+    /// `make` runs with no lock held that other stores need: opening a vault (Argon2id, up to a
+    /// second) never delays a property of another store. Callers asking for the same `id`
+    /// meanwhile wait for that one `make`, and share its store or its error; the next call after
+    /// a failure tries again.
     public func sharedStore<Store: Sendable>(id: String, make: () throws -> Store) throws -> Store {
-        let (store, made) = try stores.withLock { stores -> (Store, Bool) in
-            if let existing = stores[id] as? Store { return (existing, false) }
-            let store = try make()
-            stores[id] = store
-            return (store, true)
+        while true {
+            let step = stores.withLock { stores -> StoreStep in
+                switch stores[id] {
+                case .ready(let store)?: return .ready(store)
+                case .opening(let gate)?: return .wait(gate)
+                case nil:
+                    let gate = OpeningGate()
+                    stores[id] = .opening(gate)
+                    return .open(gate)
+                }
+            }
+            switch step {
+            case .ready(let existing):
+                guard let store = existing as? Store else {
+                    throw CofferError(.invalidArgument, "the store \(id) of this context is a \(type(of: existing)), not a \(Store.self)")
+                }
+                return store
+            case .wait(let gate):
+                if case .failure(let error) = gate.wait() { throw error }
+                continue  // opened: the next turn finds it
+            case .open(let gate):
+                let made = Result { try make() }
+                stores.withLock { stores in
+                    switch made {
+                    case .success(let store): stores[id] = .ready(store)
+                    case .failure: stores[id] = nil
+                    }
+                }
+                gate.open(made.map { _ in () })
+                let store = try made.get()
+                noteStandardUseInTests()
+                return store
+            }
         }
-        if made { noteStandardUseInTests() }
-        return store
     }
 
     /// Every store opened through ``sharedStore(id:make:)`` so far (a graceful shutdown flushes
     /// and locks them).
-    package var openStores: [any Sendable] { stores.withLock { Array($0.values) } }
+    package var openStores: [any Sendable] {
+        stores.withLock { stores in
+            stores.values.compactMap { slot -> (any Sendable)? in
+                if case .ready(let store) = slot { return store }
+                return nil
+            }
+        }
+    }
+}
+
+/// What a caller of `sharedStore` does: take the store, wait for another caller to open it, or open it.
+private enum StoreStep {
+    case ready(any Sendable)
+    case wait(OpeningGate)
+    case open(OpeningGate)
+}
+
+/// A store of a context: opened, or being opened by one caller while others wait.
+private enum StoreSlot: Sendable {
+    case ready(any Sendable)
+    case opening(OpeningGate)
+}
+
+/// Where callers wait for a store another caller is opening.
+private final class OpeningGate: @unchecked Sendable {
+    // @unchecked Sendable: `outcome` is guarded by `condition`.
+    private let condition = NSCondition()
+    private var outcome: Result<Void, any Error>?
+
+    func open(_ result: Result<Void, any Error>) {
+        condition.lock()
+        outcome = result
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait() -> Result<Void, any Error> {
+        condition.lock()
+        defer { condition.unlock() }
+        while outcome == nil { condition.wait() }
+        return outcome!
+    }
 }
 
 /// How a `@Stored` property persists its value: a strategy and the key within it.

@@ -343,9 +343,9 @@ package final class WatchedObservers<Change: Sendable>: Sendable {
                 s.stopped = stopped
                 return nil
             }
-            // Lost a race with the last observer leaving, or another first one: cancelled
-            // elsewhere, since this may run under a caller's lock.
-            if let unused { DispatchQueue.global().async { unused.cancel() } }
+            // Lost a race with the last observer leaving, or another first one. Cancelled here:
+            // callers hold no Coffer lock (a cell subscribes after resolving, outside its locks).
+            if let unused { unused.cancel() }
         }
         return StoreObservation { [weak self] in self?.remove(id, stopped: stopped) }
     }

@@ -129,6 +129,78 @@ public protocol FlushablePersistenceStrategy: PersistenceStrategy {
     func flush() throws
 }
 
+/// A store whose calls wait on something slow outside the process — a network round trip, a
+/// KDF — and so have an `async` form that suspends instead of holding a thread.
+///
+/// `@Stored` drives such a store without ever blocking its caller on it (docs/STATE.md,
+/// "Remote stores"): a setter updates memory, notifies and returns, and the write follows in
+/// order in the background (`try await $x.flush()` waits for it); a first read shows the initial
+/// value and loads in the background (`try await $x.load()` waits for the stored value). The
+/// synchronous requirements of ``PersistenceStrategy`` stay, for code that is not async and for
+/// the `coffer` command: by default they run the async form on Coffer's own threads and block
+/// the caller until it ends, never needing a thread of Swift's cooperative pool.
+///
+/// Every call must end within a deadline the store documents (a statement timeout, a connect
+/// timeout): ``CofferError/Code/busy`` or ``CofferError/Code/io``, never an endless wait.
+public protocol AsyncPersistenceStrategy: PersistenceStrategy {
+    /// The bytes stored under `key`, or `nil`.
+    func load(_ key: String) async throws -> Data?
+    /// Stores `data` under `key`; returns once the store has acknowledged it.
+    func save(_ data: Data, for key: String) async throws
+    /// Removes `key`; removing an absent key is not an error.
+    func remove(_ key: String) async throws
+    /// Every key currently stored.
+    func keys() async throws -> [String]
+}
+
+/// An ``AsyncPersistenceStrategy`` with an async compare-and-swap (`try await $x.update { … }`).
+public protocol AsyncCompareAndSwapPersistenceStrategy: AsyncPersistenceStrategy, CompareAndSwapPersistenceStrategy {
+    /// ``CompareAndSwapPersistenceStrategy/compareAndSwap(_:expected:new:)``, suspending instead of blocking.
+    func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool
+}
+
+/// An ``AsyncPersistenceStrategy`` that commits several changes at once.
+public protocol AsyncBatchPersistenceStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy {
+    /// ``BatchPersistenceStrategy/saveBatch(_:)``, suspending instead of blocking.
+    func saveBatch(_ changes: [(key: String, data: Data?)]) async throws
+}
+
+extension AsyncPersistenceStrategy {
+    /// Runs ``load(_:)-(String)`` for a synchronous caller (see ``AsyncPersistenceStrategy``).
+    public func load(_ key: String) throws -> Data? { try Offload.wait { try await self.load(key) } }
+    /// Runs the async `save` for a synchronous caller.
+    public func save(_ data: Data, for key: String) throws { try Offload.wait { try await self.save(data, for: key) } }
+    /// Runs the async `remove` for a synchronous caller.
+    public func remove(_ key: String) throws { try Offload.wait { try await self.remove(key) } }
+    /// Runs the async `keys` for a synchronous caller.
+    public func keys() throws -> [String] { try Offload.wait { try await self.keys() } }
+
+    /// Reads a typed value (see ``PersistenceStrategy/get(_:for:)``), suspending instead of blocking.
+    public func get<T: Codable>(_ type: T.Type = T.self, for key: String) async throws -> T? {
+        guard let data = try await load(key) else { return nil }
+        return try ValueCodec.decode(T.self, from: data, as: valueEncoding, source: "key \"\(key)\" of \(Self.self)")
+    }
+
+    /// Stores a typed value (see ``PersistenceStrategy/set(_:for:)``), suspending instead of blocking.
+    public func set<T: Codable>(_ value: T, for key: String) async throws {
+        try await save(ValueCodec.encode(value, as: valueEncoding), for: key)
+    }
+}
+
+extension AsyncCompareAndSwapPersistenceStrategy {
+    /// Runs the async compare-and-swap for a synchronous caller.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
+        try Offload.wait { try await self.compareAndSwap(key, expected: expected, new: new) }
+    }
+}
+
+extension AsyncBatchPersistenceStrategy {
+    /// Runs the async `saveBatch` for a synchronous caller.
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
+        try Offload.wait { try await self.saveBatch(changes) }
+    }
+}
+
 extension PersistenceStrategy {
     /// How typed values become this strategy's bytes: ``ValueEncoding/plain`` for a
     /// ``PlainValuePersistenceStrategy``, else ``ValueEncoding/tagged``.

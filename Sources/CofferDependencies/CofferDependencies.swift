@@ -107,7 +107,7 @@ extension CofferSettings {
     /// ```
     /// - Throws: ``CofferError`` when the value cannot be encoded or stored.
     public func save<Value>(_ keyPath: KeyPath<Self, Stored<Value>>, _ value: Value) async throws {
-        try self[keyPath: keyPath].save(value)
+        try await self[keyPath: keyPath].save(value)
     }
 
     /// The current values of several settings, then the values again each time one of them

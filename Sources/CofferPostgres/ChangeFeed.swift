@@ -3,147 +3,116 @@ import CofferCore
 import Foundation
 import PostgresNIO
 
-/// Listens on one channel with a connection of its own, on a thread of its own, and calls
-/// `catchUp` with that connection after LISTEN succeeds (so a change made while it was away,
-/// or before it started, is found by version) and after every notification. A lost connection
-/// is reopened (after 50 ms, then doubling to 1 s) until the feed is stopped.
-final class ChangeFeed: @unchecked Sendable {
-    private let configuration: PostgresConfiguration
-    private let channel: String
-    private let catchUp: @Sendable (PostgresConnection) throws -> Void
-    private let condition = NSCondition()
-    /// Guarded by `condition`.
-    private var stopped = false
-    private var pending = false
-    private var current: PostgresConnection?
-    /// This connection's LISTEN is in place (`listening`), or its listener has ended (`unheard`:
-    /// the connection closed, or LISTEN failed), so no notification will come on it.
-    private var listening = false
-    private var unheard = false
-    /// Which connection's listener may change the two above (an earlier one may end late).
-    private var generation = 0
-    /// How many times the feed has (re)connected and caught up; for tests.
-    private(set) var connections = 0
-
-    init(
-        configuration: PostgresConfiguration, channel: String,
-        catchUp: @escaping @Sendable (PostgresConnection) throws -> Void
-    ) {
-        self.configuration = configuration
-        self.channel = channel
-        self.catchUp = catchUp
-        let thread = Thread { [self] in run() }
-        thread.name = "coffer.postgres.listen"
-        thread.start()
+/// Listens on one channel with a connection of its own (not a pooled one), as an async task that
+/// holds no thread while it waits, and calls `catchUp` after LISTEN succeeds (so a change made
+/// while it was away, or before it started, is found by version) and after notifications
+/// (a burst is caught up at once: catching up reads every row newer than the last one seen). A
+/// lost connection is reopened (after 50 ms, then doubling to 1 s) until the feed is stopped.
+final class ChangeFeed: Sendable {
+    private let task: Task<Void, Never>
+    private let box: Box
+    /// The feed's state, shared with its task.
+    private final class Box: Sendable {
+        let state = Locked(State())
+    }
+    private struct State {
+        var connection: PostgresConnection?
+        var stopped = false
+        /// How many times the feed has (re)connected and caught up; for tests.
+        var connections = 0
     }
 
-    /// Tells every feed on `channel` that a write committed `version`, as part of the writing
-    /// transaction (PostgreSQL delivers the notification at commit, never for a rollback).
-    static func notify(_ channel: String, of version: Int64, on connection: PostgresConnection) throws {
-        var binds = PostgresBindings()
-        binds.append(channel)
-        binds.append(String(version))
-        try PostgresLink.run("SELECT pg_notify($1, $2)", binds, on: connection)
-    }
-
-    /// Stops the feed: its connection is closed and its thread ends shortly after.
-    func stop() {
-        condition.lock()
-        stopped = true
-        let connection = current
-        condition.signal()
-        condition.unlock()
-        connection.map(closeQuietly)
-    }
-
-    /// Starts listening on `live` (postgres-nio sends the LISTEN): `listening` once it is in
-    /// place, a wake-up for each notification, `unheard` when the listener ends.
-    ///
-    /// Not `addListener`: when the connection closes between the connect and that call (the
-    /// server stopping, or ``stop()``), its registration is dropped before reaching the
-    /// connection, and postgres-nio traps on the unused listener ("Notification closure had not
-    /// been used", seen once in a full test run). `listen(on:consume:)` fails the listener then.
-    private func listen(on live: PostgresConnection) -> Task<Void, Never> {
-        condition.lock()
-        listening = false
-        unheard = false
-        generation += 1
-        let generation = generation
-        condition.unlock()
-        let channel = channel
-        return Task(executorPreference: BridgeExecutor.shared) { [weak self] in
-            do {
-                try await live.listen(on: channel) { notifications in
-                    self?.update(generation) { $0.listening = true }
-                    for try await _ in notifications { self?.update(generation) { $0.pending = true } }
-                }
-            } catch {
-                // The connection closed or LISTEN failed: the feed reconnects.
-            }
-            self?.update(generation) { $0.unheard = true }
+    init(link: PostgresLink, channel: String, catchUp: @escaping @Sendable () async throws -> Void) {
+        let box = Box()
+        self.box = box
+        task = Task.detached {
+            await Self.run(link: link, channel: channel, box: box, catchUp: catchUp)
         }
     }
 
-    /// Changes the guarded state, unless a later connection's listener owns it, and wakes the
-    /// feed's thread.
-    private func update(_ generation: Int, _ change: (ChangeFeed) -> Void) {
-        condition.lock()
-        if generation == self.generation { change(self) }
-        condition.signal()
-        condition.unlock()
+    /// How many times the feed has (re)connected and caught up.
+    var connections: Int { box.state.withLock { $0.connections } }
+
+    /// Tells every feed on `channel` that a write committed `version`, as part of the writing
+    /// transaction (PostgreSQL delivers the notification at commit, never for a rollback).
+    static func notify(_ channel: String, of version: Int64, on connection: PostgresConnection, link: PostgresLink)
+        async throws
+    {
+        var binds = PostgresBindings()
+        binds.append(channel)
+        binds.append(String(version))
+        try await link.run("SELECT pg_notify($1, $2)", binds, on: connection)
     }
 
-    private var isStopped: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return stopped
+    /// Stops the feed: its connection is closed and its task ends shortly after.
+    func stop() {
+        let connection = box.state.withLock { state -> PostgresConnection? in
+            state.stopped = true
+            defer { state.connection = nil }
+            return state.connection
+        }
+        task.cancel()
+        if let connection { let _: EventLoopFuture<Void> = connection.close() }
     }
 
-    private func run() {
+    private struct Ended: Error {}
+
+    private static func run(
+        link: PostgresLink, channel: String, box: Box, catchUp: @escaping @Sendable () async throws -> Void
+    ) async {
+        let state = box
         var delay = 0.05
-        while !isStopped {
-            var connection: PostgresConnection?
+        while !Task.isCancelled && !state.state.withLock({ $0.stopped }) {
             do {
-                let live = try PostgresLink.connect(configuration)
-                connection = live
-                condition.lock()
-                current = live
-                let stop = stopped
-                condition.unlock()
-                // Stopped while connecting: close it below like any other (a `break` here once
-                // left it open, and postgres-nio traps on a connection freed unclosed).
-                if stop { throw CancellationError() }
-                let listener = listen(on: live)
-                defer { listener.cancel() }
-                condition.lock()
-                while !listening && !unheard && !stopped && !live.isClosed { _ = condition.wait(until: Date() + 1) }
-                let ready = listening && !unheard && !stopped
-                if ready {
-                    connections += 1
-                    pending = false
+                let live = try await link.connectForListening()
+                let stopped = state.state.withLock { state -> Bool in
+                    if !state.stopped { state.connection = live }
+                    return state.stopped
                 }
-                condition.unlock()
-                if !ready { throw CancellationError() }
-                try catchUp(live)
-                delay = 0.05
-                while true {
-                    condition.lock()
-                    while !pending && !stopped && !unheard && !live.isClosed { _ = condition.wait(until: Date() + 1) }
-                    let stop = stopped || unheard
-                    pending = false
-                    condition.unlock()
-                    if stop || live.isClosed { break }
-                    try catchUp(live)
+                // Stopped while connecting: close it like any other (postgres-nio traps on a
+                // connection freed unclosed).
+                if stopped {
+                    try? await live.close()
+                    return
                 }
+                let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+                let caughtUp = Guarded(false)
+                do {
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            // LISTEN is in place once `consume` runs: catch up first, then per wake-up.
+                            try await live.listen(on: channel) { notifications in
+                                wake.yield()
+                                for try await _ in notifications { wake.yield() }
+                            }
+                            throw Ended()
+                        }
+                        group.addTask {
+                            for await _ in wakes {
+                                try await catchUp()
+                                if !caughtUp.withLock({ $0 }) {
+                                    caughtUp.withLock { $0 = true }
+                                    state.state.withLock { $0.connections += 1 }
+                                }
+                            }
+                            throw Ended()
+                        }
+                        _ = try await group.next()
+                        group.cancelAll()
+                    }
+                } catch {
+                    // The connection closed, LISTEN or a catch-up failed: reconnect below.
+                }
+                wake.finish()
+                if caughtUp.withLock({ $0 }) { delay = 0.05 }
+                state.state.withLock { if $0.connection === live { $0.connection = nil } }
+                try? await live.close()
             } catch {
                 // The server is down or restarting: try again; catching up on reconnect finds
                 // every change made meanwhile.
             }
-            connection.map(closeQuietly)
-            condition.lock()
-            current = nil
-            if !stopped { _ = condition.wait(until: Date() + delay) }
-            condition.unlock()
+            if Task.isCancelled { return }
+            try? await Task.sleep(for: .seconds(delay))
             delay = min(delay * 2, 1)
         }
     }

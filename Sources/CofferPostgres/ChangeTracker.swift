@@ -15,9 +15,9 @@ import PostgresNIO
 /// point is unknown because the server was down when observing started.
 final class ChangeTracker<Change: Sendable>: Sendable {
     private struct State {
-        /// The newest store version the observers have been told about; `nil` when unknown
-        /// (the server was down when observing started).
-        var seen: Int64? = 0
+        /// The newest store version the observers have been told about; `nil` until the feed's
+        /// first catch-up reads it.
+        var seen: Int64?
         /// Versions this instance wrote, not to be reported as outside changes.
         var own: Set<Int64> = []
     }
@@ -28,20 +28,21 @@ final class ChangeTracker<Change: Sendable>: Sendable {
     init() {}
 
     /// Adds `handler`. The first observer starts a feed on `channel` that calls `catchUp` (the
-    /// store's, holding the store weakly), from the version `version` reads now.
+    /// store's, holding the store weakly).
+    ///
+    /// Nothing is read here (the caller may be a setter or a first read, which never wait on the
+    /// network): the starting point is unknown until the feed's first catch-up, which reads the
+    /// store's version and tells every observer to reread everything once.
     func observe(
         _ handler: @escaping @Sendable (Change) -> Void, link: PostgresLink, channel: String,
-        version: (PostgresConnection) throws -> Int64,
-        catchUp: @escaping @Sendable (PostgresConnection) throws -> Void
+        catchUp: @escaping @Sendable () async throws -> Void
     ) -> StoreObservation {
         observers.add(handler) {
-            // Where the observers start from: changes after this version are theirs to hear of.
-            let baseline = try? link.withConnection(idempotent: true) { try version($0) }
             state.withLock {
-                $0.seen = baseline
+                $0.seen = nil
                 $0.own = []
             }
-            return ChangeFeed(configuration: link.configuration, channel: channel, catchUp: catchUp)
+            return ChangeFeed(link: link, channel: channel, catchUp: catchUp)
         }
     }
 
@@ -54,17 +55,17 @@ final class ChangeTracker<Change: Sendable>: Sendable {
     ///   - report: what observers hear of the changed rows this instance did not write (never
     ///     called with none).
     func catchUp<Row>(
-        on connection: PostgresConnection, version: (PostgresConnection) throws -> Int64, everything: Change,
-        changed: (_ since: Int64) throws -> [(row: Row, version: Int64)], report: ([Row]) -> Change
-    ) throws {
+        version: () async throws -> Int64, everything: Change,
+        changed: (_ since: Int64) async throws -> [(row: Row, version: Int64)], report: ([Row]) -> Change
+    ) async throws {
         guard observers.isObserved else { return }
         guard let since = state.withLock({ $0.seen }) else {
-            let now = try version(connection)
-            state.withLock { $0.seen = now }
+            let now = try await version()
+            state.withLock { $0.seen = max($0.seen ?? 0, now) }
             observers.notify(everything)
             return
         }
-        let rows = try changed(since)
+        let rows = try await changed(since)
         guard !rows.isEmpty else { return }
         let newest = rows.map(\.version).max() ?? since
         let own = state.withLock { t -> Set<Int64> in
@@ -82,7 +83,8 @@ final class ChangeTracker<Change: Sendable>: Sendable {
     func markOwn(_ version: Int64) {
         guard observers.isObserved else { return }
         state.withLock { t in
-            if version > (t.seen ?? 0) { t.own.insert(version) }
+            // Unknown start: the first catch-up makes everyone reread anyway.
+            if let seen = t.seen, version > seen { t.own.insert(version) }
         }
     }
 }

@@ -37,13 +37,29 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     public var tls: TLSMode
     /// PEM file of the certificates trusted to sign the server's (libpq's `sslrootcert`).
     public var rootCertificatePath: String?
-    /// Seconds a connection attempt may take before the server counts as unavailable.
+    /// Seconds a call may wait for a connection (connecting and logging in included) before the
+    /// server counts as unavailable (``CofferError/Code/io``).
     public var connectTimeout: Double
+    /// Seconds a statement may wait for a lock another session holds, and may run: the server's
+    /// `lock_timeout` and `statement_timeout`. Past it a call fails with ``CofferError/Code/busy``
+    /// and nothing is written; a server that has not answered a second later (stopped, cut off)
+    /// loses the connection and the call fails with ``CofferError/Code/io``. `nil`: the
+    /// ``CofferContext/lockTimeout`` of the context a `.postgres` property resolves in, else 10 s.
+    public var timeout: Double?
+    /// The most connections the process's pool for these settings opens (postgres-nio's
+    /// `PostgresClient`); every store with equal settings shares the pool.
+    public var maximumConnections: Int
+    /// Seconds an unused pooled connection stays open.
+    public var idleTimeout: Double
 
     public init(
         host: String = "localhost", port: Int = 5432, user: String, password: String? = nil, database: String? = nil,
-        tls: TLSMode = .prefer, rootCertificatePath: String? = nil, connectTimeout: Double = 5
+        tls: TLSMode = .prefer, rootCertificatePath: String? = nil, connectTimeout: Double = 5, timeout: Double? = nil,
+        maximumConnections: Int = 10, idleTimeout: Double = 30
     ) {
+        self.timeout = timeout
+        self.maximumConnections = max(1, maximumConnections)
+        self.idleTimeout = idleTimeout
         self.host = host
         self.port = port
         self.user = user
@@ -88,6 +104,7 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     }
 
     /// Parses `postgres://[user[:password]@][host][:port][/database][?sslmode=…&host=/socket/dir&connect_timeout=…]`
+    /// (also `statement_timeout=` seconds for ``timeout``, and `pool_max_conns=` for ``maximumConnections``)
     /// (or `postgresql://`). What the URL leaves out comes from the environment, as with libpq.
     /// - Throws: ``CofferError/Code/invalidArgument`` for another scheme or a malformed URL
     ///   (the message never repeats the URL, which may hold a password).
@@ -119,10 +136,15 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
             case "dbname": database = value
             case "sslrootcert": rootCertificatePath = value
             case "connect_timeout": if let timeout = Double(value), timeout > 0 { connectTimeout = timeout }
+            case "statement_timeout": if let timeout = Double(value), timeout > 0 { self.timeout = timeout }
+            case "pool_max_conns": if let count = Int(value), count > 0 { maximumConnections = count }
             default: continue
             }
         }
     }
+
+    /// The statement and lock deadline in effect: ``timeout``, else 10 s.
+    public var effectiveTimeout: Double { timeout.map { max($0, 0.001) } ?? 10 }
 
     /// A key naming the server and database (never the password): stores are shared per key.
     var identity: String { "\(user)@\(host):\(port)/\(database ?? user)" }
@@ -136,7 +158,8 @@ extension PostgresConfiguration: CustomReflectable {
             children: [
                 "host": host, "port": port, "user": user, "password": password == nil ? "(none)" : "(set)",
                 "database": database as Any, "tls": tls, "rootCertificatePath": rootCertificatePath as Any,
-                "connectTimeout": connectTimeout,
+                "connectTimeout": connectTimeout, "timeout": timeout as Any,
+                "maximumConnections": maximumConnections, "idleTimeout": idleTimeout,
             ], displayStyle: .struct)
     }
 }

@@ -1,6 +1,7 @@
 #if Postgres
 public import CofferCore
 public import Foundation
+public import Logging
 import PostgresNIO
 
 /// A suite of keys and values in a PostgreSQL table, shared by every instance of an
@@ -15,6 +16,12 @@ import PostgresNIO
 /// and ``update(_:_:)`` hold the suite's version row locked from the read to the write, so a
 /// counter incremented from many machines is exact.
 ///
+/// Every call is `async` (``AsyncPersistenceStrategy``); the synchronous forms run it on Coffer's
+/// own threads for callers that are not async. Each ends within the deadlines of its
+/// ``PostgresConfiguration`` (``CofferError/Code/busy`` for a lock held elsewhere past
+/// ``PostgresConfiguration/timeout``, ``CofferError/Code/io`` for a server that is unavailable or
+/// stops answering), never later.
+///
 /// When `save` returns, the server has committed the write: with the server's default
 /// `synchronous_commit = on`, it survives a crash or restart of the server (see README, "Many
 /// machines"). A write whose connection drops before the answer throws
@@ -23,9 +30,9 @@ import PostgresNIO
 /// ```swift
 /// let settings = try PostgresConfiguration(url: "postgres://app@db.internal/app")
 /// let flags = PostgresKeyValueStrategy(configuration: settings, suite: "feature-flags")
-/// try flags.set(true, for: "new-checkout")
+/// try await flags.set(true, for: "new-checkout")
 /// ```
-public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAndSwapPersistenceStrategy,
+public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
     ChangeObservingPersistenceStrategy
 {
     /// The suite: the rows of this store are those with this suite name.
@@ -38,47 +45,54 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
     private let tracker = ChangeTracker<StoreChange>()
 
     /// A store for `suite` on the server `configuration` names. Nothing is contacted until the
-    /// first call; the tables are created then when missing.
-    public init(configuration: PostgresConfiguration = .environment(), suite: String = "standard") {
+    /// first call; the tables are created then when missing. Stores with equal settings share
+    /// one connection pool in the process (``PostgresConfiguration/maximumConnections``).
+    ///
+    /// - Parameter logger: Where postgres-nio logs this store's queries and connections (the
+    ///   default logs nothing below critical). Bound values are never logged by Coffer.
+    public init(configuration: PostgresConfiguration = .environment(), suite: String = "standard", logger: Logger? = nil) {
         self.suite = suite
-        self.link = PostgresLink(configuration: configuration)
+        self.link = PostgresLink(configuration: configuration, logger: logger)
         self.channel = Schema.channel("coffer_kv_", Array(suite.utf8))
     }
 
-    // MARK: - PersistenceStrategy
+    // MARK: - AsyncPersistenceStrategy (the synchronous forms run these on Coffer's threads)
 
-    public func load(_ key: String) throws -> Data? {
+    public func load(_ key: String) async throws -> Data? {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(Data(key.utf8))
-        let rows = try link.withConnection(idempotent: true) { connection in
-            try PostgresLink.run("SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2", binds, on: connection)
+        let link = link
+        return try await link.withConnection(idempotent: true) { [binds] connection in
+            let rows = try await link.run(
+                "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2", binds, on: connection)
+            guard let row = rows.first else { return nil }
+            return try row.cells[0].decode(Data?.self)
         }
-        guard let row = rows.first else { return nil }
-        return try row.cells[0].decode(Data?.self)
     }
 
-    public func save(_ data: Data, for key: String) throws {
-        try write(key, data)
+    public func save(_ data: Data, for key: String) async throws {
+        try await write(key, data)
     }
 
-    public func remove(_ key: String) throws {
-        try write(key, nil)
+    public func remove(_ key: String) async throws {
+        try await write(key, nil)
     }
 
-    public func keys() throws -> [String] {
+    public func keys() async throws -> [String] {
         var binds = PostgresBindings()
         binds.append(suite)
-        let rows = try link.withConnection(idempotent: true) { connection in
-            try PostgresLink.run(
+        let link = link
+        return try await link.withConnection(idempotent: true) { [binds] connection in
+            let rows = try await link.run(
                 "SELECT key FROM coffer_kv WHERE suite = $1 AND value IS NOT NULL", binds, on: connection)
+            return try rows.map { try Self.key(from: $0.cells[0].decode(Data.self)) }
         }
-        return try rows.map { try Self.key(from: $0.cells[0].decode(Data.self)) }
     }
 
     /// Applies every change in one transaction: all of them are committed, or none is. A key
     /// named twice takes its last change.
-    public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) async throws {
         var latest: [Data: Data?] = [:]
         var order: [Data] = []
         for (key, data) in changes {
@@ -87,14 +101,16 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
         }
         guard !order.isEmpty else { return }
         if order.count == 1 {
-            return try write(changes[0].key, latest[order[0]]!)
+            return try await write(changes[0].key, latest[order[0]]!)
         }
-        let version = try link.transaction { connection -> (Int64, commit: Bool) in
-            let version = try bumpVersion(on: connection)
-            for key in order {
-                try upsert(key: key, value: latest[key]!, version: version, on: connection)
+        let planned = order.map { ($0, latest[$0]!) }
+        let (suite, channel, link) = (suite, channel, link)
+        let version = try await link.transaction { connection -> (Int64, commit: Bool) in
+            let version = try await Self.bumpVersion(suite, on: connection, link: link)
+            for (key, value) in planned {
+                try await Self.upsert(suite, key: key, value: value, version: version, on: connection, link: link)
             }
-            try ChangeFeed.notify(channel, of: version, on: connection)
+            try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
             return (version, true)
         }
         tracker.markOwn(version)
@@ -105,47 +121,59 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
     /// Stores `new` (`nil` removes) only if `key` holds exactly `expected` (`nil`: absent), as of
     /// the newest commit of any instance: the suite's version row stays locked from the read
     /// to the write.
-    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
-        var swapped = false
-        try readModifyWrite(key) { current in
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool {
+        let swapped = Guarded(false)
+        try await readModifyWrite(key) { current in
             guard current == expected else { return .keep }
-            swapped = true
+            swapped.withLock { $0 = true }
             return expected == new ? .keep : .store(new)
         }
-        return swapped
+        return swapped.withLock { $0 }
     }
 
     /// Reads, transforms and writes one value atomically with respect to every instance.
     ///
     /// ```swift
-    /// try store.update("launches") { (count: Int?) in (count ?? 0) + 1 }
+    /// try await store.update("launches") { (count: Int?) in (count ?? 0) + 1 }
     /// ```
-    /// Returning `nil` removes the key.
-    public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
-        try readModifyWrite(key) { current in
-            let value = try current.map { try ValueCodec.decode(T.self, from: $0, as: valueEncoding) }
-            return .store(try transform(value).map { try ValueCodec.encode($0, as: valueEncoding) })
+    /// Returning `nil` removes the key. `transform` runs inside the transaction, while the
+    /// suite's version row is locked: keep it short.
+    public func update<T: Codable & Sendable>(_ key: String, _ transform: @escaping @Sendable (T?) throws -> T?) async throws {
+        let encoding = valueEncoding
+        try await readModifyWrite(key) { current in
+            let value = try current.map { try ValueCodec.decode(T.self, from: $0, as: encoding) }
+            return .store(try transform(value).map { try ValueCodec.encode($0, as: encoding) })
         }
     }
 
-    private enum Decision {
+    /// ``update(_:_:)-(String,_)`` for a caller that is not async: blocks until it ends (within
+    /// the deadlines of ``PostgresConfiguration``).
+    public func update<T: Codable & Sendable>(_ key: String, _ transform: (T?) throws -> T?) throws {
+        try withoutActuallyEscaping(transform) { transform in
+            let body = WhileBlocked(transform)
+            try Offload.wait { try await self.update(key) { (value: T?) in try body.value(value) } }
+        }
+    }
+
+    private enum Decision: Sendable {
         case keep
         case store(Data?)
     }
 
-    private func readModifyWrite(_ key: String, _ decide: (Data?) throws -> Decision) throws {
+    private func readModifyWrite(_ key: String, _ decide: @escaping @Sendable (Data?) throws -> Decision) async throws {
         let keyBytes = Data(key.utf8)
-        let written = try link.transaction { connection -> (Int64?, commit: Bool) in
-            let version = try bumpVersion(on: connection)
+        let (suite, channel, link) = (suite, channel, link)
+        let written = try await link.transaction { connection -> (Int64?, commit: Bool) in
+            let version = try await Self.bumpVersion(suite, on: connection, link: link)
             var binds = PostgresBindings()
             binds.append(suite)
             try binds.append(keyBytes)
-            let rows = try PostgresLink.run(
+            let rows = try await link.run(
                 "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2", binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
             guard case .store(let next) = try decide(current) else { return (nil, false) }
-            try upsert(key: keyBytes, value: next, version: version, on: connection)
-            try ChangeFeed.notify(channel, of: version, on: connection)
+            try await Self.upsert(suite, key: keyBytes, value: next, version: version, on: connection, link: link)
+            try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
             return (version, true)
         }
         if let written { tracker.markOwn(written) }
@@ -154,26 +182,32 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
     // MARK: - Changes from elsewhere
 
     /// Tells `handler` which keys other instances (other processes, other machines, `coffer`)
-    /// change: a LISTEN on the suite's channel, on a connection and a thread of its own, while at
-    /// least one observation is alive. After a dropped connection it reconnects and reports
-    /// what changed meanwhile. Never fails for an unreachable server: it keeps trying.
+    /// change: a LISTEN on the suite's channel, on a connection of its own, while at least one
+    /// observation is alive. After a dropped connection it reconnects and reports what changed
+    /// meanwhile. Never fails for an unreachable server, and never waits for it: it keeps trying
+    /// in the background.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        tracker.observe(handler, link: link, channel: channel, version: currentVersion(on:)) { [weak self] connection in
-            try self?.catchUp(on: connection)
+        tracker.observe(handler, link: link, channel: channel) { [weak self] in
+            try await self?.catchUp()
         }
     }
 
     /// Reads which keys changed since the last report and tells the observers.
-    private func catchUp(on connection: PostgresConnection) throws {
-        try tracker.catchUp(on: connection, version: currentVersion(on:), everything: StoreChange(keys: nil)) { since in
+    private func catchUp() async throws {
+        let (suite, link) = (suite, link)
+        try await tracker.catchUp(
+            version: { try await self.currentVersion() }, everything: StoreChange(keys: nil)
+        ) { since in
             var binds = PostgresBindings()
             binds.append(suite)
             binds.append(since)
-            let rows = try PostgresLink.run(
-                "SELECT key, version FROM coffer_kv WHERE suite = $1 AND version > $2", binds, on: connection)
-            return try rows.map { row -> (row: String, version: Int64) in
-                let cells = row.cells
-                return (try Self.key(from: cells[0].decode(Data.self)), try cells[1].decode(Int64.self))
+            return try await link.withConnection(idempotent: true) { [binds] connection in
+                let rows = try await link.run(
+                    "SELECT key, version FROM coffer_kv WHERE suite = $1 AND version > $2", binds, on: connection)
+                return try rows.map { row -> (row: String, version: Int64) in
+                    let cells = row.cells
+                    return (try Self.key(from: cells[0].decode(Data.self)), try cells[1].decode(Int64.self))
+                }
             }
         } report: { keys in
             StoreChange(keys: Set(keys))
@@ -182,16 +216,18 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
 
     // MARK: - Internals
 
-    private func write(_ key: String, _ data: Data?) throws {
+    private func write(_ key: String, _ data: Data?) async throws {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(Data(key.utf8))
         try binds.append(data)
         binds.append(channel)
-        let rows = try link.withConnection(idempotent: false) { connection in
-            try PostgresLink.run(Self.writeStatement, binds, on: connection)
+        let link = link
+        let version = try await link.withConnection(idempotent: false) { [binds] connection in
+            let rows = try await link.run(Self.writeStatement, binds, on: connection)
+            return try rows.first?.cells[0].decode(Int64.self)
         }
-        if let version = try rows.first?.cells[0].decode(Int64.self) { tracker.markOwn(version) }
+        if let version { tracker.markOwn(version) }
     }
 
     /// One statement, so one round trip and one transaction: raise the suite's version (locking
@@ -204,33 +240,40 @@ public final class PostgresKeyValueStrategy: BatchPersistenceStrategy, CompareAn
         SELECT w.version FROM w, pg_notify($4, w.version::text)
         """
 
-    private func bumpVersion(on connection: PostgresConnection) throws -> Int64 {
+    private static func bumpVersion(_ suite: String, on connection: PostgresConnection, link: PostgresLink)
+        async throws -> Int64
+    {
         var binds = PostgresBindings()
         binds.append(suite)
-        let rows = try PostgresLink.run(
+        let rows = try await link.run(
             "INSERT INTO coffer_suites AS s (suite, version) VALUES ($1, 1) "
                 + "ON CONFLICT (suite) DO UPDATE SET version = s.version + 1 RETURNING s.version", binds,
             on: connection)
         return try rows[0].cells[0].decode(Int64.self)
     }
 
-    private func upsert(key: Data, value: Data?, version: Int64, on connection: PostgresConnection) throws {
+    private static func upsert(
+        _ suite: String, key: Data, value: Data?, version: Int64, on connection: PostgresConnection, link: PostgresLink
+    ) async throws {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(key)
         try binds.append(value)
         binds.append(version)
-        try PostgresLink.run(
+        try await link.run(
             "INSERT INTO coffer_kv AS t (suite, key, value, version) VALUES ($1, $2, $3, $4) "
                 + "ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version", binds,
             on: connection)
     }
 
-    private func currentVersion(on connection: PostgresConnection) throws -> Int64 {
+    private func currentVersion() async throws -> Int64 {
         var binds = PostgresBindings()
         binds.append(suite)
-        let rows = try PostgresLink.run("SELECT version FROM coffer_suites WHERE suite = $1", binds, on: connection)
-        return try rows.first?.cells[0].decode(Int64.self) ?? 0
+        let link = link
+        return try await link.withConnection(idempotent: true) { [binds] connection in
+            let rows = try await link.run("SELECT version FROM coffer_suites WHERE suite = $1", binds, on: connection)
+            return try rows.first?.cells[0].decode(Int64.self) ?? 0
+        }
     }
 
     private static func key(from bytes: Data) throws -> String {
@@ -257,7 +300,8 @@ extension Backing {
         Backing(
             description: "postgres(suite: \(suite), key: \(key))", identity: .inContext(["postgres", suite, key])
         ) { context in
-            let configuration = context.setting(PostgresConfiguration.self) ?? .environment()
+            var configuration = context.setting(PostgresConfiguration.self) ?? .environment()
+            if configuration.timeout == nil { configuration.timeout = context.lockTimeout.inSeconds }
             let store = try context.sharedStore(id: "postgres:\(configuration.identity):\(suite)") {
                 PostgresKeyValueStrategy(configuration: configuration, suite: suite)
             }

@@ -1,160 +1,266 @@
 #if Postgres
 import CofferCore
-import Dispatch
 import Foundation
+import Logging
 import PostgresNIO
 
-/// One connection to the server, used by one thread at a time, reconnected when it drops.
+/// A store's way to the server: postgres-nio's `PostgresClient` pool, shared by every store of the
+/// process with the same settings, and a deadline on every call.
 ///
-/// Coffer's strategies are synchronous, so every query here blocks its caller until the server
-/// answers (`EventLoopFuture.wait()`: NIO's own threads do the I/O, never Swift's cooperative
-/// pool). Connecting is async-only in postgres-nio; it runs as a task on ``BridgeExecutor``, a
-/// thread of Coffer's, so a caller that happens to be a cooperative-pool thread cannot starve it.
-final class PostgresLink: @unchecked Sendable {
+/// Nothing here blocks a thread: every call is `async`, the pool's connections do their I/O on
+/// NIO's event loops, and the synchronous API of the stores runs these calls on Coffer's own
+/// threads (`Offload.wait`). Every wait is bounded (docs/STATE.md, "Deadlines"):
+/// - a connection is leased within ``PostgresConfiguration/connectTimeout``, else the call fails
+///   with ``CofferError/Code/io`` ("unavailable") and the lease request is withdrawn;
+/// - each statement waits for a lock at most ``PostgresConfiguration/effectiveTimeout`` and runs
+///   at most as long (the server's `lock_timeout` and `statement_timeout`, set when a connection
+///   starts): ``CofferError/Code/busy``;
+/// - a server that has not answered one second after that (stopped, partitioned) has its
+///   connection closed by the client: ``CofferError/Code/io``, saying a write may or may not have
+///   been committed. The pool opens a new connection for the next call.
+final class PostgresLink: Sendable {
     let configuration: PostgresConfiguration
-    private let lock = NSLock()
-    /// Guarded by `lock`, which is held for a whole call (one query or one transaction).
-    private var connection: PostgresConnection?
+    let logger: Logger
+    private let pool = Locked<Result<PostgresClient, any Error>?>(nil)
 
-    static let logger: Logger = {
+    /// The logger of queries when the caller gave none: nothing below critical (a failed query is
+    /// reported as a `CofferError`, and postgres-nio's own messages may show bound values).
+    static let quietLogger: Logger = {
         var logger = Logger(label: "coffer.postgres")
         logger.logLevel = .critical
         return logger
     }()
 
-    init(configuration: PostgresConfiguration) {
+    init(configuration: PostgresConfiguration, logger: Logger? = nil) {
         self.configuration = configuration
+        self.logger = logger ?? Self.quietLogger
     }
 
-    deinit {
-        connection.map(closeQuietly)
-    }
+    /// Seconds a statement may wait for a lock or run.
+    var timeout: Double { configuration.effectiveTimeout }
 
-    /// Runs `body` with a live connection. A read (`idempotent`) that loses its connection is
-    /// run once more on a new one; a write is not — it reports that it may not have committed.
-    func withConnection<T>(idempotent: Bool, _ body: (PostgresConnection) throws -> T) throws -> T {
-        lock.lock()
-        defer { lock.unlock() }
+    /// Runs `body` with a leased connection, within the deadlines above. A read (`idempotent`)
+    /// whose connection is lost is run once more on another; a write is not — it reports that it
+    /// may or may not have been committed.
+    func withConnection<T: Sendable>(
+        idempotent: Bool, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
-            let live: PostgresConnection
-            if let current = connection, !current.isClosed {
-                live = current
-            } else {
-                connection = nil
-                live = try Self.connect(configuration)
-                try Schema.ensure(on: live, configuration: configuration)
-                connection = live
-            }
             do {
-                return try body(live)
-            } catch let error as PSQLError {
-                let lost = Self.isConnectionLoss(error) || live.isClosed
-                if lost {
-                    closeQuietly(live)
-                    connection = nil
-                    if idempotent && attempt == 1 { continue }
-                }
-                throw Self.translate(error, configuration: configuration, lost: lost, write: !idempotent)
-            } catch let error as CofferError {
-                throw error
-            } catch {
-                // A reply that does not decode as expected (a column of another type): named by
-                // its type only, since such errors may carry the cell's bytes.
-                throw CofferError(
-                    .io, "the PostgreSQL server at \(configuration) sent an unexpected reply (\(type(of: error)))")
+                return try await once(body)
+            } catch let failure as Failure {
+                if failure.lost && idempotent && attempt == 1 { continue }
+                throw translate(failure, write: !idempotent)
             }
         }
     }
 
-    /// Runs `body` in a transaction on the link's connection; commits when it returns
-    /// `commit: true`, else rolls back.
-    func transaction<T>(_ body: (PostgresConnection) throws -> (T, commit: Bool)) throws -> T {
-        try withConnection(idempotent: false) { connection in
-            try Self.run("BEGIN", on: connection)
+    /// Runs `body` in a transaction; commits when it returns `commit: true`, else rolls back.
+    func transaction<T: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> (T, commit: Bool)
+    ) async throws -> T {
+        let logger = logger
+        return try await withConnection(idempotent: false) { connection in
+            try await Self.run("BEGIN", on: connection, logger: logger)
             let result: (T, commit: Bool)
             do {
-                result = try body(connection)
+                result = try await body(connection)
             } catch {
-                if !connection.isClosed { _ = try? Self.run("ROLLBACK", on: connection) }
+                if !connection.isClosed { _ = try? await Self.run("ROLLBACK", on: connection, logger: logger) }
                 throw error
             }
-            try Self.run(result.commit ? "COMMIT" : "ROLLBACK", on: connection)
+            try await Self.run(result.commit ? "COMMIT" : "ROLLBACK", on: connection, logger: logger)
             return result.0
         }
     }
 
-    /// Closes the connection (the next call opens a new one).
-    func close() {
-        lock.lock()
-        defer { lock.unlock() }
-        connection.map(closeQuietly)
-        connection = nil
-    }
-
-    // MARK: - Queries
-
-    /// Runs `sql` with `binds` and returns its rows.
+    /// Runs `sql` with `binds` on `connection` and returns its rows.
     @discardableResult
-    static func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings(), on connection: PostgresConnection)
-        throws -> [PostgresRow]
+    func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings(), on connection: PostgresConnection)
+        async throws -> [PostgresRow]
     {
-        try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).wait().rows
+        try await Self.run(sql, binds, on: connection, logger: logger)
     }
 
-    // MARK: - Connecting
+    @discardableResult
+    static func run(
+        _ sql: String, _ binds: PostgresBindings = PostgresBindings(), on connection: PostgresConnection, logger: Logger
+    ) async throws -> [PostgresRow] {
+        try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect()
+    }
 
-    /// Opens a new connection, authenticated, within the configured timeout.
-    /// - Throws: ``CofferError/Code/io`` naming the server (never the password) and the reason.
-    static func connect(_ configuration: PostgresConfiguration) throws -> PostgresConnection {
+    // MARK: - One attempt, bounded
+
+    /// Why one attempt failed, before it becomes a ``CofferError``.
+    struct Failure: Error {
+        enum Kind {
+            /// No connection within the connect timeout.
+            case unavailable(lastError: (any Error)?)
+            /// The server did not answer within the deadline; the client closed the connection.
+            case noAnswer
+            /// The server or the connection failed.
+            case failed(any Error)
+        }
+        let kind: Kind
+        /// Whether the connection is gone (as opposed to one statement refused).
+        var lost: Bool {
+            switch kind {
+            case .unavailable, .noAnswer: true
+            case .failed(let error):
+                if let error = error as? PSQLError { PostgresLink.isConnectionLoss(error) } else { false }
+            }
+        }
+    }
+
+    private enum Phase: Sendable {
+        case leasing
+        /// The connect deadline passed before a connection was leased: the work must not start.
+        case abandoned
+        case running(PostgresConnection, since: ContinuousClock.Instant)
+        case finished
+    }
+
+    private enum Outcome<T: Sendable>: Sendable {
+        case value(T)
+        case failed(any Error)
+        case unavailable
+        case noAnswer
+        /// The watchdog stopped because the work ended first.
+        case watchEnded
+    }
+
+    private struct Abandoned: Error {}
+
+    private func once<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let client = try self.client()
+        let configuration = configuration
+        let logger = logger
+        let phase = Guarded(Phase.leasing)
+        let connectLimit = Duration.seconds(configuration.connectTimeout)
+        let answerLimit = Duration.seconds(timeout + 1)
+        let outcome: Outcome<T> = await withTaskGroup(of: Outcome<T>.self) { group in
+            group.addTask {
+                do {
+                    let value = try await client.withConnection { connection in
+                        let go = phase.withLock { phase -> Bool in
+                            if case .abandoned = phase { return false }
+                            phase = .running(connection, since: .now)
+                            return true
+                        }
+                        guard go else { throw Abandoned() }
+                        defer { phase.withLock { $0 = .finished } }
+                        try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
+                        return try await body(connection)
+                    }
+                    return .value(value)
+                } catch {
+                    return .failed(error)
+                }
+            }
+            group.addTask {
+                // The watchdog: gives up the lease wait at the connect deadline, and closes a
+                // connection whose server has not answered by the statement deadline (which the
+                // server itself should have enforced: it is stopped, or the network is cut).
+                let start = ContinuousClock.now
+                do {
+                    while true {
+                        switch phase.withLock({ $0 }) {
+                        case .leasing:
+                            let deadline = start + connectLimit
+                            if ContinuousClock.now >= deadline {
+                                let gaveUp = phase.withLock { phase -> Bool in
+                                    guard case .leasing = phase else { return false }
+                                    phase = .abandoned
+                                    return true
+                                }
+                                if gaveUp { return .unavailable }
+                                continue
+                            }
+                            try await Task.sleep(until: deadline, clock: .continuous)
+                        case .running(let connection, let since):
+                            let deadline = since + answerLimit
+                            if ContinuousClock.now >= deadline {
+                                // Fails the statement in flight; the work ends.
+                                let _: EventLoopFuture<Void> = connection.close()
+                                return .noAnswer
+                            }
+                            try await Task.sleep(until: deadline, clock: .continuous)
+                        case .abandoned, .finished:
+                            try await Task.sleep(for: .seconds(3600))
+                        }
+                    }
+                } catch {
+                    return .watchEnded
+                }
+            }
+            var verdict: Outcome<T>?
+            var timedOut = false
+            while let next = await group.next() {
+                switch next {
+                case .watchEnded:
+                    break
+                case .noAnswer:
+                    timedOut = true
+                case .unavailable:
+                    verdict = .unavailable
+                    group.cancelAll()  // withdraws the lease request
+                case .value:
+                    verdict = next
+                    group.cancelAll()
+                case .failed:
+                    if verdict == nil { verdict = timedOut ? .noAnswer : next }
+                    group.cancelAll()
+                }
+            }
+            return verdict ?? .unavailable
+        }
+        switch outcome {
+        case .value(let value): return value
+        case .unavailable, .watchEnded: throw Failure(kind: .unavailable(lastError: nil))
+        case .noAnswer: throw Failure(kind: .noAnswer)
+        case .failed(let error as CofferError): throw error
+        case .failed(let error): throw Failure(kind: .failed(error))
+        }
+    }
+
+    // MARK: - The pool
+
+    private func client() throws -> PostgresClient {
+        try pool.withLock { made in
+            if made == nil { made = Result { try ClientRegistry.client(for: configuration, logger: logger) } }
+            return try made!.get()
+        }
+    }
+
+    /// Opens a connection of its own (not pooled), within the connect timeout: the change feed's
+    /// LISTEN connection.
+    func connectForListening() async throws -> PostgresConnection {
         var settings: PostgresConnection.Configuration
         if let socket = configuration.unixSocketPath {
             settings = PostgresConnection.Configuration(
                 unixSocketPath: socket, username: configuration.user, password: configuration.password,
                 database: configuration.database)
         } else {
+            let tls: PostgresConnection.Configuration.TLS
+            switch try ClientRegistry.tls(configuration) {
+            case nil: tls = .disable
+            case .some((let settings, prefer: true)): tls = .prefer(try NIOSSLContext(configuration: settings))
+            case .some((let settings, prefer: false)): tls = .require(try NIOSSLContext(configuration: settings))
+            }
             settings = PostgresConnection.Configuration(
                 host: configuration.host, port: configuration.port, username: configuration.user,
-                password: configuration.password, database: configuration.database,
-                tls: try tls(configuration))
+                password: configuration.password, database: configuration.database, tls: tls)
         }
         settings.options.connectTimeout = .milliseconds(Int64(configuration.connectTimeout * 1000))
-        let id = nextID.withLock { id -> Int in
-            id += 1
-            return id
-        }
-        let final = settings
+        settings.options.additionalStartupParameters = ClientRegistry.startupParameters(configuration)
+        let id = ClientRegistry.nextConnectionID()
         do {
-            return try BridgeExecutor.shared.wait {
-                try await PostgresConnection.connect(configuration: final, id: id, logger: logger)
-            }
+            return try await PostgresConnection.connect(configuration: settings, id: id, logger: logger)
         } catch let error as PSQLError {
-            throw translate(error, configuration: configuration, lost: true, write: false, connecting: true)
-        } catch {
-            throw CofferError(
-                .io, "cannot connect to the PostgreSQL server at \(configuration): \(String(describing: type(of: error)))")
+            throw translate(Failure(kind: .failed(error)), write: false, connecting: true)
         }
-    }
-
-    private static let nextID = Locked(0)
-
-    private static func tls(_ configuration: PostgresConfiguration) throws -> PostgresConnection.Configuration.TLS {
-        guard configuration.tls != .disable else { return .disable }
-        var tls = TLSConfiguration.makeClientConfiguration()
-        switch configuration.tls {
-        case .disable, .prefer, .require: tls.certificateVerification = .none
-        case .verifyCA: tls.certificateVerification = .noHostnameVerification
-        case .verifyFull: tls.certificateVerification = .fullVerification
-        }
-        if let roots = configuration.rootCertificatePath { tls.trustRoots = .file(roots) }
-        let context: NIOSSLContext
-        do {
-            context = try NIOSSLContext(configuration: tls)
-        } catch {
-            throw CofferError(.invalidArgument, "the TLS settings for \(configuration) are unusable: \(error)")
-        }
-        return configuration.tls == .prefer ? .prefer(context) : .require(context)
     }
 
     // MARK: - Errors
@@ -174,66 +280,159 @@ final class PostgresLink: @unchecked Sendable {
         }
     }
 
-    /// A ``CofferError`` for a postgres-nio error: what failed, where, and what it means for a
-    /// write. Never the query's bound values (they are the stored bytes) nor the password.
-    static func translate(
-        _ error: PSQLError, configuration: PostgresConfiguration, lost: Bool, write: Bool, connecting: Bool = false
-    ) -> CofferError {
-        var reason: String
-        if error.code == .server, let info = error.serverInfo {
-            reason = info[.message] ?? "an error"
-            if let state = info[.sqlState] { reason += " (SQLSTATE \(state))" }
-        } else if let underlying = error.underlying {
-            reason = "\(underlying)"
-        } else {
-            reason = "\(error.code)"
-        }
-        if connecting {
+    /// A ``CofferError`` for a failed attempt: what failed, where, and what it means for a write.
+    /// Never the query's bound values (they are the stored bytes) nor the password.
+    func translate(_ failure: Failure, write: Bool, connecting: Bool = false) -> CofferError {
+        let server = "the PostgreSQL server at \(configuration)"
+        let unsure = "so it may or may not have been committed (read the value again)"
+        switch failure.kind {
+        case .unavailable:
             return CofferError(
-                .io, "the PostgreSQL server at \(configuration) is unavailable: \(reason)")
-        }
-        if lost {
-            let what =
+                .io, "\(server) is unavailable: no connection within \(configuration.connectTimeout.secondsText) s")
+        case .noAnswer:
+            let limit = (timeout + 1).secondsText
+            return CofferError(
+                .io,
                 write
-                ? "the connection to the PostgreSQL server at \(configuration) was lost before the write was "
-                    + "acknowledged, so it may or may not have been committed (read the value again)"
-                : "the PostgreSQL server at \(configuration) is unavailable"
-            return CofferError(.io, "\(what): \(reason)")
+                    ? "\(server) did not answer within \(limit) s and the connection was closed, \(unsure)"
+                    : "\(server) did not answer within \(limit) s (unavailable); the connection was closed")
+        case .failed(let error):
+            guard let error = error as? PSQLError else {
+                if error is CancellationError {
+                    return CofferError(.io, "a call to \(server) was cancelled" + (write ? ", \(unsure)" : ""))
+                }
+                // A reply that does not decode as expected (a column of another type): named by
+                // its type only, since such errors may carry the cell's bytes.
+                return CofferError(.io, "\(server) sent an unexpected reply (\(type(of: error)))")
+            }
+            var reason: String
+            let state = error.serverInfo?[.sqlState]
+            if error.code == .server, let info = error.serverInfo {
+                reason = info[.message] ?? "an error"
+                if let state { reason += " (SQLSTATE \(state))" }
+            } else if let underlying = error.underlying {
+                reason = "\(underlying)"
+            } else {
+                reason = "\(error.code)"
+            }
+            if connecting { return CofferError(.io, "\(server) is unavailable: \(reason)") }
+            if state == "55P03" {
+                return CofferError(
+                    .busy,
+                    "waited \(timeout.secondsText) s for a lock another session of \(server) holds; nothing was written: "
+                        + reason)
+            }
+            if state == "57014" {
+                return CofferError(
+                    .busy, "a statement did not finish within \(timeout.secondsText) s at \(server); nothing was written: \(reason)")
+            }
+            if failure.lost {
+                return CofferError(
+                    .io,
+                    write
+                        ? "the connection to \(server) was lost before the write was acknowledged, \(unsure): \(reason)"
+                        : "\(server) is unavailable: \(reason)")
+            }
+            return CofferError(.io, "\(server) refused a statement: \(reason)")
         }
-        return CofferError(.io, "the PostgreSQL server at \(configuration) refused a statement: \(reason)")
     }
 }
 
-/// Closes a connection without waiting for it.
-func closeQuietly(_ connection: PostgresConnection) {
-    let closing: EventLoopFuture<Void> = connection.close()
-    // Kept alive until closed: postgres-nio asserts a connection is closed before it goes.
-    closing.whenComplete { _ in withExtendedLifetime(connection) {} }
-}
+/// The process's pools: one `PostgresClient` per server, login, pool size and deadline, running
+/// for the life of the process (an idle pool holds no connection after
+/// ``PostgresConfiguration/idleTimeout``).
+enum ClientRegistry {
+    private static let clients = Locked<[PostgresConfiguration: PostgresClient]>([:])
+    private static let ids = Locked(0)
 
-/// Runs async work to completion for a blocking caller, on a thread of its own: the task's
-/// jobs never need Swift's cooperative pool (whose threads the caller may be blocking).
-final class BridgeExecutor: TaskExecutor, @unchecked Sendable {
-    static let shared = BridgeExecutor()
-    private let queue = DispatchQueue(label: "coffer.postgres.bridge")
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    static func nextConnectionID() -> Int {
+        ids.withLock { id in
+            id += 1
+            return id
+        }
     }
 
-    /// Runs `operation` and blocks until it finishes.
-    func wait<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
-        let result = Locked<Result<T, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task(executorPreference: self) {
-            let outcome: Result<T, any Error>
-            do { outcome = .success(try await operation()) } catch { outcome = .failure(error) }
-            result.withLock { $0 = outcome }
-            done.signal()
+    static func client(for configuration: PostgresConfiguration, logger: Logger) throws -> PostgresClient {
+        try clients.withLock { clients in
+            if let client = clients[configuration] { return client }
+            var settings: PostgresClient.Configuration
+            if let socket = configuration.unixSocketPath {
+                settings = PostgresClient.Configuration(
+                    unixSocketPath: socket, username: configuration.user, password: configuration.password,
+                    database: configuration.database)
+            } else {
+                let mode: PostgresClient.Configuration.TLS
+                switch try tls(configuration) {
+                case nil: mode = .disable
+                case .some((let settings, prefer: true)): mode = .prefer(settings)
+                case .some((let settings, prefer: false)): mode = .require(settings)
+                }
+                settings = PostgresClient.Configuration(
+                    host: configuration.host, port: configuration.port, username: configuration.user,
+                    password: configuration.password, database: configuration.database, tls: mode)
+            }
+            settings.options.connectTimeout = .seconds(configuration.connectTimeout)
+            settings.options.maximumConnections = configuration.maximumConnections
+            settings.options.minimumConnections = 0
+            settings.options.connectionIdleTimeout = .seconds(configuration.idleTimeout)
+            settings.options.keepAliveBehavior = .init(frequency: .seconds(30))
+            settings.options.additionalStartupParameters = startupParameters(configuration)
+            let client = PostgresClient(configuration: settings, backgroundLogger: logger)
+            Task.detached { await client.run() }
+            clients[configuration] = client
+            return client
         }
-        done.wait()
-        return try result.withLock { $0! }.get()
+    }
+
+    /// The server's own deadlines for every statement of a connection (no round trip per call):
+    /// how long a statement waits for a lock, how long it runs, and how long a transaction may
+    /// sit idle (a client that vanished mid-transaction releases its locks).
+    static func startupParameters(_ configuration: PostgresConfiguration) -> [(String, String)] {
+        let milliseconds = Int((configuration.effectiveTimeout * 1000).rounded(.up))
+        return [
+            ("application_name", "coffer"),
+            ("lock_timeout", "\(milliseconds)"),
+            ("statement_timeout", "\(milliseconds)"),
+            ("idle_in_transaction_session_timeout", "\(max(milliseconds * 2, 5000))"),
+        ]
+    }
+
+    /// The TLS settings (`nil`: plain), and whether TLS is only preferred.
+    static func tls(_ configuration: PostgresConfiguration) throws -> (TLSConfiguration, prefer: Bool)? {
+        guard configuration.tls != .disable else { return nil }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch configuration.tls {
+        case .disable, .prefer, .require: tls.certificateVerification = .none
+        case .verifyCA: tls.certificateVerification = .noHostnameVerification
+        case .verifyFull: tls.certificateVerification = .fullVerification
+        }
+        if let roots = configuration.rootCertificatePath { tls.trustRoots = .file(roots) }
+        do {
+            _ = try NIOSSLContext(configuration: tls)
+        } catch {
+            throw CofferError(.invalidArgument, "the TLS settings for \(configuration) are unusable: \(error)")
+        }
+        return (tls, configuration.tls == .prefer)
+    }
+}
+
+extension Duration {
+    /// A duration of `seconds` (fractions kept to the millisecond).
+    static func seconds(_ seconds: Double) -> Duration {
+        .milliseconds(Int64((seconds * 1000).rounded()))
+    }
+}
+#endif
+
+#if Postgres
+/// A ``Locked`` value that closures and tasks can share (a `Locked` itself cannot be captured).
+final class Guarded<State: Sendable>: Sendable {
+    private let locked: Locked<State>
+
+    init(_ value: State) { locked = Locked(value) }
+
+    func withLock<R: Sendable>(_ body: (inout State) throws -> R) rethrows -> R {
+        try locked.withLock { state in try body(&state) }
     }
 }
 #endif

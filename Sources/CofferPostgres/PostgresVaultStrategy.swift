@@ -1,16 +1,19 @@
 #if Postgres
 public import CofferCore
-public import CofferVault
+import CofferVault
+import CofferCrypto
+public import Foundation
 
 /// A ``PersistenceStrategy`` over one service of a ``PostgresVault``: each key is an account.
 /// Values are stored in plain form (a String's UTF-8), as in `VaultStrategy`, so `coffer get`
 /// prints exactly what an `@Stored` property saved. A compare-and-swap holds the vault's version
 /// row locked from the read to the write.
-public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, ServiceStrategy
+///
+/// Every call is `async` (``AsyncPersistenceStrategy``): `@Stored` properties on it never block
+/// their caller on the network. The synchronous forms run the async ones on Coffer's threads.
+public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
+    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy
 {
-    // Every strategy method is ServiceStrategy's (CofferVault), shared with `VaultStrategy`.
-
     /// The vault holding the items.
     public let vault: PostgresVault
     /// The service every key of this strategy belongs to.
@@ -19,6 +22,57 @@ public final class PostgresVaultStrategy: BatchPersistenceStrategy, PlainValuePe
     public init(vault: PostgresVault, service: String) {
         self.vault = vault
         self.service = service
+    }
+
+    public func load(_ key: String) async throws -> Data? { try await vault.data(service: service, account: key) }
+
+    public func save(_ data: Data, for key: String) async throws {
+        try await vault.set(data, service: service, account: key, label: nil, comment: nil)
+    }
+
+    public func remove(_ key: String) async throws { try await vault.remove(service: service, account: key) }
+
+    public func keys() async throws -> [String] { try await vault.items(service: service).map(\.account) }
+
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) async throws {
+        let service = service
+        try await vault.apply(
+            changes.map { change in
+                if let data = change.data {
+                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
+                } else {
+                    .remove(service: service, account: change.key)
+                }
+            })
+    }
+
+    /// Stores `new` only if the item holds exactly `expected` (compared in constant time), with
+    /// the vault's version row locked from the read to the write.
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool {
+        let swapped = Guarded(false)
+        try await vault.update(service: service, account: key) { current in
+            let holds: Bool =
+                switch (current, expected) {
+                case (nil, nil): true
+                case (let current?, let expected?): SecureMemory.constantTimeEqual(current, expected)
+                default: false
+                }
+            guard holds else { return current }
+            swapped.withLock { $0 = true }
+            return new
+        }
+        return swapped.withLock { $0 }
+    }
+
+    /// Tells `handler` which accounts of this service others change (see
+    /// ``PostgresVault/observeChanges(_:)``).
+    public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+        let service = service
+        return vault.observeChanges { items in
+            guard let items else { return handler(StoreChange(keys: nil)) }
+            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
+            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
+        }
     }
 }
 

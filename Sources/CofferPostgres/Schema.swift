@@ -2,6 +2,7 @@
 import CofferCore
 import CofferCrypto
 import Foundation
+import Logging
 import PostgresNIO
 
 /// The tables (docs/FORMAT.md, "PostgreSQL tables"), created when missing.
@@ -23,21 +24,25 @@ enum Schema {
 
     /// Creates the tables when missing, once per server and database per process. Concurrent
     /// first users (several instances starting together) are serialised by an advisory lock.
-    static func ensure(on connection: PostgresConnection, configuration: PostgresConfiguration) throws {
+    static func ensure(on connection: PostgresConnection, configuration: PostgresConfiguration, logger: Logger)
+        async throws
+    {
         let identity = configuration.identity
         if ensured.withLock({ $0.contains(identity) }) { return }
-        let present = try PostgresLink.run(
-            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_changes') IS NOT NULL",
-            on: connection)
+        func run(_ sql: String) async throws -> [PostgresRow] {
+            try await PostgresLink.run(sql, on: connection, logger: logger)
+        }
+        let present = try await run(
+            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_changes') IS NOT NULL")
         if try present.first?.decode(Bool.self) != true {
-            try PostgresLink.run("BEGIN", on: connection)
+            _ = try await run("BEGIN")
             do {
                 // 0x436f66666572 is "Coffer".
-                try PostgresLink.run("SELECT pg_advisory_xact_lock(74187595630962)", on: connection)
-                for statement in statements { try PostgresLink.run(statement, on: connection) }
-                try PostgresLink.run("COMMIT", on: connection)
+                _ = try await run("SELECT pg_advisory_xact_lock(74187595630962)")
+                for statement in statements { _ = try await run(statement) }
+                _ = try await run("COMMIT")
             } catch {
-                if !connection.isClosed { _ = try? PostgresLink.run("ROLLBACK", on: connection) }
+                if !connection.isClosed { _ = try? await run("ROLLBACK") }
                 throw error
             }
         }

@@ -1,5 +1,4 @@
 import CofferCore
-import Dispatch
 
 /// A cell that follows changes made outside its strategy instance.
 protocol OutsideChangeReceiver: AnyObject, Sendable {
@@ -64,9 +63,10 @@ enum ChangeRouter {
                 if observation == nil { all[storeID]!.observing = false }
                 return nil
             }
-            // Lost a race with another first subscriber. Cancelled elsewhere: this may run under a
-            // cell's lock, and a cancel may wait for the watcher thread, which may want that lock.
-            if let unused { DispatchQueue.global().async { unused.cancel() } }
+            // Lost a race with another first subscriber. Cancelled here: a cell subscribes with
+            // none of its locks held (`StoredCell.target()`), so waiting for the watcher thread,
+            // which may take them, cannot deadlock.
+            if let unused { unused.cancel() }
         }
         return Unsubscribe(store: storeID, key: key, cell: cellID, anchor: strategy)
     }

@@ -45,9 +45,10 @@ extension Stored where Value: Codable {
 
 extension StoredCell {
     func migrate(from old: Backing) throws -> MigrationOutcome {
+        let resolved = self.target()
         let (outcome, changed) = try persistLock.withLock { _ throws(CofferError) -> (MigrationOutcome, Bool) in
             let target: (strategy: any PersistenceStrategy, key: String)?
-            switch state.withLock({ resolve(&$0) }) {
+            switch resolved {
             case .failure(let error): throw error
             case .success(let resolved): target = resolved
             }

@@ -203,6 +203,52 @@ public final class Stored<Value: Sendable>: Sendable {
     ///   store cannot be read or written (also in ``error``).
     @discardableResult
     public func update(_ body: (inout Value) throws -> Void) throws -> Value { try cell.update(body) }
+
+    // MARK: Remote stores and async code
+
+    /// The last load failure (a first read, ``load()``, a reload after a change elsewhere), or
+    /// `nil` once a load succeeds. Observable.
+    public var loadError: CofferError? { cell.loadError }
+
+    /// The last save failure (a setter's write, ``save(_:)``, ``update(_:)``, a batch), or `nil`
+    /// once a save succeeds. Observable. On a remote store a setter returns before its write is
+    /// acknowledged; a write that then fails lands here.
+    public var saveError: CofferError? { cell.saveError }
+
+    /// Whether the value is being loaded in the background from a remote store
+    /// (``AsyncPersistenceStrategy``): after the first read, which shows the initial value (or the
+    /// value this process last knew) at once, and while a change made elsewhere is fetched.
+    /// Observable. `try await $x.load()` waits for the stored value instead.
+    public var isLoading: Bool { cell.isLoading }
+
+    /// Reads the value from the store, replacing the one in memory, without blocking a thread:
+    /// a remote store is awaited, a local one is read on Coffer's own threads.
+    ///
+    /// On a remote store, writes of this key still on their way are awaited first, so the value
+    /// read includes them.
+    /// - Throws: As the synchronous ``load()``; within the store's deadlines (`.busy`, `.io`).
+    @discardableResult
+    public func load() async throws -> Value { try await cell.loadAsync() }
+
+    /// Sets the value and waits until the store has acknowledged it: on a remote store, until
+    /// the server has committed it; on a local one, as the synchronous ``save(_:)`` (on Coffer's
+    /// threads). Writes even when `value` equals the current one, so it retries a failed save.
+    public func save(_ value: Value) async throws { try await cell.saveAsync(value) }
+
+    /// ``update(_:)``, suspending instead of blocking on a remote store: its compare-and-swap is
+    /// awaited, and `body` runs again when another writer got in between.
+    @discardableResult
+    public func update(_ body: (inout Value) throws -> Void) async throws -> Value { try await cell.updateAsync(body) }
+
+    /// Waits until the store holds the value in memory now: every write made before the call has
+    /// been acknowledged (a remote store), or made and made durable (a local store that writes
+    /// lazily, such as the key-value file's coalesced durability). A write that failed is tried
+    /// once more.
+    /// - Throws: The save failure, also in ``saveError``.
+    public func flush() async throws { try await cell.flush() }
+
+    /// ``flush()`` for a caller that is not async: blocks until the store holds the value.
+    public func flush() throws { try Offload.wait { try await self.cell.flush() } }
 }
 
 extension Stored: Observable {}

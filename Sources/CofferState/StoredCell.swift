@@ -29,8 +29,24 @@ final class StoredCell<Value: Sendable>: Sendable {
         var persistedVersion: UInt64 = 0
         /// The subscription to outside changes of the resolved strategy, if it can tell them.
         var subscription: ChangeRouter.Unsubscribe?
+        /// A subscription is being made (outside the lock) by the thread that resolved.
+        var subscribing = false
         /// Set when the last property went away: nothing subscribes any more.
         var detached = false
+        /// The last failure of a load, and of a save, each cleared by the next success of its kind.
+        var loadError: CofferError?
+        var saveError: CofferError?
+        // The remote path (StoredCell+Remote.swift): a store that waits on a network.
+        /// A load runs in the background (the first one, or a reload after a change elsewhere).
+        var isLoading = false
+        /// A change elsewhere arrived while a background load ran: load once more after it.
+        var reloadPending = false
+        /// The background writer runs: one write in flight for this key.
+        var writerActive = false
+        /// A `save` asked to write even though the store holds the value (a retry).
+        var forceSave = false
+        /// Callers of `flush` waiting for the writer to store a version (or fail).
+        var flushWaiters: [(version: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
     }
 
     /// Where the value persists (the backing of the property that created the cell).
@@ -103,9 +119,28 @@ final class StoredCell<Value: Sendable>: Sendable {
 
     /// The last load or save failure, or `nil` once a load or save succeeds. Observable.
     var error: CofferError? {
+        status { $0.error }
+    }
+
+    /// The last load failure, cleared by the next successful load. Observable.
+    var loadError: CofferError? { status { $0.loadError } }
+
+    /// The last save failure, cleared by the next successful save. Observable.
+    var saveError: CofferError? { status { $0.saveError } }
+
+    /// Whether a load from a remote store runs in the background. Observable.
+    var isLoading: Bool { status { $0.isLoading } }
+
+    /// Reads one of the observable status fields (they share one key path for Observation).
+    private func status<T: Sendable>(_ field: (State) -> T) -> T {
         registrar.access(self, keyPath: errorKeyPath)
         loadIfNeeded()
-        return state.withLock { $0.error }
+        return state.withLock { field($0) }
+    }
+
+    /// Tells Observation that the status (errors, loading) changed.
+    func statusDidChange() {
+        registrar.withMutation(of: self, keyPath: errorKeyPath) {}
     }
 
     /// The current value, then each new one, until the consumer stops iterating.
@@ -139,13 +174,19 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// other writer's value (the last write wins). Without this, a reload racing a batch put the
     /// older stored value back in memory and the batch then found nothing left to persist.
     func load(keepingUnsavedWrite: Bool) throws -> Value {
+        let resolved: (strategy: any PersistenceStrategy, key: String)?
+        switch target() {
+        case .failure(let error):
+            setLoadError(error)
+            throw error
+        case .success(let target): resolved = target
+        }
+        if let (strategy, key) = resolved, let remote = strategy as? any AsyncPersistenceStrategy {
+            // A synchronous caller of a remote store: the async load, on Coffer's threads.
+            return try Offload.wait { try await self.loadRemote(remote, key: key) }
+        }
         let outcome: Result<(value: Value, changed: Bool), CofferError> = persistLock.withLock { _ in
-            let target: (strategy: any PersistenceStrategy, key: String)?
-            switch state.withLock({ resolve(&$0) }) {
-            case .failure(let error): return .failure(error)
-            case .success(let resolved): target = resolved
-            }
-            guard let (strategy, key) = target else {
+            guard let (strategy, key) = resolved else {
                 return .success((mutate { s in s.loaded = true; return s.value }, false))
             }
             let loaded: Value
@@ -165,11 +206,11 @@ final class StoredCell<Value: Sendable>: Sendable {
         }
         switch outcome {
         case .success(let result):
-            setError(nil)
+            setLoadError(nil)
             if result.changed { valueDidChange() }
             return result.value
         case .failure(let error):
-            setError(error)
+            setLoadError(error)
             throw error
         }
     }
@@ -181,6 +222,10 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// - Throws: ``CofferError`` when the value cannot be encoded or stored; the value stays in
     ///   memory and ``error`` holds the failure.
     func save(_ value: Value) throws {
+        if case .success(let (strategy, _)?) = target(), strategy is any AsyncPersistenceStrategy {
+            // A synchronous caller of a remote store: the async save, on Coffer's threads.
+            return try Offload.wait { try await self.saveRemote(value) }
+        }
         write(value, persist: false)
         if let error = persist(force: true) { throw error }
     }
@@ -189,9 +234,9 @@ final class StoredCell<Value: Sendable>: Sendable {
     @discardableResult
     func update(_ body: (inout Value) throws -> Void) throws -> Value {
         let target: (strategy: any PersistenceStrategy, key: String)?
-        switch state.withLock({ resolve(&$0) }) {
+        switch self.target() {
         case .failure(let error):
-            setError(error)
+            setSaveError(error)
             throw error
         case .success(let resolved): target = resolved
         }
@@ -213,9 +258,13 @@ final class StoredCell<Value: Sendable>: Sendable {
             }
         }
         do {
-            // A write made here and not saved yet (inside a batch) is newer than the store:
-            // saved first, so `body` starts from it.
-            if let error = persist(force: false) { throw error }
+            // A write made here and not saved yet (inside a batch, or on its way to a remote
+            // store) is newer than the store: saved first, so `body` starts from it.
+            if strategy is any AsyncPersistenceStrategy {
+                try Offload.wait { try await self.flush() }
+            } else if let error = persist(force: false) {
+                throw error
+            }
             while true {
                 let current = try strategy.load(key)
                 var value = try current.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
@@ -234,20 +283,20 @@ final class StoredCell<Value: Sendable>: Sendable {
                 }
                 guard swapped else { continue }  // another writer got in between: run `body` again
                 let changed = persistLock.withLock { _ in adopt(value) }
-                setError(nil)
+                setSaveError(nil)
                 if changed { valueDidChange() }
                 notifySiblings()
                 return value
             }
         } catch let error as CofferError {
-            setError(error)
+            setSaveError(error)
             throw error
         }
     }
 
     /// Makes `value`, which the store now holds, the value in memory; returns whether it
     /// changed. A write made here meanwhile and not saved yet is newer, and is kept.
-    private func adopt(_ value: Value) -> Bool {
+    func adopt(_ value: Value) -> Bool {
         mutate { s in adoptStored(value, in: &s, keepingUnsavedWrite: true) ?? false }
     }
 
@@ -320,49 +369,101 @@ final class StoredCell<Value: Sendable>: Sendable {
 
     /// The first load. A failure keeps the initial value and sets ``error`` without a
     /// notification: nobody can have read the value or the error before (both load first).
+    ///
+    /// Nothing here runs under the cell's lock but the last step: resolving (which may open a
+    /// vault), subscribing and reading the store happen first, and the first result to arrive
+    /// is kept. A remote store is not read here at all: the value stays the initial one, and a
+    /// background load brings the stored one (``isLoading`` meanwhile).
     private func loadIfNeeded() {
         guard !state.withLock({ $0.loaded }) else { return }
-        mutate { s in
-            guard !s.loaded else { return }
-            s.loaded = true
-            switch resolve(&s) {
-            case .failure(let error):
+        switch target() {
+        case .failure(let error):
+            mutate { s in
+                guard !s.loaded else { return }
+                s.loaded = true
                 s.error = error
-            case .success(nil):
-                break
-            case .success(let (strategy, key)?):
-                do {
-                    if let data = try strategy.load(key) {
-                        s.value = try decodeValue(data, as: strategy.valueEncoding)
-                    }
-                } catch {
-                    s.error = .wrapping(error, "loading \(backing)")
+                s.loadError = error
+            }
+        case .success(nil):
+            mutate { $0.loaded = true }
+        case .success(let (strategy, key)?):
+            if let remote = strategy as? any AsyncPersistenceStrategy {
+                let start = mutate { s -> Bool in
+                    guard !s.loaded else { return false }
+                    s.loaded = true
+                    s.isLoading = true
+                    return true
+                }
+                if start { startBackgroundLoad(remote, key: key) }
+                return
+            }
+            let loaded: Result<Value?, CofferError>
+            do {
+                loaded = .success(try strategy.load(key).map { try decodeValue($0, as: strategy.valueEncoding) })
+            } catch {
+                loaded = .failure(.wrapping(error, "loading \(backing)"))
+            }
+            mutate { s in
+                guard !s.loaded else { return }
+                s.loaded = true
+                switch loaded {
+                case .success(let value?): s.value = value
+                case .success(nil): break
+                case .failure(let error):
+                    s.error = error
+                    s.loadError = error
                 }
             }
         }
     }
 
     /// The strategy and key, resolving the backing on first use (and again after a failure).
-    func resolve(_ s: inout State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
-        switch s.resolution {
-        case .resolved(let strategy, let key): return .success((strategy, key))
-        case .memory: return .success(nil)
-        case .unresolved, .failed:
-            do {
-                if let (strategy, key) = try backing.resolve(context) {
-                    s.resolution = .resolved(strategy: strategy, key: key)
-                    if !s.detached, s.subscription == nil {
-                        s.subscription = ChangeRouter.subscribe(self, to: strategy, key: key)
-                    }
-                    return .success((strategy, key))
-                }
-                s.resolution = .memory
-                return .success(nil)
-            } catch {
-                s.resolution = .failed
-                return .failure(.wrapping(error, "opening \(backing)"))
+    ///
+    /// Resolving runs with no lock held (opening a context's vault runs Argon2id); when two
+    /// threads resolve at once, the first result stored is used by both. The thread that stores
+    /// it subscribes the cell to outside changes, also with no lock held.
+    func target() -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError> {
+        func known(_ s: State) -> Result<(strategy: any PersistenceStrategy, key: String)?, CofferError>? {
+            switch s.resolution {
+            case .resolved(let strategy, let key): .success((strategy, key))
+            case .memory: .success(nil)
+            case .unresolved, .failed: nil
             }
         }
+        if let resolved = state.withLock({ known($0) }) { return resolved }
+        let made: Result<(strategy: any PersistenceStrategy, key: String)?, CofferError>
+        do {
+            made = .success(try backing.resolve(context))
+        } catch {
+            made = .failure(.wrapping(error, "opening \(backing)"))
+        }
+        let (result, subscribe) = state.withLock {
+            s -> (Result<(strategy: any PersistenceStrategy, key: String)?, CofferError>, Bool) in
+            if let resolved = known(s) { return (resolved, false) }
+            switch made {
+            case .success(let (strategy, key)?):
+                s.resolution = .resolved(strategy: strategy, key: key)
+                let subscribe = !s.detached && s.subscription == nil && !s.subscribing
+                if subscribe { s.subscribing = true }
+                return (made, subscribe)
+            case .success(nil):
+                s.resolution = .memory
+            case .failure:
+                s.resolution = .failed
+            }
+            return (made, false)
+        }
+        if subscribe, case .success(let (strategy, key)?) = result {
+            let token = ChangeRouter.subscribe(self, to: strategy, key: key)
+            let unused = state.withLock { s -> ChangeRouter.Unsubscribe? in
+                s.subscribing = false
+                guard !s.detached else { return token }
+                s.subscription = token
+                return nil
+            }
+            if let unused { ChangeRouter.unsubscribe(unused) }
+        }
+        return result
     }
 
     /// Decodes stored bytes as a `Value`; a failure names the backing and the type.
@@ -386,6 +487,22 @@ final class StoredCell<Value: Sendable>: Sendable {
         )
     }
 
+    /// Whether `value` is an `Optional`'s `nil` (stored as a removal).
+    func isNilValue(_ value: Value) -> Bool { isNil?(value) == true }
+
+    /// Whether the backing is resolved (to a store, or to memory).
+    var isResolved: Bool {
+        state.withLock { s in
+            switch s.resolution {
+            case .resolved, .memory: true
+            case .unresolved, .failed: false
+            }
+        }
+    }
+
+    /// Writes a value not stored yet (a batch's, say) to a local store now.
+    func persistPending() -> CofferError? { persist(force: false) }
+
     func isEqualValues(_ lhs: Value, _ rhs: Value) -> Bool {
         isEqual?(lhs, rhs) ?? false
     }
@@ -405,7 +522,17 @@ final class StoredCell<Value: Sendable>: Sendable {
             return
         }
         valueDidChange()
-        if shouldPersist { _ = persist(force: false) }
+        if shouldPersist { persistAfterWrite() }
+    }
+
+    /// Persists a write: at once on a local store; on a remote one, by the background writer,
+    /// so the setter returns without waiting on the network.
+    private func persistAfterWrite() {
+        if case .success(let (strategy, key)?) = target(), let remote = strategy as? any AsyncPersistenceStrategy {
+            scheduleWrite(remote, key: key)
+        } else {
+            _ = persist(force: false)
+        }
     }
 
     /// Tells everyone the value changed: computed dependents, Observation, `values` streams.
@@ -432,9 +559,10 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// outcome in ``error``. Returns the failure, if any.
     @discardableResult
     private func persist(force: Bool) -> CofferError? {
+        let resolved = self.target()
         let outcome: CofferError?? = persistLock.withLock { _ in
             let target: (strategy: any PersistenceStrategy, key: String)?
-            switch state.withLock({ resolve(&$0) }) {
+            switch resolved {
             case .failure(let error): return .some(error)
             case .success(let resolved): target = resolved
             }
@@ -454,7 +582,7 @@ final class StoredCell<Value: Sendable>: Sendable {
             }
         }
         guard let result = outcome else { return nil }
-        setError(result)
+        setSaveError(result)
         if result == nil { notifySiblings() }
         return result
     }
@@ -465,14 +593,27 @@ final class StoredCell<Value: Sendable>: Sendable {
         for sibling in CellRegistry.siblings(of: registryKey) { sibling.reloadAfterSiblingChange() }
     }
 
-    /// Sets ``error``, notifying Observation when it appears, changes or clears.
-    func setError(_ error: CofferError?) {
+    /// Records the outcome of a load: ``loadError`` and ``error``, notifying Observation when
+    /// either appears, changes or clears.
+    func setLoadError(_ error: CofferError?) {
         let notify = state.withLock { s in
-            let notify = s.error != nil || error != nil
-            s.error = error
+            let notify = s.error != nil || s.loadError != nil || error != nil
+            s.loadError = error
+            if error != nil || s.saveError == nil { s.error = error }
             return notify
         }
-        if notify { registrar.withMutation(of: self, keyPath: errorKeyPath) {} }
+        if notify { statusDidChange() }
+    }
+
+    /// Records the outcome of a save: ``saveError`` and ``error``.
+    func setSaveError(_ error: CofferError?) {
+        let notify = state.withLock { s in
+            let notify = s.error != nil || s.saveError != nil || error != nil
+            s.saveError = error
+            if error != nil || s.loadError == nil { s.error = error }
+            return notify
+        }
+        if notify { statusDidChange() }
     }
 }
 
@@ -497,9 +638,13 @@ extension StoredCell: BatchParticipant {
     }
 
     func batchTarget() -> (strategy: any PersistenceStrategy, key: String)? {
-        switch state.withLock({ resolve(&$0) }) {
+        switch target() {
         case .failure(let error):
-            setError(error)
+            setSaveError(error)
+            return nil
+        case .success(let (strategy, key)?) where strategy is any AsyncPersistenceStrategy:
+            // A remote store: the background writer persists it, in order with the other writes.
+            scheduleWrite(strategy as! any AsyncPersistenceStrategy, key: key)
             return nil
         case .success(let target):
             return target
@@ -526,20 +671,23 @@ extension StoredCell: BatchParticipant {
     }
 
     func reportPersistOutcome(_ error: CofferError?) {
-        setError(error)
+        setSaveError(error)
         if error == nil { notifySiblings() }
     }
 }
 
 extension StoredCell: RegisteredCell, OutsideChangeReceiver {
     func reloadAfterSiblingChange() {
+        if reloadRemotely() { return }
         _ = try? load(keepingUnsavedWrite: true)  // a failure is recorded in `error`
     }
 
     /// Another process (or instance) changed the key: reload it. The value in memory is kept
-    /// when that fails (a locked vault, a removed file), and `error` says why.
+    /// when that fails (a locked vault, a removed file), and `error` says why. A remote store is
+    /// reloaded in the background: this runs on the store's feed, which must not wait.
     func reloadAfterOutsideChange() {
         guard state.withLock({ $0.loaded && !$0.detached }) else { return }  // nobody read it yet
+        if reloadRemotely() { return }
         _ = try? load(keepingUnsavedWrite: true)
     }
 

@@ -71,24 +71,7 @@ extension Backing {
             description: "vault(service: \(service), account: \(account))",
             identity: .inContext(["vault", service, account])
         ) { context in
-            guard let configuration = context.setting(VaultConfiguration.self) else {
-                throw CofferError(
-                    .locked,
-                    "no default vault is configured: attach a VaultConfiguration to the CofferContext to say how to unlock it")
-            }
-            let url = configuration.url ?? context.directory.appendingPathComponent("default.coffervault")
-            let vault = try context.sharedStore(id: "vault:\(url.path)") { () throws -> Vault in
-                if try !Vault.exists(at: url, fileSystem: context.fileSystem) && configuration.createIfMissing {
-                    return try Vault.create(
-                        at: url, unlock: configuration.unlock, kdf: configuration.kdf, lockTimeout: context.lockTimeout,
-                        fileSystem: context.fileSystem)
-                }
-                return try Vault.open(
-                    at: url, unlock: configuration.unlock,
-                    kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf), lockTimeout: context.lockTimeout,
-                    fileSystem: context.fileSystem)
-            }
-            return (VaultStrategy(vault: vault, service: service), account)
+            (VaultStrategy(vault: try context.defaultVault(), service: service), account)
         }
     }
 
@@ -99,6 +82,47 @@ extension Backing {
             identity: .object(vault, [service, account])
         ) { _ in
             (VaultStrategy(vault: vault, service: service), account)
+        }
+    }
+}
+
+extension CofferContext {
+    /// Opens and unlocks this context's default vault (see ``VaultConfiguration``) now, so that a
+    /// server fails fast at start-up — a wrong key, a missing file — rather than on the first
+    /// request that reads a `.vault` property; and so that no request pays for Argon2id.
+    ///
+    /// ```swift
+    /// let context = CofferContext.current.with(VaultConfiguration(unlock: .passphrase(passphrase)))
+    /// try await context.openVault()      // Argon2id on Coffer's threads, not the cooperative pool
+    /// ```
+    ///
+    /// The KDF runs on Coffer's own threads and under no lock another property needs: properties
+    /// of other stores in the context read and write meanwhile. Properties of the vault wait for
+    /// it (they need its keys). Opening twice returns the same vault.
+    @discardableResult
+    public func openVault() async throws -> Vault {
+        try await Offload.run { try self.defaultVault() }
+    }
+
+    /// The context's default vault, opened (and created when so configured) on first use.
+    /// - Throws: ``CofferError/Code/locked`` when the context has no ``VaultConfiguration``, else
+    ///   what opening the vault throws.
+    public func defaultVault() throws -> Vault {
+        guard let configuration = setting(VaultConfiguration.self) else {
+            throw CofferError(
+                .locked,
+                "no default vault is configured: attach a VaultConfiguration to the CofferContext to say how to unlock it")
+        }
+        let url = configuration.url ?? directory.appendingPathComponent("default.coffervault")
+        return try sharedStore(id: "vault:\(url.path)") { () throws -> Vault in
+            if try !Vault.exists(at: url, fileSystem: fileSystem) && configuration.createIfMissing {
+                return try Vault.create(
+                    at: url, unlock: configuration.unlock, kdf: configuration.kdf, lockTimeout: lockTimeout,
+                    fileSystem: fileSystem)
+            }
+            return try Vault.open(
+                at: url, unlock: configuration.unlock, kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf),
+                lockTimeout: lockTimeout, fileSystem: fileSystem)
         }
     }
 }

@@ -76,7 +76,7 @@ struct FleetTests {
             }
         }
         // The database's last committed value.
-        let committed = try models[0].mode.load()
+        let committed = try await models[0].mode.load()
         #expect(committed.hasSuffix("round 19"))
         for model in models {
             #expect(eventually { model.mode.wrappedValue == committed }, "an instance did not converge")
@@ -95,7 +95,7 @@ struct FleetTests {
             }
             try await group.waitForAll()
         }
-        #expect(try models[0].counter.load() == 900)
+        #expect(try await models[0].counter.load() == 900)
         for model in models { #expect(eventually { model.counter.wrappedValue == 900 }) }
     }
 

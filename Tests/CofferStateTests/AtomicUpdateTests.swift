@@ -28,7 +28,7 @@ struct AtomicUpdateTests {
             }
             #expect(models[0].counter == 1600)
             #expect(models[1].counter == 1600)
-            #expect(try models[1].$counter.load() == 1600)
+            #expect(try await models[1].$counter.load() == 1600)
         }
     }
 

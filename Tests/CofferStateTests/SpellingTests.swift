@@ -155,7 +155,7 @@ struct SpellingTests {
         #expect(model.heading == "detail of b.md")
 
         // update and save work on memory too; `values` streams the changes.
-        try model.$presenter.update { $0 = Presenter(title: "grid") { "grid: \($0)" } }
+        try await model.$presenter.update { $0 = Presenter(title: "grid") { "grid: \($0)" } }
         #expect(model.presenter.title == "grid")
         let stream = model.$presenter.values  // subscribed now: the current value, then each change
         model.presenter = Presenter(title: "last") { $0 }

@@ -1,0 +1,108 @@
+// Where Coffer runs work that blocks a thread (an fsync, Argon2id, a synchronous caller waiting on
+// the network), so that it never occupies a thread of Swift's cooperative pool, and how a
+// synchronous caller waits for async work without needing that pool either.
+import Foundation
+
+/// Threads of Coffer's own for work that blocks: made on demand up to ``maximumThreads``, and
+/// ended after ``idleSeconds`` without work. Also a `TaskExecutor`, so the jobs of a task started
+/// for a blocked synchronous caller (``Offload/wait(_:)``) run here, never on the cooperative pool
+/// whose threads that caller may be holding.
+package final class BlockingPool: TaskExecutor, @unchecked Sendable {
+    // @unchecked Sendable: every field is guarded by `condition`.
+    package static let shared = BlockingPool(maximumThreads: 64)
+
+    package let maximumThreads: Int
+    package let idleSeconds: Double
+    private let condition = NSCondition()
+    private var work: [@Sendable () -> Void] = []
+    private var head = 0
+    private var threads = 0
+    private var idle = 0
+
+    package init(maximumThreads: Int, idleSeconds: Double = 10) {
+        self.maximumThreads = max(1, maximumThreads)
+        self.idleSeconds = idleSeconds
+    }
+
+    /// Runs `body` on a pool thread as soon as one is free.
+    package func submit(_ body: @escaping @Sendable () -> Void) {
+        condition.lock()
+        work.append(body)
+        let start = idle == 0 && threads < maximumThreads
+        if start { threads += 1 } else { condition.signal() }
+        condition.unlock()
+        guard start else { return }
+        let thread = Thread { [self] in serve() }
+        thread.name = "coffer.blocking"
+        thread.start()
+    }
+
+    package func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        submit { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+
+    private func serve() {
+        condition.lock()
+        while true {
+            if head < work.count {
+                let body = work[head]
+                head += 1
+                if head > 64 && head * 2 > work.count {
+                    work.removeFirst(head)
+                    head = 0
+                }
+                condition.unlock()
+                body()
+                condition.lock()
+                continue
+            }
+            idle += 1
+            let woken = condition.wait(until: Date() + idleSeconds)
+            idle -= 1
+            if !woken && head >= work.count {
+                threads -= 1
+                condition.unlock()
+                return
+            }
+        }
+    }
+}
+
+/// Moves blocking work off the cooperative pool, and lets a blocking caller wait for async work.
+package enum Offload {
+    /// Runs `body`, which may block (an fsync, a KDF, a lock held by another process), on a
+    /// thread of ``BlockingPool``; the calling task suspends meanwhile and holds no thread.
+    package static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            BlockingPool.shared.submit { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// Runs `operation` to completion for a synchronous caller, blocking the calling thread.
+    ///
+    /// The operation's jobs run on ``BlockingPool`` (its task prefers that executor), so they
+    /// never need a cooperative thread, which the caller may be one of. Every operation Coffer
+    /// passes here ends by a deadline of its own (PostgreSQL: see `PostgresConfiguration.timeout`).
+    package static func wait<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+        let outcome = Locked<Result<T, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task(executorPreference: BlockingPool.shared) {
+            let result: Result<T, any Error>
+            do { result = .success(try await operation()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try outcome.withLock { $0! }.get()
+    }
+}
+
+/// A value passed to a task that runs while its owner waits for it, and only then: a closure of a
+/// synchronous caller that ``Offload/wait(_:)`` runs while that caller is blocked.
+package struct WhileBlocked<Value>: @unchecked Sendable {
+    // @unchecked Sendable: used by one task at a time, while the thread that made it is blocked
+    // in `Offload.wait` until that task ends; never kept past it.
+    package let value: Value
+    package init(_ value: Value) { self.value = value }
+}

@@ -79,6 +79,14 @@ package enum Offload {
         }
     }
 
+    /// Starts `operation` as a task of Coffer's (a background write, a load, a change feed, a
+    /// connection pool) whose jobs run on ``BlockingPool``: it makes progress even while every
+    /// thread of the cooperative pool is held by callers blocked in ``wait(_:)``.
+    @discardableResult
+    package static func start(_ operation: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        Task(executorPreference: BlockingPool.shared) { await operation() }
+    }
+
     /// Runs `operation` to completion for a synchronous caller, blocking the calling thread.
     ///
     /// The operation's jobs run on ``BlockingPool`` (its task prefers that executor), so they
@@ -105,4 +113,40 @@ package struct WhileBlocked<Value>: @unchecked Sendable {
     // in `Offload.wait` until that task ends; never kept past it.
     package let value: Value
     package init(_ value: Value) { self.value = value }
+}
+
+/// The writes to remote stores (``AsyncPersistenceStrategy``) that `@Stored` setters started and
+/// that are still on their way: a graceful shutdown waits for them before the process exits.
+public enum RemoteWrites {
+    private static let running = Locked(0)
+
+    /// How many background writers are running now.
+    public static var inFlight: Int { running.withLock { $0 } }
+
+    /// Waits until every background write started so far has been acknowledged or has failed,
+    /// or `timeout` passes (each write ends within its store's own deadlines). Returns whether
+    /// none is left.
+    ///
+    /// ```swift
+    /// model.flag = true                       // a .postgres property: on its way
+    /// _ = await RemoteWrites.settle()         // before the process exits
+    /// ```
+    @discardableResult
+    public static func settle(timeout: Duration = .seconds(30)) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while inFlight > 0 {
+            if ContinuousClock.now >= deadline { return false }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return true
+    }
+
+    /// Runs a background writer, counted while it runs.
+    package static func run(_ writer: @escaping @Sendable () async -> Void) {
+        running.withLock { $0 += 1 }
+        Offload.start {
+            await writer()
+            running.withLock { $0 -= 1 }
+        }
+    }
 }

@@ -133,7 +133,7 @@ public protocol FlushablePersistenceStrategy: PersistenceStrategy {
 /// KDF — and so have an `async` form that suspends instead of holding a thread.
 ///
 /// `@Stored` drives such a store without ever blocking its caller on it (docs/STATE.md,
-/// "Remote stores"): a setter updates memory, notifies and returns, and the write follows in
+/// "Remote stores and async code"): a setter updates memory, notifies and returns, and the write follows in
 /// order in the background (`try await $x.flush()` waits for it); a first read shows the initial
 /// value and loads in the background (`try await $x.load()` waits for the stored value). The
 /// synchronous requirements of ``PersistenceStrategy`` stay, for code that is not async and for

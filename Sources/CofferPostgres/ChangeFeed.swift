@@ -25,7 +25,7 @@ final class ChangeFeed: Sendable {
     init(link: PostgresLink, channel: String, catchUp: @escaping @Sendable () async throws -> Void) {
         let box = Box()
         self.box = box
-        task = Task.detached {
+        task = Offload.start {
             await Self.run(link: link, channel: channel, box: box, catchUp: catchUp)
         }
     }

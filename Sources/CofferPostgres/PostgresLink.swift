@@ -9,7 +9,7 @@ import PostgresNIO
 ///
 /// Nothing here blocks a thread: every call is `async`, the pool's connections do their I/O on
 /// NIO's event loops, and the synchronous API of the stores runs these calls on Coffer's own
-/// threads (`Offload.wait`). Every wait is bounded (docs/STATE.md, "Deadlines"):
+/// threads (`Offload.wait`). Every wait is bounded (docs/STATE.md, "Deadlines (PostgreSQL)"):
 /// - a connection is leased within ``PostgresConfiguration/connectTimeout``, else the call fails
 ///   with ``CofferError/Code/io`` ("unavailable") and the lease request is withdrawn;
 /// - each statement waits for a lock at most ``PostgresConfiguration/effectiveTimeout`` and runs
@@ -51,7 +51,9 @@ final class PostgresLink: Sendable {
             do {
                 return try await once(body)
             } catch let failure as Failure {
-                if failure.lost && idempotent && attempt == 1 { continue }
+                // Only a connection lost mid-call is worth another try within the deadline; a
+                // server unreachable or silent for a whole deadline is reported at once.
+                if case .failed = failure.kind, failure.lost, idempotent, attempt == 1 { continue }
                 throw translate(failure, write: !idempotent)
             }
         }
@@ -378,7 +380,9 @@ enum ClientRegistry {
             settings.options.keepAliveBehavior = .init(frequency: .seconds(30))
             settings.options.additionalStartupParameters = startupParameters(configuration)
             let client = PostgresClient(configuration: settings, backgroundLogger: logger)
-            Task.detached { await client.run() }
+            // On Coffer's threads: the pool must serve synchronous callers even while they hold
+            // every thread of the cooperative pool (each blocked in `Offload.wait`).
+            Offload.start { await client.run() }
             clients[configuration] = client
             return client
         }

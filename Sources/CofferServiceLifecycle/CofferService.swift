@@ -54,6 +54,11 @@ public struct CofferService: Service {
     public func run() async throws {
         // Cancellation without a graceful phase throws here: shut down all the same.
         try? await gracefulShutdown()
+        // Writes of `@Stored` properties on remote stores still on their way (a setter returns
+        // before the server acknowledges): each ends within its store's deadlines.
+        if await !RemoteWrites.settle() {
+            logger.error("coffer: \(RemoteWrites.inFlight) writes to remote stores were still unacknowledged at shutdown")
+        }
         try shutDown()
     }
 

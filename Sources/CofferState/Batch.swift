@@ -7,7 +7,9 @@ import Foundation
 /// outermost batch ends — normally or by throwing — every property written in it notifies its
 /// observers once, with its final value, and then persists: the changes for one strategy are
 /// saved with a single `saveBatch` call when the strategy is a ``BatchPersistenceStrategy``
-/// (one append and one fsync for the key-value file), else key by key.
+/// (one append and one fsync for the key-value file), else key by key. A property on a remote
+/// store (``AsyncPersistenceStrategy``) is persisted by its own background writer after the
+/// batch, key by key and in order, not as one transaction; the batch does not wait for it.
 ///
 /// ```swift
 /// batch {

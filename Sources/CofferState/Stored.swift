@@ -28,8 +28,9 @@
 // `CofferContext.current`, captured when the property is created (`$XDG_DATA_HOME/<app>` unless
 // overridden). Tests create models inside `CofferContext.$current.withValue(try .temporary()) { … }`.
 //
-// **Reads and writes.** The first read loads from the strategy (absent → the initial value);
-// later reads are served from memory. A write equal to the current value (when `Equatable`)
+// **Reads and writes.** The first read loads from the strategy (absent → the initial value;
+// a remote store loads in the background and shows the initial value meanwhile); later reads
+// are served from memory. A write equal to the current value (when `Equatable`)
 // does nothing; otherwise it updates memory, invalidates computed values, notifies observers
 // and persists (`nil` removes the key).
 //
@@ -61,6 +62,11 @@ public import Observation
 ///
 /// - The first read loads the value from the strategy (a missing key gives the initial value;
 ///   a failure keeps the initial value and sets ``error``). Later reads come from memory.
+/// - On a remote store (an ``AsyncPersistenceStrategy``, such as PostgreSQL) nothing waits on the
+///   network: the first read shows the initial value and loads in the background
+///   (``isLoading``), and a setter returns before its write is acknowledged — the write follows
+///   in order, and a failure lands in ``saveError``. `try await $x.flush()`, `save` and `load`
+///   wait for the server (docs/STATE.md, "Remote stores and async code").
 /// - A write equal to the current value (when `Value` is `Equatable`) does nothing. Any other
 ///   write updates memory, invalidates the ``Computed`` values that read this one, notifies
 ///   Observation and ``values``, and persists (an `Optional` set to `nil` removes the key).

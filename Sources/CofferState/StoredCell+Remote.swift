@@ -16,7 +16,7 @@ extension StoredCell {
             s.writerActive = true
             return true
         }
-        if start { Task { await self.drainWrites(strategy, key: key) } }
+        if start { RemoteWrites.run { await self.drainWrites(strategy, key: key) } }
     }
 
     private func drainWrites(_ strategy: any AsyncPersistenceStrategy, key: String) async {
@@ -72,7 +72,7 @@ extension StoredCell {
         if restart, case .success(let (strategy, key)?) = target(),
             let remote = strategy as? any AsyncPersistenceStrategy
         {
-            Task { await self.drainWrites(remote, key: key) }
+            RemoteWrites.run { await self.drainWrites(remote, key: key) }
         }
     }
 
@@ -104,7 +104,7 @@ extension StoredCell {
             }
             switch start {
             case nil: continuation.resume()
-            case true?: Task { await self.drainWrites(remote, key: key) }
+            case true?: RemoteWrites.run { await self.drainWrites(remote, key: key) }
             case false?: break
             }
         }
@@ -122,7 +122,7 @@ extension StoredCell {
 
     /// Loads in the background, and again while changes from elsewhere arrive meanwhile.
     func startBackgroundLoad(_ strategy: any AsyncPersistenceStrategy, key: String) {
-        Task { await self.backgroundLoad(strategy, key: key) }
+        Offload.start { await self.backgroundLoad(strategy, key: key) }
     }
 
     private func backgroundLoad(_ strategy: any AsyncPersistenceStrategy, key: String) async {
@@ -168,15 +168,19 @@ extension StoredCell {
     }
 
     /// Reads the stored value and makes it the value in memory, unless a write was made here
-    /// after the read began (it is newer, and on its way to the store). Returns the value in
-    /// memory after.
-    private func fetchAndAdopt(_ strategy: any AsyncPersistenceStrategy, key: String) async throws -> Value {
+    /// after the read began (it is newer, and on its way to the store), or — for a background
+    /// reload — a write made here earlier is not stored yet. Returns the value in memory after.
+    private func fetchAndAdopt(
+        _ strategy: any AsyncPersistenceStrategy, key: String, replacingUnsaved: Bool = false
+    ) async throws -> Value {
         let before = state.withLock { $0.version }
         let data = try await strategy.load(key)
         let loaded = try data.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
         let (value, changed) = mutate { s -> (Value, Bool) in
             s.loaded = true
-            guard s.version == before, s.version == s.persistedVersion else { return (s.value, false) }
+            guard s.version == before, replacingUnsaved || s.version == s.persistedVersion else {
+                return (s.value, false)
+            }
             return (loaded, adoptStored(loaded, in: &s, keepingUnsavedWrite: false) ?? false)
         }
         if changed { valueDidChange() }
@@ -184,11 +188,12 @@ extension StoredCell {
     }
 
     /// ``load()`` on a remote store: waits for this key's writes in flight (so it reads them
-    /// back), then reads the store.
+    /// back), then reads the store and replaces the value in memory, as the synchronous `load`
+    /// does — a write that failed to be stored included (it stays in `saveError`).
     func loadRemote(_ strategy: any AsyncPersistenceStrategy, key: String) async throws -> Value {
         try? await flush()  // its failure is in `saveError`; the stored value is what we read
         do {
-            let value = try await fetchAndAdopt(strategy, key: key)
+            let value = try await fetchAndAdopt(strategy, key: key, replacingUnsaved: true)
             setLoadError(nil)
             return value
         } catch {

@@ -599,7 +599,7 @@ final class StoredCell<Value: Sendable>: Sendable {
         let notify = state.withLock { s in
             let notify = s.error != nil || s.loadError != nil || error != nil
             s.loadError = error
-            if error != nil || s.saveError == nil { s.error = error }
+            s.error = error  // the outcome of the latest load or save
             return notify
         }
         if notify { statusDidChange() }
@@ -610,7 +610,7 @@ final class StoredCell<Value: Sendable>: Sendable {
         let notify = state.withLock { s in
             let notify = s.error != nil || s.saveError != nil || error != nil
             s.saveError = error
-            if error != nil || s.loadError == nil { s.error = error }
+            s.error = error
             return notify
         }
         if notify { statusDidChange() }

@@ -32,7 +32,7 @@ struct PostgresCLITests {
         #expect(out.contains("stored"))
         let vault = try PostgresVault.open(name: name, unlock: .keyFile(keyFile), configuration: configuration)
         let property = Stored(wrappedValue: "", backed: .vault(vault, service: "db.internal", account: "app"))
-        #expect(property.wrappedValue == "first")
+        #expect(eventually { property.wrappedValue == "first" })  // loaded in the background
 
         (status, out, err) = try Self.coffer(store + ["set", "db.internal", "app"], input: Data("rotated".utf8))
         #expect(status == 0, "\(err)")

@@ -31,28 +31,38 @@ struct FailureTests {
         #expect(!String(reflecting: error).contains(password))
     }
 
-    @Test("Server down: a clear .io error in $x.error and from the throwing forms; the value in memory is kept")
-    func serverDown() throws {
+    @Test("Server down: setters return at once, the failure lands in saveError and the throwing forms; memory is kept")
+    func serverDown() async throws {
         let cluster = try PostgresTestCluster()
         defer { cluster.stop() }
         let configuration = try Self.configuration(cluster)
         let store = PostgresKeyValueStrategy(configuration: configuration, suite: "down")
-        let vault = try PostgresVault.create(name: "down", unlock: .key(testKey), configuration: configuration)
+        let vault = try await PostgresVault.create(name: "down", unlock: .key(testKey), configuration: configuration)
         let setting = Stored(wrappedValue: "default", backed: .postgres(store, key: "mode"))
         let secret = Stored(wrappedValue: "", backed: .vault(vault, service: "svc", account: "token"))
         setting.wrappedValue = "before"
         secret.wrappedValue = "token-1"
+        try await setting.flush()
+        try await secret.flush()
         #expect(setting.error == nil)
         #expect(secret.error == nil)
 
         try cluster.stopServer()
-        setting.wrappedValue = "while down"
+        setting.wrappedValue = "while down"  // memory now; the write fails in the background
         secret.wrappedValue = "token-2"
         #expect(setting.wrappedValue == "while down")  // kept in memory
         #expect(secret.wrappedValue == "token-2")
-        Self.expectUnavailable(setting.error)
-        Self.expectUnavailable(secret.error)
-        #expect(setting.error?.description.contains("unavailable") == true, "\(String(describing: setting.error))")
+        for property in [setting, secret] {
+            do {
+                try await property.flush()
+                Issue.record("flush succeeded with the server down")
+            } catch let error as CofferError {
+                Self.expectUnavailable(error)
+            }
+            Self.expectUnavailable(property.saveError)
+            Self.expectUnavailable(property.error)
+        }
+        #expect(setting.saveError?.description.contains("unavailable") == true, "\(String(describing: setting.error))")
         for body in [{ _ = try setting.load() }, { try setting.save("again") }, { _ = try store.load("mode") },
             { _ = try vault.string(service: "svc", account: "token") }, { try vault.set("x", service: "s", account: "a") }]
         {
@@ -63,16 +73,27 @@ struct FailureTests {
                 Self.expectUnavailable(error)
             }
         }
+        do {
+            _ = try await setting.load()
+            Issue.record("no error with the server down")
+        } catch let error as CofferError {
+            Self.expectUnavailable(error)
+            Self.expectUnavailable(setting.loadError)
+        }
         #expect(setting.wrappedValue == "again")
         // The unacknowledged writes were reported, not stored: the server still has the old values.
         try cluster.start()
-        #expect(try store.get(String.self, for: "mode") == "before")
-        #expect(try vault.string(service: "svc", account: "token") == "token-1")
+        #expect(try await store.get(String.self, for: "mode") == "before")
+        #expect(try await vault.string(service: "svc", account: "token") == "token-1")
         // The next write goes through and clears the error.
         setting.wrappedValue = "after"
+        try await setting.flush()
         #expect(setting.error == nil)
-        #expect(try store.get(String.self, for: "mode") == "after")
-        #expect(throws: Never.self) { try PostgresVault.open(name: "down", unlock: .key(testKey), configuration: configuration) }
+        #expect(setting.saveError == nil)
+        #expect(try await store.get(String.self, for: "mode") == "after")
+        await #expect(throws: Never.self) {
+            try await PostgresVault.open(name: "down", unlock: .key(testKey), configuration: configuration)
+        }
     }
 
     @Test("The password shows in no description, dump or mirror of the settings")

@@ -9,7 +9,7 @@ import Foundation
 /// whose threads that caller may be holding.
 package final class BlockingPool: TaskExecutor, @unchecked Sendable {
     // @unchecked Sendable: every field is guarded by `condition`.
-    package static let shared = BlockingPool(maximumThreads: 64)
+    package static let shared = BlockingPool(maximumThreads: 512)
 
     package let maximumThreads: Int
     package let idleSeconds: Double
@@ -28,8 +28,12 @@ package final class BlockingPool: TaskExecutor, @unchecked Sendable {
     package func submit(_ body: @escaping @Sendable () -> Void) {
         condition.lock()
         work.append(body)
-        let start = idle == 0 && threads < maximumThreads
-        if start { threads += 1 } else { condition.signal() }
+        // A thread for every queued job no idle thread is free to take: a job may block until a
+        // later one has run (a synchronous caller waiting on async work), so work never queues
+        // behind a busy thread while the pool may grow.
+        let start = work.count - head > idle && threads < maximumThreads
+        if start { threads += 1 }
+        condition.signal()
         condition.unlock()
         guard start else { return }
         let thread = Thread { [self] in serve() }

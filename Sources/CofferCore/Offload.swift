@@ -99,9 +99,12 @@ package enum Offload {
     package static func wait<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
         let outcome = Locked<Result<T, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
+        // The task takes the operation out of `holder` and drops it before signalling: a closure
+        // of the caller's (``WhileBlocked``, a `withoutActuallyEscaping` one) must not outlive
+        // this call.
+        let holder = OperationHolder(operation)
         Task(executorPreference: BlockingPool.shared) {
-            let result: Result<T, any Error>
-            do { result = .success(try await operation()) } catch { result = .failure(error) }
+            let result = await holder.run()
             outcome.withLock { $0 = result }
             done.signal()
         }
@@ -110,13 +113,55 @@ package enum Offload {
     }
 }
 
-/// A value passed to a task that runs while its owner waits for it, and only then: a closure of a
-/// synchronous caller that ``Offload/wait(_:)`` runs while that caller is blocked.
-package struct WhileBlocked<Value>: @unchecked Sendable {
-    // @unchecked Sendable: used by one task at a time, while the thread that made it is blocked
-    // in `Offload.wait` until that task ends; never kept past it.
-    package let value: Value
-    package init(_ value: Value) { self.value = value }
+/// The operation of one ``Offload/wait(_:)``, run once and released as it ends.
+private final class OperationHolder<T: Sendable>: Sendable {
+    private let operation: Locked<(@Sendable () async throws -> T)?>
+
+    init(_ operation: @escaping @Sendable () async throws -> T) {
+        self.operation = Locked(operation)
+    }
+
+    func run() async -> Result<T, any Error> {
+        guard let body = operation.withLock({ $0.take() }) else { return .failure(CancellationError()) }
+        return await Self.call(body)
+    }
+
+    /// Calls `body`; its last reference goes when this returns.
+    private static func call(_ body: consuming @escaping @Sendable () async throws -> T) async -> Result<T, any Error> {
+        do { return .success(try await body()) } catch { return .failure(error) }
+    }
+}
+
+/// A value — a closure of a synchronous caller — lent to async work that runs while that caller
+/// waits for it, and taken back when the caller stops waiting (``revoke()``): work that is still
+/// running past its deadline then finds nothing to call, and the caller's closure does not
+/// outlive its `withoutActuallyEscaping` scope.
+package final class WhileBlocked<Value>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is guarded by `lock`; the closure it holds is called by one
+    // task at a time, while the thread that lent it waits.
+    private let lock = NSLock()
+    private var lent: Value?
+
+    package init(_ value: Value) { lent = value }
+
+    /// The value, unless it was taken back.
+    package func get() throws -> Value {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let lent else {
+            throw CofferError(.io, "the call was abandoned at its deadline; its transform was not run")
+        }
+        return lent
+    }
+
+    /// Takes the value back; later ``get()`` calls throw.
+    package func revoke() {
+        lock.lock()
+        let value = lent
+        lent = nil
+        lock.unlock()
+        withExtendedLifetime(value) {}  // released outside the lock
+    }
 }
 
 /// The writes to remote stores (``AsyncPersistenceStrategy``) that `@Stored` setters started and

@@ -151,7 +151,8 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     public func update<T: Codable & Sendable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try withoutActuallyEscaping(transform) { transform in
             let body = WhileBlocked(transform)
-            try Offload.wait { try await self.update(key) { (value: T?) in try body.value(value) } }
+            defer { body.revoke() }
+            try Offload.wait { try await self.update(key) { (value: T?) in try body.get()(value) } }
         }
     }
 

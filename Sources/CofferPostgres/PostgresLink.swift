@@ -129,8 +129,6 @@ final class PostgresLink: Sendable {
         case failed(any Error)
         case unavailable
         case noAnswer
-        /// The watchdog stopped because the work ended first.
-        case watchEnded
     }
 
     private struct Abandoned: Error {}
@@ -142,85 +140,70 @@ final class PostgresLink: Sendable {
         let phase = Guarded(Phase.leasing)
         let connectLimit = Duration.seconds(configuration.connectTimeout)
         let answerLimit = Duration.seconds(timeout + 1)
-        let outcome: Outcome<T> = await withTaskGroup(of: Outcome<T>.self) { group in
-            group.addTask {
-                do {
-                    let value = try await client.withConnection { connection in
-                        let go = phase.withLock { phase -> Bool in
-                            if case .abandoned = phase { return false }
-                            phase = .running(connection, since: .now)
-                            return true
-                        }
-                        guard go else { throw Abandoned() }
-                        defer { phase.withLock { $0 = .finished } }
-                        try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
-                        return try await body(connection)
+        let verdict = Verdict<Outcome<T>>()
+        // The work and its watchdog are tasks of their own, not children: the call returns at its
+        // deadline even if the work cannot end (a lease request the pool never answers, a
+        // statement on a connection whose close is not noticed). Both run on Coffer's threads.
+        let work = Offload.start {
+            do {
+                let value = try await client.withConnection { connection in
+                    let go = phase.withLock { phase -> Bool in
+                        if case .abandoned = phase { return false }
+                        phase = .running(connection, since: .now)
+                        return true
                     }
-                    return .value(value)
-                } catch {
-                    return .failed(error)
+                    guard go else { throw Abandoned() }
+                    defer { phase.withLock { $0 = .finished } }
+                    try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
+                    return try await body(connection)
                 }
+                verdict.settle(.value(value))
+            } catch {
+                verdict.settle(.failed(error))
             }
-            group.addTask {
-                // The watchdog: gives up the lease wait at the connect deadline, and closes a
-                // connection whose server has not answered by the statement deadline (which the
-                // server itself should have enforced: it is stopped, or the network is cut).
-                let start = ContinuousClock.now
-                do {
-                    while true {
-                        switch phase.withLock({ $0 }) {
-                        case .leasing:
-                            let deadline = start + connectLimit
-                            if ContinuousClock.now >= deadline {
-                                let gaveUp = phase.withLock { phase -> Bool in
-                                    guard case .leasing = phase else { return false }
-                                    phase = .abandoned
-                                    return true
-                                }
-                                if gaveUp { return .unavailable }
-                                continue
-                            }
-                            try await Task.sleep(until: deadline, clock: .continuous)
-                        case .running(let connection, let since):
-                            let deadline = since + answerLimit
-                            if ContinuousClock.now >= deadline {
-                                // Fails the statement in flight; the work ends.
-                                let _: EventLoopFuture<Void> = connection.close()
-                                return .noAnswer
-                            }
-                            try await Task.sleep(until: deadline, clock: .continuous)
-                        case .abandoned, .finished:
-                            try await Task.sleep(for: .seconds(3600))
-                        }
-                    }
-                } catch {
-                    return .watchEnded
-                }
-            }
-            var verdict: Outcome<T>?
-            var timedOut = false
-            while let next = await group.next() {
-                switch next {
-                case .watchEnded:
-                    break
-                case .noAnswer:
-                    timedOut = true
-                case .unavailable:
-                    verdict = .unavailable
-                    group.cancelAll()  // withdraws the lease request
-                case .value:
-                    verdict = next
-                    group.cancelAll()
-                case .failed:
-                    if verdict == nil { verdict = timedOut ? .noAnswer : next }
-                    group.cancelAll()
-                }
-            }
-            return verdict ?? .unavailable
         }
+        let watchdog = Offload.start {
+            // Gives up the lease wait at the connect deadline, and closes a connection whose
+            // server has not answered by the statement deadline (which the server itself should
+            // have enforced: it is stopped, or the network is cut).
+            let start = ContinuousClock.now
+            do {
+                while true {
+                    switch phase.withLock({ $0 }) {
+                    case .leasing:
+                        let deadline = start + connectLimit
+                        if ContinuousClock.now >= deadline {
+                            let gaveUp = phase.withLock { phase -> Bool in
+                                guard case .leasing = phase else { return false }
+                                phase = .abandoned
+                                return true
+                            }
+                            if gaveUp { return verdict.settle(.unavailable) }
+                            continue
+                        }
+                        try await Task.sleep(until: deadline, clock: .continuous)
+                    case .running(let connection, let since):
+                        let deadline = since + answerLimit
+                        if ContinuousClock.now >= deadline {
+                            // Fails the statement in flight; the work ends when it notices.
+                            let _: EventLoopFuture<Void> = connection.close()
+                            return verdict.settle(.noAnswer)
+                        }
+                        try await Task.sleep(until: deadline, clock: .continuous)
+                    case .abandoned, .finished:
+                        return
+                    }
+                }
+            } catch {
+                return  // cancelled: the work ended first
+            }
+        }
+        let outcome = await verdict.value
+        watchdog.cancel()
+        if case .unavailable = outcome { work.cancel() }  // withdraws the lease request
         switch outcome {
         case .value(let value): return value
-        case .unavailable, .watchEnded: throw Failure(kind: .unavailable(lastError: nil))
+        case .unavailable: throw Failure(kind: .unavailable(lastError: nil))
         case .noAnswer: throw Failure(kind: .noAnswer)
         case .failed(let error as CofferError): throw error
         case .failed(let error): throw Failure(kind: .failed(error))
@@ -396,7 +379,9 @@ enum ClientRegistry {
         return [
             ("application_name", "coffer"),
             ("lock_timeout", "\(milliseconds)"),
-            ("statement_timeout", "\(milliseconds)"),
+            // Half a second more, so a wait for a lock is reported as one (55P03), and before the
+            // client's own cut-off one second after the deadline.
+            ("statement_timeout", "\(milliseconds + 500)"),
             ("idle_in_transaction_session_timeout", "\(max(milliseconds * 2, 5000))"),
         ]
     }
@@ -429,6 +414,40 @@ extension Duration {
 #endif
 
 #if Postgres
+/// The first outcome of a race, awaited once: later ones are ignored.
+final class Verdict<Value: Sendable>: Sendable {
+    private struct State {
+        var value: Value?
+        var waiter: CheckedContinuation<Value, Never>?
+    }
+    private let state = Guarded(State())
+
+    /// Settles the verdict unless it is settled already.
+    func settle(_ value: Value) {
+        let waiter = state.withLock { s -> CheckedContinuation<Value, Never>? in
+            guard s.value == nil else { return nil }
+            s.value = value
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume(returning: value)
+    }
+
+    /// The first value settled.
+    var value: Value {
+        get async {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { s -> Value? in
+                    if let value = s.value { return value }
+                    s.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
+    }
+}
+
 /// A ``Locked`` value that closures and tasks can share (a `Locked` itself cannot be captured).
 final class Guarded<State: Sendable>: Sendable {
     private let locked: Locked<State>

@@ -380,8 +380,9 @@ public final class PostgresVault: Sendable {
     public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
         try withoutActuallyEscaping(transform) { transform in
             let body = WhileBlocked(transform)
+            defer { body.revoke() }
             try Offload.wait {
-                try await self.update(service: service, account: account) { (current: Data?) in try body.value(current) }
+                try await self.update(service: service, account: account) { (current: Data?) in try body.get()(current) }
             }
         }
     }

@@ -11,6 +11,15 @@
 //                             instance's `@Stored` Observation callback (two connections,
 //                             LISTEN/NOTIFY, catch-up query, the property's reload)
 //   postgres.change.fromwrite the same from just before the write starts (includes its commit)
+//   postgres.setter           a `.postgres` @Stored setter called from async code: memory,
+//                             notification and hand-off to the background writer (no round trip)
+//   postgres.write.onetask    one task awaiting `$x.save` in a loop (writes per second)
+//   postgres.write.concurrent 32 tasks awaiting `$x.save`, each its own key, over 8 suites
+//   postgres.raw.concurrent   32 tasks sending a plain upsert through postgres-nio's own
+//                             PostgresClient (same pool size), the same bytes
+//   postgres.partition.stall  64 property writes and 64 `load`s from tasks against a server that
+//                             accepts and never answers: how late an unrelated task's 5 ms sleep
+//                             wakes (max and median over 3 s)
 //
 // Medians of the samples, in one run against one server, so the ratio write / raw upsert is
 // like for like. `make bench-postgres` starts a throwaway server for it.
@@ -109,6 +118,9 @@ struct BenchPostgresCommand: ParsableCommand {
         figures.append(
             ("postgres.change.fromwrite", (fromStart[fromStart.count / 2], fromStart[fromStart.count * 99 / 100])))
 
+        figures.append(("postgres.setter", try setterFigure(configuration, suite: suite)))
+        let rates = try throughput(configuration, encoded: encoded)
+
         writeOut("server: \(configuration)\n")
         for (name, figure) in figures {
             writeOut(
@@ -116,6 +128,18 @@ struct BenchPostgresCommand: ParsableCommand {
                     + String(format: "median %9.1f µs   p99 %9.1f µs\n", figure.median / 1000, figure.p99 / 1000))
         }
         writeOut(String(format: "write / raw upsert: %.2f×\n", write[2] / raw[2]))
+        for (name, rate) in rates {
+            writeOut(name.padding(toLength: 26, withPad: " ", startingAt: 0) + String(format: "%9.0f writes/s\n", rate))
+        }
+        let onetask = rates.first { $0.0 == "postgres.write.onetask" }!.1
+        let concurrent = rates.first { $0.0 == "postgres.write.concurrent" }!.1
+        let rawConcurrent = rates.first { $0.0 == "postgres.raw.concurrent" }!.1
+        writeOut(String(format: "concurrent / raw concurrent: %.2f×   concurrent / one task: %.2f×\n",
+            concurrent / rawConcurrent, concurrent / onetask))
+        let stall = try partitionStall()
+        writeOut(
+            "postgres.partition.stall".padding(toLength: 26, withPad: " ", startingAt: 0)
+                + String(format: "median %9.1f µs   max %9.1f µs late\n", stall.median * 1e6, stall.max * 1e6))
         #else
         throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
         #endif
@@ -123,6 +147,146 @@ struct BenchPostgresCommand: ParsableCommand {
 }
 
 #if Postgres
+extension BenchPostgresCommand {
+    /// The setter's own cost from async code: the median of `samples` setters with distinct
+    /// values (each hands the value to the background writer), then one flush.
+    func setterFigure(_ configuration: PostgresConfiguration, suite: String) throws -> (median: Double, p99: Double) {
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+        let samples = samples
+        return try runAsync {
+            let property = Stored(wrappedValue: 0, backed: .postgres(store, key: "setter"))
+            try await property.load()
+            var times: [Double] = []
+            for round in 0..<max(samples, 1000) {
+                let start = monotonicNanoseconds()
+                property.wrappedValue = round + 1
+                times.append(Double(monotonicNanoseconds() - start))
+                if round % 100 == 99 { try await property.flush() }  // the writer keeps up
+            }
+            try await property.flush()
+            times.sort()
+            return (times[times.count / 2], times[times.count * 99 / 100])
+        }
+    }
+
+    /// Writes per second: one task awaiting `save`; 32 tasks awaiting `save` on their own keys
+    /// over 8 suites; 32 tasks sending a plain upsert through a `PostgresClient` of the same size.
+    func throughput(_ configuration: PostgresConfiguration, encoded: Data) throws -> [(String, Double)] {
+        let seconds = 3.0
+        return try runAsync {
+            let suites = (0..<8).map { PostgresKeyValueStrategy(configuration: configuration, suite: "bench-c\($0)") }
+            let properties = (0..<32).map { Stored(wrappedValue: 0, backed: .postgres(suites[$0 % 8], key: "k\($0)")) }
+            for property in properties { try await property.save(0) }  // connections open, rows exist
+
+            func rate(_ tasks: Int, _ write: @escaping @Sendable (Int, Int) async throws -> Void) async throws -> Double {
+                let end = Date() + seconds
+                let start = Date()
+                let count = try await withThrowingTaskGroup(of: Int.self) { group in
+                    for task in 0..<tasks {
+                        group.addTask {
+                            var done = 0
+                            while Date() < end {
+                                try await write(task, done)
+                                done += 1
+                            }
+                            return done
+                        }
+                    }
+                    return try await group.reduce(0, +)
+                }
+                return Double(count) / Date().timeIntervalSince(start)
+            }
+            var settings = PostgresClient.Configuration(
+                host: configuration.host, port: configuration.port, username: configuration.user,
+                password: configuration.password, database: configuration.database, tls: .disable)
+            settings.options.maximumConnections = configuration.maximumConnections
+            let client = PostgresClient(configuration: settings)
+            let running = Task { await client.run() }
+            defer { running.cancel() }
+            try await client.query("CREATE TABLE IF NOT EXISTS coffer_bench_raw (key bytea PRIMARY KEY, value bytea)")
+            let value = encoded
+            // Interleaved, so drift of the machine hits all alike; the medians of three rounds.
+            var one: [Double] = []
+            var many: [Double] = []
+            var raw: [Double] = []
+            for _ in 0..<3 {
+                one.append(try await rate(1) { _, round in try await properties[0].save(round) })
+                many.append(try await rate(32) { task, round in try await properties[task].save(round) })
+                raw.append(
+                    try await rate(32) { task, _ in
+                        let key = Data("k\(task)".utf8)
+                        try await client.query(
+                            "INSERT INTO coffer_bench_raw (key, value) VALUES (\(key), \(value)) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                        )
+                    })
+            }
+            return [
+                ("postgres.write.onetask", one.sorted()[1]), ("postgres.write.concurrent", many.sorted()[1]),
+                ("postgres.raw.concurrent", raw.sorted()[1]),
+            ]
+        }
+    }
+
+    /// How late a 5 ms sleep of an unrelated task wakes while 64 property writes and 64 loads
+    /// wait on a server that accepts and never answers: (median, max) in seconds.
+    func partitionStall() throws -> (median: Double, max: Double) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard listener >= 0 else { throw CLIError(.failure, "socket failed") }
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && listen(listener, 512) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        guard bound else { throw CLIError(.failure, "bind failed") }
+        let port = Int(UInt16(bigEndian: address.sin_port))  // the kernel accepts; nobody answers
+        var silent = PostgresConfiguration(host: "127.0.0.1", port: port, user: "coffer", tls: .disable)
+        silent.connectTimeout = 2
+        silent.timeout = 2
+        let stores = (0..<8).map { PostgresKeyValueStrategy(configuration: silent, suite: "stall-\($0)") }
+        return try runAsync {
+            let properties = (0..<64).map { Stored(wrappedValue: 0, backed: .postgres(stores[$0 % 8], key: "k\($0)")) }
+            let sleeper = Task {
+                var late: [Double] = []
+                let end = Date() + 3
+                while Date() < end {
+                    let start = monotonicNanoseconds()
+                    try? await Task.sleep(for: .milliseconds(5))
+                    late.append(max(0, Double(monotonicNanoseconds() - start) / 1e9 - 0.005))
+                }
+                return late.sorted()
+            }
+            await withTaskGroup(of: Void.self) { group in
+                for (index, property) in properties.enumerated() {
+                    group.addTask {
+                        property.wrappedValue = index + 1
+                        _ = try? await property.load()
+                    }
+                }
+            }
+            let late = await sleeper.value
+            return (late[late.count / 2], late.last ?? 0)
+        }
+    }
+
+    /// Runs async work from this synchronous command on Swift's own executor (as an app's tasks
+    /// run), blocking the main thread until it ends.
+    func runAsync<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+        let box = OutcomeBox<T>()
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do { box.outcome = .success(try await operation()) } catch { box.outcome = .failure(error) }
+            done.signal()
+        }
+        done.wait()
+        return try box.outcome!.get()
+    }
+}
+
 /// postgres-nio alone: one connection, one upsert statement, the same bytes.
 final class RawUpsert: @unchecked Sendable {
     let connection: PostgresConnection

@@ -97,6 +97,12 @@ final class ChangeFeed: Sendable {
                             }
                             throw Ended()
                         }
+                        group.addTask {
+                            // A connection that dies without ending the notification sequence
+                            // (a server killed, a network cut) must not leave the feed deaf.
+                            while !live.isClosed { try await Task.sleep(for: .milliseconds(250)) }
+                            throw Ended()
+                        }
                         _ = try await group.next()
                         group.cancelAll()
                     }

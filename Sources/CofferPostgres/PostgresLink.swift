@@ -203,7 +203,13 @@ final class PostgresLink: Sendable {
         if case .unavailable = outcome { work.cancel() }  // withdraws the lease request
         switch outcome {
         case .value(let value): return value
-        case .unavailable: throw Failure(kind: .unavailable(lastError: nil))
+        case .unavailable:
+            // postgres-nio's pool backs off between failed connection attempts, up to a minute:
+            // after an outage it would stay "unavailable" long after the server is back. A new
+            // pool tries at once.
+            ClientRegistry.discard(client, for: configuration)
+            pool.withLock { $0 = nil }
+            throw Failure(kind: .unavailable(lastError: nil))
         case .noAnswer: throw Failure(kind: .noAnswer)
         case .failed(let error as CofferError): throw error
         case .failed(let error): throw Failure(kind: .failed(error))
@@ -327,7 +333,18 @@ final class PostgresLink: Sendable {
 /// for the life of the process (an idle pool holds no connection after
 /// ``PostgresConfiguration/idleTimeout``).
 enum ClientRegistry {
-    private static let clients = Locked<[PostgresConfiguration: PostgresClient]>([:])
+    private static let clients = Locked<[PostgresConfiguration: (client: PostgresClient, run: Task<Void, Never>)]>([:])
+
+    /// Forgets `client` (when it is still the one for `configuration`) and ends its pool: the
+    /// next call makes a new one. Calls still leasing from it end by their own deadlines.
+    static func discard(_ client: PostgresClient, for configuration: PostgresConfiguration) {
+        let run = clients.withLock { clients -> Task<Void, Never>? in
+            guard let entry = clients[configuration], entry.client === client else { return nil }
+            clients[configuration] = nil
+            return entry.run
+        }
+        run?.cancel()
+    }
     private static let ids = Locked(0)
 
     static func nextConnectionID() -> Int {
@@ -339,7 +356,7 @@ enum ClientRegistry {
 
     static func client(for configuration: PostgresConfiguration, logger: Logger) throws -> PostgresClient {
         try clients.withLock { clients in
-            if let client = clients[configuration] { return client }
+            if let entry = clients[configuration] { return entry.client }
             var settings: PostgresClient.Configuration
             if let socket = configuration.unixSocketPath {
                 settings = PostgresClient.Configuration(
@@ -365,8 +382,8 @@ enum ClientRegistry {
             let client = PostgresClient(configuration: settings, backgroundLogger: logger)
             // On Coffer's threads: the pool must serve synchronous callers even while they hold
             // every thread of the cooperative pool (each blocked in `Offload.wait`).
-            Offload.start { await client.run() }
-            clients[configuration] = client
+            let run = Offload.start { await client.run() }
+            clients[configuration] = (client, run)
             return client
         }
     }

@@ -248,7 +248,16 @@ extension StoredCell {
         }
         do {
             try await flush()  // a write made here and not stored yet is newer: `body` starts from it
+            // Each attempt ends within the store's deadlines; no new one starts after the
+            // context's lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
+            let giveUp = ContinuousClock.now + context.lockTimeout
             while true {
+                if ContinuousClock.now >= giveUp {
+                    throw CofferError(
+                        .busy,
+                        "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
+                            + "the update was not applied")
+                }
                 let current = try await remote.load(key)
                 var value = try current.map { try decodeValue($0, as: remote.valueEncoding) } ?? initialValue
                 try body(&value)

@@ -187,7 +187,10 @@ struct FailureTests {
 
         let written = acknowledged.withLock { $0 }
         #expect(written.count > 10)
-        #expect(failed.withLock { $0 } > 0, "no write failed: the server was not down")
+        // Writes during the restart wait for a connection (within the connect deadline) rather
+        // than fail at once, so they may all have gone through; the server did restart.
+        #expect(try cluster.sql("SELECT pg_postmaster_start_time() > now() - interval '60 seconds'").hasPrefix("t")
+            || failed.withLock { $0 } > 0)
         let reader = PostgresKeyValueStrategy(configuration: configuration, suite: "stream")
         let stored = Set(try reader.keys())
         for i in written { #expect(stored.contains("k\(i)"), "acknowledged write k\(i) is missing") }

@@ -21,7 +21,6 @@ import PostgresNIO
 final class PostgresLink: Sendable {
     let configuration: PostgresConfiguration
     let logger: Logger
-    private let pool = Locked<Result<PostgresClient, any Error>?>(nil)
 
     /// The logger of queries when the caller gave none: nothing below critical (a failed query is
     /// reported as a `CofferError`, and postgres-nio's own messages may show bound values).
@@ -111,7 +110,11 @@ final class PostgresLink: Sendable {
             switch kind {
             case .unavailable, .noAnswer: true
             case .failed(let error):
-                if let error = error as? PSQLError { PostgresLink.isConnectionLoss(error) } else { false }
+                if let error = error as? PSQLError {
+                    PostgresLink.isConnectionLoss(error)
+                } else {
+                    PostgresLink.isPoolFailure(error)
+                }
             }
         }
     }
@@ -208,7 +211,6 @@ final class PostgresLink: Sendable {
             // after an outage it would stay "unavailable" long after the server is back. A new
             // pool tries at once.
             ClientRegistry.discard(client, for: configuration)
-            pool.withLock { $0 = nil }
             throw Failure(kind: .unavailable(lastError: nil))
         case .noAnswer: throw Failure(kind: .noAnswer)
         case .failed(let error as CofferError): throw error
@@ -218,11 +220,9 @@ final class PostgresLink: Sendable {
 
     // MARK: - The pool
 
+    /// The process's pool for these settings (a new one after a pool was discarded).
     private func client() throws -> PostgresClient {
-        try pool.withLock { made in
-            if made == nil { made = Result { try ClientRegistry.client(for: configuration, logger: logger) } }
-            return try made!.get()
-        }
+        try ClientRegistry.client(for: configuration, logger: logger)
     }
 
     /// Opens a connection of its own (not pooled), within the connect timeout: the change feed's
@@ -255,6 +255,12 @@ final class PostgresLink: Sendable {
     }
 
     // MARK: - Errors
+
+    /// Whether the error is the pool's own (postgres-nio's `ConnectionPoolError`: the pool was
+    /// shut down — replaced after an outage — or its connection attempts keep failing).
+    static func isPoolFailure(_ error: any Error) -> Bool {
+        String(describing: type(of: error)).hasSuffix("ConnectionPoolError")
+    }
 
     /// Whether the error means the connection is gone (the server stopped, restarted, or the
     /// network dropped), as opposed to the server refusing one statement.
@@ -289,6 +295,10 @@ final class PostgresLink: Sendable {
                     : "\(server) did not answer within \(limit) s (unavailable); the connection was closed")
         case .failed(let error):
             guard let error = error as? PSQLError else {
+                if PostgresLink.isPoolFailure(error) {
+                    return CofferError(
+                        .io, write ? "\(server) is unavailable (no connection), so nothing was written" : "\(server) is unavailable (no connection)")
+                }
                 if error is CancellationError {
                     return CofferError(.io, "a call to \(server) was cancelled" + (write ? ", \(unsure)" : ""))
                 }

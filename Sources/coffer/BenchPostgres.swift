@@ -273,18 +273,22 @@ extension BenchPostgresCommand {
         }
     }
 
-    /// Runs async work from this synchronous command on Swift's own executor (as an app's tasks
-    /// run), blocking the main thread until it ends.
     func runAsync<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
-        let box = OutcomeBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do { box.outcome = .success(try await operation()) } catch { box.outcome = .failure(error) }
-            done.signal()
-        }
-        done.wait()
-        return try box.outcome!.get()
+        try runBlocking(operation)
     }
+}
+
+/// Runs async work from this synchronous command on Swift's own executor (as an app's tasks
+/// run), blocking the calling thread until it ends.
+func runBlocking<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+    let box = OutcomeBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do { box.outcome = .success(try await operation()) } catch { box.outcome = .failure(error) }
+        done.signal()
+    }
+    done.wait()
+    return try box.outcome!.get()
 }
 
 /// postgres-nio alone: one connection, one upsert statement, the same bytes.
@@ -342,14 +346,7 @@ final class RawUpsert: @unchecked Sendable {
     }
 
     private static func wait<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
-        let box = OutcomeBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do { box.outcome = .success(try await operation()) } catch { box.outcome = .failure(error) }
-            done.signal()
-        }
-        done.wait()
-        return try box.outcome!.get()
+        try runBlocking(operation)
     }
 }
 /// Written once by a task, read after it signals.

@@ -137,29 +137,50 @@ private final class OperationHolder<T: Sendable>: Sendable {
 /// running past its deadline then finds nothing to call, and the caller's closure does not
 /// outlive its `withoutActuallyEscaping` scope.
 package final class WhileBlocked<Value>: @unchecked Sendable {
-    // @unchecked Sendable: `value` is guarded by `lock`; the closure it holds is called by one
-    // task at a time, while the thread that lent it waits.
-    private let lock = NSLock()
+    // @unchecked Sendable: `lent` and `inUse` are guarded by `condition`; the closure it holds is
+    // called by one task at a time, while the thread that lent it waits.
+    private let condition = NSCondition()
     private var lent: Value?
+    private var inUse = 0
 
     package init(_ value: Value) { lent = value }
 
-    /// The value, unless it was taken back.
-    package func get() throws -> Value {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let lent else {
+    /// Calls `body` with the value, unless it was taken back (then it throws). ``revoke()`` waits
+    /// for a call in progress, so the value is never used after it returns.
+    package func call<R>(_ body: (Value) throws -> R) throws -> R {
+        guard let value = borrow() else {
             throw CofferError(.io, "the call was abandoned at its deadline; its transform was not run")
         }
+        defer { giveBack() }
+        return try Self.use(value, body)
+    }
+
+    private static func use<R>(_ value: consuming Value, _ body: (Value) throws -> R) throws -> R {
+        try body(value)
+    }
+
+    private func borrow() -> Value? {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let lent else { return nil }
+        inUse += 1
         return lent
     }
 
-    /// Takes the value back; later ``get()`` calls throw.
+    private func giveBack() {
+        condition.lock()
+        inUse -= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Takes the value back, once no call is using it; later calls throw.
     package func revoke() {
-        lock.lock()
+        condition.lock()
+        while inUse > 0 { condition.wait() }
         let value = lent
         lent = nil
-        lock.unlock()
+        condition.unlock()
         withExtendedLifetime(value) {}  // released outside the lock
     }
 }
@@ -172,9 +193,10 @@ public enum RemoteWrites {
     /// How many background writers are running now.
     public static var inFlight: Int { running.withLock { $0 } }
 
-    /// Waits until every background write started so far has been acknowledged or has failed,
-    /// or `timeout` passes (each write ends within its store's own deadlines). Returns whether
-    /// none is left.
+    /// Waits until no background write is in flight — acknowledged or failed, those started
+    /// meanwhile included — or `timeout` passes (each write ends within its store's own
+    /// deadlines). Returns whether none is left. A write that failed is not retried here: its
+    /// property's `saveError` says so.
     ///
     /// ```swift
     /// model.flag = true                       // a .postgres property: on its way

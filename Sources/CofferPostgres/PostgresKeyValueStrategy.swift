@@ -142,7 +142,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         let encoding = valueEncoding
         try await readModifyWrite(key) { current in
             let value = try current.map { try ValueCodec.decode(T.self, from: $0, as: encoding) }
-            return .store(try transform(value).map { try ValueCodec.encode($0, as: encoding) })
+            return .store(try PostgresLink.callersCode { try transform(value) }.map { try ValueCodec.encode($0, as: encoding) })
         }
     }
 
@@ -152,7 +152,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         try withoutActuallyEscaping(transform) { transform in
             let body = WhileBlocked(transform)
             defer { body.revoke() }
-            try Offload.wait { try await self.update(key) { (value: T?) in try body.get()(value) } }
+            try Offload.wait { try await self.update(key) { (value: T?) in try body.call { try $0(value) } } }
         }
     }
 

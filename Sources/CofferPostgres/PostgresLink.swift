@@ -156,7 +156,17 @@ final class PostgresLink: Sendable {
                         return true
                     }
                     guard go else { throw Abandoned() }
-                    defer { phase.withLock { $0 = .finished } }
+                    ClientRegistry.began(client)
+                    defer {
+                        // Whoever moves the phase out of `.running` (this, or the watchdog
+                        // closing a stalled connection) ends the count of calls holding one.
+                        let wasRunning = phase.withLock { phase -> Bool in
+                            guard case .running = phase else { return false }
+                            phase = .finished
+                            return true
+                        }
+                        if wasRunning { ClientRegistry.ended(client) }
+                    }
                     try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
                     return try await body(connection)
                 }
@@ -185,11 +195,20 @@ final class PostgresLink: Sendable {
                             continue
                         }
                         try await Task.sleep(until: deadline, clock: .continuous)
-                    case .running(let connection, let since):
+                    case .running(_, let since):
                         let deadline = since + answerLimit
                         if ContinuousClock.now >= deadline {
+                            // Taken from the work in one step, so a connection it has already
+                            // handed back to the pool (and another call may hold) is never closed.
+                            let stalled = phase.withLock { phase -> PostgresConnection? in
+                                guard case .running(let connection, _) = phase else { return nil }
+                                phase = .finished
+                                return connection
+                            }
+                            guard let stalled else { continue }
+                            ClientRegistry.ended(client)  // a closed connection keeps no pool busy
                             // Fails the statement in flight; the work ends when it notices.
-                            let _: EventLoopFuture<Void> = connection.close()
+                            let _: EventLoopFuture<Void> = stalled.close()
                             return verdict.settle(.noAnswer)
                         }
                         try await Task.sleep(until: deadline, clock: .continuous)
@@ -214,8 +233,20 @@ final class PostgresLink: Sendable {
             throw Failure(kind: .unavailable(lastError: nil))
         case .noAnswer: throw Failure(kind: .noAnswer)
         case .failed(let error as CofferError): throw error
+        case .failed(let error as BodyError): throw error.error
         case .failed(let error): throw Failure(kind: .failed(error))
         }
+    }
+
+    /// An error of the caller's own code run inside a call (an `update`'s transform): handed back
+    /// as it was thrown.
+    struct BodyError: Error {
+        let error: any Error
+    }
+
+    /// Runs a caller's closure inside a call, marking what it throws as its own.
+    static func callersCode<R>(_ body: () throws -> R) throws -> R {
+        do { return try body() } catch let error as CofferError { throw error } catch { throw BodyError(error: error) }
     }
 
     // MARK: - The pool
@@ -312,7 +343,10 @@ final class PostgresLink: Sendable {
                 reason = info[.message] ?? "an error"
                 if let state { reason += " (SQLSTATE \(state))" }
             } else if let underlying = error.underlying {
-                reason = "\(underlying)"
+                // A message that did not decode carries the server's bytes (a row's values):
+                // named by its type only.
+                let kind = String(describing: type(of: underlying))
+                reason = kind.contains("Decoding") ? "\(error.code) (\(kind))" : "\(underlying)"
             } else {
                 reason = "\(error.code)"
             }
@@ -345,11 +379,29 @@ final class PostgresLink: Sendable {
 enum ClientRegistry {
     private static let clients = Locked<[PostgresConfiguration: (client: PostgresClient, run: Task<Void, Never>)]>([:])
 
-    /// Forgets `client` (when it is still the one for `configuration`) and ends its pool: the
-    /// next call makes a new one. Calls still leasing from it end by their own deadlines.
+    /// How many calls hold a connection of each pool now.
+    private static let running = Locked<[ObjectIdentifier: Int]>([:])
+
+    static func began(_ client: PostgresClient) {
+        running.withLock { $0[ObjectIdentifier(client), default: 0] += 1 }
+    }
+
+    static func ended(_ client: PostgresClient) {
+        running.withLock { all in
+            let id = ObjectIdentifier(client)
+            all[id, default: 1] -= 1
+            if all[id] == 0 { all[id] = nil }
+        }
+    }
+
+    /// Forgets `client` (when it is still the one for `configuration`) and ends its pool, so the
+    /// next call makes a new one — unless a call holds one of its connections now: then the pool
+    /// is busy (every connection waiting on a lock, say), not cut off, and is kept.
     static func discard(_ client: PostgresClient, for configuration: PostgresConfiguration) {
         let run = clients.withLock { clients -> Task<Void, Never>? in
-            guard let entry = clients[configuration], entry.client === client else { return nil }
+            guard let entry = clients[configuration], entry.client === client,
+                running.withLock({ $0[ObjectIdentifier(client)] == nil })
+            else { return nil }
             clients[configuration] = nil
             return entry.run
         }

@@ -256,7 +256,7 @@ public final class PostgresVault: Sendable {
                 existing = item
                 secret.withUnsafeMutableBytes { zero($0) }
             }
-            let next = try transform(old)
+            let next = try PostgresLink.callersCode { try transform(old) }
             if next == old { return (nil, false) }
             let record: [UInt8]
             if let next {
@@ -382,7 +382,7 @@ public final class PostgresVault: Sendable {
             let body = WhileBlocked(transform)
             defer { body.revoke() }
             try Offload.wait {
-                try await self.update(service: service, account: account) { (current: Data?) in try body.get()(current) }
+                try await self.update(service: service, account: account) { (current: Data?) in try body.call { try $0(current) } }
             }
         }
     }

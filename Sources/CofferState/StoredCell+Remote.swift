@@ -21,13 +21,18 @@ extension StoredCell {
 
     private func drainWrites(_ strategy: any AsyncPersistenceStrategy, key: String) async {
         while true {
-            let next = state.withLock { s -> (value: Value, version: UInt64)? in
-                guard s.version != s.persistedVersion || s.forceSave else { return nil }
+            typealias Waiter = CheckedContinuation<Void, any Error>
+            let step = state.withLock { s -> WriterStep<Value> in
+                guard s.version != s.persistedVersion || s.forceSave else {
+                    s.writerActive = false
+                    defer { s.flushWaiters = [] }
+                    return .done(s.flushWaiters.map(\.continuation))
+                }
                 s.forceSave = false
-                return (s.value, s.version)
+                return .write(s.value, s.version)
             }
-            guard let (value, version) = next else {
-                finishWriter(nil)
+            guard case .write(let value, let version) = step else {
+                if case .done(let waiters) = step { for waiter in waiters { waiter.resume() } }
                 return
             }
             do {
@@ -39,10 +44,21 @@ extension StoredCell {
             } catch {
                 let failure = CofferError.wrapping(error, "saving \(backing)")
                 setSaveError(failure)
-                finishWriter(failure)
+                // The callers waiting for this version hear of its failure. A write made while it
+                // was in flight is newer and not tried yet: the writer goes on with it (once per
+                // newer value, so a server that stays down costs one attempt per write).
+                let (failed, goOn) = state.withLock { s -> ([Waiter], Bool) in
+                    let newer = s.version > version
+                    let (failed, waiting) = s.flushWaiters.partitioned { !newer || $0.version <= version }
+                    s.flushWaiters = waiting
+                    s.writerActive = newer
+                    return (failed.map(\.continuation), newer)
+                }
+                for waiter in failed { waiter.resume(throwing: failure) }
+                if goOn { continue }
                 return
             }
-            let ready = state.withLock { s -> [CheckedContinuation<Void, any Error>] in
+            let ready = state.withLock { s -> [Waiter] in
                 s.persistedVersion = max(s.persistedVersion, version)
                 let (done, waiting) = s.flushWaiters.partitioned { $0.version <= s.persistedVersion }
                 s.flushWaiters = waiting
@@ -51,28 +67,6 @@ extension StoredCell {
             setSaveError(nil)
             notifySiblings()
             for waiter in ready { waiter.resume() }
-        }
-    }
-
-    /// The writer stops: with `failure`, every waiting `flush` throws it; else they all return
-    /// (memory and store agree). A write that slipped in after the last check starts it again.
-    private func finishWriter(_ failure: CofferError?) {
-        let (waiters, restart) = state.withLock { s -> ([CheckedContinuation<Void, any Error>], Bool) in
-            let waiters = s.flushWaiters.map(\.continuation)
-            s.flushWaiters = []
-            // Checked and cleared under the lock, so a setter that found the writer active
-            // either was seen by the last check or sees it stopped and starts it again.
-            let pending = failure == nil && (s.version != s.persistedVersion || s.forceSave)
-            s.writerActive = pending
-            return (waiters, pending)
-        }
-        for waiter in waiters {
-            if let failure { waiter.resume(throwing: failure) } else { waiter.resume() }
-        }
-        if restart, case .success(let (strategy, key)?) = target(),
-            let remote = strategy as? any AsyncPersistenceStrategy
-        {
-            RemoteWrites.run { await self.drainWrites(remote, key: key) }
         }
     }
 
@@ -173,18 +167,25 @@ extension StoredCell {
     private func fetchAndAdopt(
         _ strategy: any AsyncPersistenceStrategy, key: String, replacingUnsaved: Bool = false
     ) async throws -> Value {
-        let before = state.withLock { $0.version }
-        let data = try await strategy.load(key)
-        let loaded = try data.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
-        let (value, changed) = mutate { s -> (Value, Bool) in
-            s.loaded = true
-            guard s.version == before, replacingUnsaved || s.version == s.persistedVersion else {
-                return (s.value, false)
+        // A few tries: a write of ours committed while the read was in flight makes what it read
+        // stale (and our own commit is not reported back as a change), so read again.
+        for attempt in 1...3 {
+            let before = state.withLock { (version: $0.version, persisted: $0.persistedVersion) }
+            let data = try await strategy.load(key)
+            let loaded = try data.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
+            let (value, changed, stale) = mutate { s -> (Value, Bool, Bool) in
+                s.loaded = true
+                // A write made here after the read began is newer than what it read: kept.
+                guard s.version == before.version else { return (s.value, false, false) }
+                // One of ours was stored meanwhile: what the read saw may predate it.
+                guard s.persistedVersion == before.persisted else { return (s.value, false, true) }
+                guard replacingUnsaved || s.version == s.persistedVersion else { return (s.value, false, false) }
+                return (loaded, adoptStored(loaded, in: &s, keepingUnsavedWrite: false) ?? false, false)
             }
-            return (loaded, adoptStored(loaded, in: &s, keepingUnsavedWrite: false) ?? false)
+            if changed { valueDidChange() }
+            if !stale || attempt == 3 { return value }
         }
-        if changed { valueDidChange() }
-        return value
+        return state.withLock { $0.value }
     }
 
     /// ``load()`` on a remote store: waits for this key's writes in flight (so it reads them
@@ -252,6 +253,7 @@ extension StoredCell {
             // context's lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
             let giveUp = ContinuousClock.now + context.lockTimeout
             while true {
+                let before = state.withLock { $0.writes }
                 if ContinuousClock.now >= giveUp {
                     throw CofferError(
                         .busy,
@@ -270,7 +272,7 @@ extension StoredCell {
                     swapped = true
                 }
                 guard swapped else { continue }  // another writer got in between: run `body` again
-                let changed = adopt(value)
+                let changed = adopt(value, ifNoWriteSince: before)
                 setSaveError(nil)
                 if changed { valueDidChange() }
                 notifySiblings()
@@ -289,6 +291,14 @@ extension StoredCell {
         let outcome = try? await Offload.run { ResolvedTarget(result: self.target()) }
         return outcome?.result ?? target()
     }
+}
+
+/// What the background writer does next.
+private enum WriterStep<Value> {
+    case write(Value, UInt64)
+    /// Memory and store agree: the writer stopped, in the same critical section as the check, so
+    /// a setter that comes after sees it stopped and starts it again.
+    case done([CheckedContinuation<Void, any Error>])
 }
 
 /// A resolution handed back from Coffer's threads.

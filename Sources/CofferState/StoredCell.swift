@@ -33,6 +33,9 @@ final class StoredCell<Value: Sendable>: Sendable {
         var subscribing = false
         /// Set when the last property went away: nothing subscribes any more.
         var detached = false
+        /// How many writes were made here (setters, `save`): an update adopts its result only
+        /// if none was made since it began (such a write is newer, and may be stored already).
+        var writes: UInt64 = 0
         /// The last failure of a load, and of a save, each cleared by the next success of its kind.
         var loadError: CofferError?
         var saveError: CofferError?
@@ -265,7 +268,17 @@ final class StoredCell<Value: Sendable>: Sendable {
             } else if let error = persist(force: false) {
                 throw error
             }
+            // Each attempt ends by the store's own limits; no new one starts after the context's
+            // lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
+            let giveUp = ContinuousClock.now + context.lockTimeout
             while true {
+                if ContinuousClock.now >= giveUp {
+                    throw CofferError(
+                        .busy,
+                        "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
+                            + "the update was not applied")
+                }
+                let before = state.withLock { $0.writes }
                 let current = try strategy.load(key)
                 var value = try current.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
                 try body(&value)
@@ -282,7 +295,7 @@ final class StoredCell<Value: Sendable>: Sendable {
                     }
                 }
                 guard swapped else { continue }  // another writer got in between: run `body` again
-                let changed = persistLock.withLock { _ in adopt(value) }
+                let changed = persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) }
                 setSaveError(nil)
                 if changed { valueDidChange() }
                 notifySiblings()
@@ -298,6 +311,15 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// changed. A write made here meanwhile and not saved yet is newer, and is kept.
     func adopt(_ value: Value) -> Bool {
         mutate { s in adoptStored(value, in: &s, keepingUnsavedWrite: true) ?? false }
+    }
+
+    /// ``adopt(_:)`` unless a write was made here since `writes` counted it (it may already be
+    /// stored, after the value being adopted: it is the newer one).
+    func adopt(_ value: Value, ifNoWriteSince writes: UInt64) -> Bool {
+        mutate { s in
+            guard s.writes == writes else { return false }
+            return adoptStored(value, in: &s, keepingUnsavedWrite: true) ?? false
+        }
     }
 
     /// Makes `value`, which the store holds, the value in `s`, and records that the store holds
@@ -513,6 +535,7 @@ final class StoredCell<Value: Sendable>: Sendable {
             if let isEqual, isEqual(s.value, newValue) { return false }
             s.value = newValue
             s.version += 1
+            s.writes += 1
             return true
         }
         guard changed else { return }

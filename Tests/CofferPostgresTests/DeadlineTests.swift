@@ -203,9 +203,19 @@ struct DeadlineTests {
         }
         #expect(readSeconds < Self.bound(configuration), "the read took \(readSeconds) s")
         kill(pids[0], SIGCONT)
-        // The pool replaced the closed connection.
-        let (write, _) = await Self.timed { try await store.set(2, for: "n") }
-        #expect((try? write.get()) != nil, "\(write)")
+        // The pool replaces the closed connection: a call may still find the pool's one slot
+        // taken by the abandoned statement (`.io`, unavailable), but the store recovers by itself.
+        var outcomes: [String] = []
+        for _ in 0..<5 {
+            let (write, _) = await Self.timed { try await store.set(2, for: "n") }
+            if case .failure(let error) = write {
+                #expect(Self.code(error) == .io, "\(error)")
+                outcomes.append("\(error)")
+                continue
+            }
+            break
+        }
+        #expect(outcomes.count < 5, "\(outcomes)")
         #expect(try await store.get(Int.self, for: "n") == 2)
 
         // A write on a stopped backend says it may or may not have been committed.

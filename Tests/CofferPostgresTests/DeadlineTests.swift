@@ -21,7 +21,7 @@ import Glibc
 @Suite("PostgreSQL deadlines", .serialized)
 struct DeadlineTests {
     /// Short deadlines, so a test that waits for one stays short.
-    static func configuration(_ url: String, timeout: Double = 1, connect: Double = 1) throws -> PostgresConfiguration {
+    static func configuration(_ url: String, timeout: Double = 1, connect: Double = 4) throws -> PostgresConfiguration {
         var configuration = try PostgresConfiguration(url: url)
         configuration.timeout = timeout
         configuration.connectTimeout = connect
@@ -57,7 +57,7 @@ struct DeadlineTests {
     func terminatedBackends() async throws {
         let cluster = try PostgresTestCluster()
         defer { cluster.stop() }
-        let configuration = try Self.configuration(cluster.url, timeout: 2, connect: 2)
+        let configuration = try Self.configuration(cluster.url, timeout: 2, connect: 4)
         let bound = Self.bound(configuration)
         let store = PostgresKeyValueStrategy(configuration: configuration, suite: "terminated")
         try await store.set(0, for: "n")
@@ -242,7 +242,7 @@ struct DeadlineTests {
         defer { silent.close() }
         let configuration = try Self.configuration(
             "postgres://coffer@127.0.0.1:\(silent.port)/postgres?sslmode=disable", timeout: 1, connect: 1)
-        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "silent")
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "silent")  // nobody answers anyway
         let (sync, syncSeconds) = Self.timed { try store.load("k") }
         let (async, asyncSeconds) = await Self.timed { try await store.load("k") }
         let (vault, vaultSeconds) = await Self.timed {

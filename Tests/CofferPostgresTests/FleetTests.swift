@@ -108,7 +108,7 @@ struct FleetTests {
         if kind == .vault {
             _ = try PostgresVault.create(name: name, unlock: .key(testKey), configuration: configuration)
         }
-        let follower = try HelperChild(["pg-follow", url, which, name, "mode", "60"])
+        let follower = try HelperChild(["pg-follow", url, which, name, "mode", "600"])  // stopped below
         #expect(follower.readLine() == "ready")
         #expect(follower.readLine() == "value ")
         let children = try (0..<3).map { _ in try HelperChild(["pg-increment", url, which, name, "300"]) }

@@ -125,9 +125,11 @@ struct DeadlineTests {
         #expect(t.acknowledged > 50, "too few writes went through: \(t)")
         #expect(t.strange.isEmpty, "\(t.strange.prefix(3))")
         #expect(t.slowest < bound, "a call took \(t.slowest) s, past its deadline")
-        // `$n.update` retries the compare-and-swap while others win; it stops starting new
-        // attempts after the context's lock timeout (10 s), and each attempt is bounded.
-        #expect(t.slowestProperty < 10 + 3 * bound, "$n.update took \(t.slowestProperty) s")
+        // `$n.update` is several calls — a flush, then read and compare-and-swap until it wins,
+        // each bounded, a read retried once — and starts no new attempt after the context's lock
+        // timeout (10 s). Its sum has no tight bound on a loaded machine (49.7 s seen in CI while
+        // the whole suite ran on 2 cores): asserted here is that it ends.
+        #expect(t.slowestProperty < 120, "$n.update took \(t.slowestProperty) s")
         // Every acknowledged increment is there; a write whose connection died before its answer
         // may or may not be (it said so).
         #expect(final >= t.acknowledged && final <= t.acknowledged + t.uncertain, "final \(final), \(t)")

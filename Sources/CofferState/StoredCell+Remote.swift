@@ -254,12 +254,7 @@ extension StoredCell {
             let giveUp = ContinuousClock.now + context.lockTimeout
             while true {
                 let before = state.withLock { $0.writes }
-                if ContinuousClock.now >= giveUp {
-                    throw CofferError(
-                        .busy,
-                        "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
-                            + "the update was not applied")
-                }
+                try checkUpdateBudget(giveUp)
                 let current = try await remote.load(key)
                 var value = try current.map { try decodeValue($0, as: remote.valueEncoding) } ?? initialValue
                 try body(&value)

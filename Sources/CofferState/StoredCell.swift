@@ -272,12 +272,7 @@ final class StoredCell<Value: Sendable>: Sendable {
             // lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
             let giveUp = ContinuousClock.now + context.lockTimeout
             while true {
-                if ContinuousClock.now >= giveUp {
-                    throw CofferError(
-                        .busy,
-                        "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
-                            + "the update was not applied")
-                }
+                try checkUpdateBudget(giveUp)
                 let before = state.withLock { $0.writes }
                 let current = try strategy.load(key)
                 var value = try current.map { try decodeValue($0, as: strategy.valueEncoding) } ?? initialValue
@@ -507,6 +502,16 @@ final class StoredCell<Value: Sendable>: Sendable {
             .invalidArgument,
             "\(backing) cannot store a \(Value.self): it is not Codable. Make it Codable, or keep the property in memory"
         )
+    }
+
+    /// Ends an `update` that would start a new attempt after `giveUp` (the context's lock
+    /// timeout after it began): the value kept changing elsewhere.
+    func checkUpdateBudget(_ giveUp: ContinuousClock.Instant) throws(CofferError) {
+        guard ContinuousClock.now >= giveUp else { return }
+        throw CofferError(
+            .busy,
+            "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
+                + "the update was not applied")
     }
 
     /// Whether `value` is an `Optional`'s `nil` (stored as a removal).

@@ -89,7 +89,8 @@ let package = Package(
             name: "CofferTesting",
             dependencies: [
                 "CofferCore",
-                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle"])),
+                .product(
+                    name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle", "Postgres"])),
             ],
             swiftSettings: strictSettings
         ),
@@ -222,7 +223,10 @@ let package = Package(
         // Against a real, throwaway PostgreSQL server; empty without the `Postgres` trait.
         .testTarget(
             name: "CofferPostgresTests",
-            dependencies: ["CofferPostgres", "CofferState", "CofferVault", "CofferTesting", "CofferTestHelper"],
+            dependencies: [
+                "CofferPostgres", "CofferState", "CofferVault", "CofferTesting", "CofferTestHelper",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
+            ],
             swiftSettings: strictSettings
         ),
     ]

@@ -6,8 +6,9 @@ import PostgresNIO
 /// Listens on one channel with a connection of its own (not a pooled one), as an async task that
 /// holds no thread while it waits, and calls `catchUp` after LISTEN succeeds (so a change made
 /// while it was away, or before it started, is found by version) and after notifications
-/// (a burst is caught up at once: catching up reads every row newer than the last one seen). A
-/// lost connection is reopened (after 50 ms, then doubling to 1 s) until the feed is stopped.
+/// (a burst is caught up at once: catching up reads every row newer than the last one seen), and,
+/// when given a `poll` interval, that often without one. A lost connection is reopened (after
+/// 50 ms, then doubling to 1 s) until the feed is stopped.
 final class ChangeFeed: Sendable {
     private let task: Task<Void, Never>
     private let box: Box
@@ -22,11 +23,13 @@ final class ChangeFeed: Sendable {
         var connections = 0
     }
 
-    init(link: PostgresLink, channel: String, catchUp: @escaping @Sendable () async throws -> Void) {
+    init(
+        link: PostgresLink, channel: String, poll: Duration? = nil, catchUp: @escaping @Sendable () async throws -> Void
+    ) {
         let box = Box()
         self.box = box
         task = Offload.start {
-            await Self.run(link: link, channel: channel, box: box, catchUp: catchUp)
+            await Self.run(link: link, channel: channel, poll: poll, box: box, catchUp: catchUp)
         }
     }
 
@@ -58,7 +61,8 @@ final class ChangeFeed: Sendable {
     private struct Ended: Error {}
 
     private static func run(
-        link: PostgresLink, channel: String, box: Box, catchUp: @escaping @Sendable () async throws -> Void
+        link: PostgresLink, channel: String, poll: Duration?, box: Box,
+        catchUp: @escaping @Sendable () async throws -> Void
     ) async {
         let state = box
         var delay = 0.05
@@ -96,6 +100,14 @@ final class ChangeFeed: Sendable {
                                 }
                             }
                             throw Ended()
+                        }
+                        if let poll {
+                            group.addTask {
+                                while true {
+                                    try await Task.sleep(for: poll)
+                                    wake.yield()
+                                }
+                            }
                         }
                         group.addTask {
                             // A connection that dies without ending the notification sequence

@@ -8,13 +8,14 @@ import PostgresNIO
 /// application that points at the same database: the fleet's `KeyValueFileStrategy`.
 ///
 /// Values are the same bytes the local strategies store. One row per key (docs/FORMAT.md,
-/// "PostgreSQL tables"), each with the suite-wide version of its last write. A write is one
-/// statement — one transaction — that also raises the suite's version and sends a
-/// notification, so every instance observing the suite (`@Stored` properties, computed values,
-/// observers) follows it; an instance that was disconnected catches up by version when it
-/// reconnects, so no change is missed. `saveBatch` is one transaction. ``compareAndSwap(_:expected:new:)``
-/// and ``update(_:_:)`` hold the suite's version row locked from the read to the write, so a
-/// counter incremented from many machines is exact.
+/// "PostgreSQL tables"), each stamped with the id of the transaction that last wrote it. A write
+/// is one statement (one transaction) and, once committed, a notification on the suite's channel,
+/// so every instance observing the suite (`@Stored` properties, computed values, observers)
+/// follows it; an instance that was disconnected catches up by transaction id when it reconnects,
+/// so no change is missed (see `SuiteTracker`). Writes of different keys lock nothing in common.
+/// `saveBatch` is one transaction. ``compareAndSwap(_:expected:new:)`` and ``update(_:_:)`` hold
+/// the key's row locked from the read to the write, so a counter incremented from many machines
+/// is exact.
 ///
 /// Every call is `async` (``AsyncPersistenceStrategy``); the synchronous forms run it on Coffer's
 /// own threads for callers that are not async. Each ends within the deadlines of its
@@ -42,7 +43,8 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
 
     let link: PostgresLink
     let channel: String
-    private let tracker = ChangeTracker<StoreChange>()
+    private let tracker: SuiteTracker
+    private let notifier: CommitNotifier
 
     /// A store for `suite` on the server `configuration` names. Nothing is contacted until the
     /// first call; the tables are created then when missing. Stores with equal settings share
@@ -52,8 +54,12 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     ///   default logs nothing below critical). Bound values are never logged by Coffer.
     public init(configuration: PostgresConfiguration = .environment(), suite: String = "standard", logger: Logger? = nil) {
         self.suite = suite
-        self.link = PostgresLink(configuration: configuration, logger: logger)
-        self.channel = Schema.channel("coffer_kv_", Array(suite.utf8))
+        let link = PostgresLink(configuration: configuration, logger: logger)
+        let channel = Schema.channel("coffer_kv_", Array(suite.utf8))
+        self.link = link
+        self.channel = channel
+        self.tracker = SuiteTracker(suite: suite, logger: link.logger)
+        self.notifier = CommitNotifier(link: link, channel: channel)
     }
 
     // MARK: - AsyncPersistenceStrategy (the synchronous forms run these on Coffer's threads)
@@ -82,11 +88,20 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     public func keys() async throws -> [String] {
         var binds = PostgresBindings()
         binds.append(suite)
-        let link = link
+        let (suite, link) = (suite, link)
         return try await link.withConnection(idempotent: true) { [binds] connection in
             let rows = try await link.run(
                 "SELECT key FROM coffer_kv WHERE suite = $1 AND value IS NOT NULL", binds, on: connection)
-            return try rows.map { try Self.key(from: $0.cells[0].decode(Data.self)) }
+            var skipped = 0
+            let keys = try rows.compactMap { row -> String? in
+                let key = String(validating: try row.cells[0].decode(Data.self), as: UTF8.self)
+                if key == nil { skipped += 1 }
+                return key
+            }
+            // A row no Coffer writes (a key that is not UTF-8) is left out and said, never an
+            // error that hides every other key.
+            if skipped > 0 { link.logger.warning("\(skipped) row(s) of suite \(suite) have a key that is not UTF-8: skipped") }
+            return keys
         }
     }
 
@@ -104,23 +119,22 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             return try await write(changes[0].key, latest[order[0]]!)
         }
         let planned = order.map { ($0, latest[$0]!) }
-        let (suite, channel, link) = (suite, channel, link)
-        let version = try await link.transaction { connection -> (Int64, commit: Bool) in
-            let version = try await Self.bumpVersion(suite, on: connection, link: link)
+        let (suite, link) = (suite, link)
+        let writer = try await link.transaction { connection -> (UInt64, commit: Bool) in
+            var writer: UInt64 = 0
             for (key, value) in planned {
-                try await Self.upsert(suite, key: key, value: value, version: version, on: connection, link: link)
+                writer = try await Self.upsert(suite, key: key, value: value, on: connection, link: link)
             }
-            try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
-            return (version, true)
+            return (writer, true)
         }
-        tracker.markOwn(version)
+        tracker.markOwn(order, writer: writer)
+        await notifier.committed()
     }
 
     // MARK: - Atomic read-modify-write
 
     /// Stores `new` (`nil` removes) only if `key` holds exactly `expected` (`nil`: absent), as of
-    /// the newest commit of any instance: the suite's version row stays locked from the read
-    /// to the write.
+    /// the newest commit of any instance: the key's row stays locked from the read to the write.
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool {
         let swapped = Guarded(false)
         try await readModifyWrite(key) { current in
@@ -136,8 +150,8 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     /// ```swift
     /// try await store.update("launches") { (count: Int?) in (count ?? 0) + 1 }
     /// ```
-    /// Returning `nil` removes the key. `transform` runs inside the transaction, while the
-    /// suite's version row is locked: keep it short.
+    /// Returning `nil` removes the key. `transform` runs inside the transaction, while the key's
+    /// row is locked: keep it short.
     public func update<T: Codable & Sendable>(_ key: String, _ transform: @escaping @Sendable (T?) throws -> T?) async throws {
         let encoding = valueEncoding
         try await readModifyWrite(key) { current in
@@ -163,21 +177,28 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
 
     private func readModifyWrite(_ key: String, _ decide: @escaping @Sendable (Data?) throws -> Decision) async throws {
         let keyBytes = Data(key.utf8)
-        let (suite, channel, link) = (suite, channel, link)
-        let written = try await link.transaction { connection -> (Int64?, commit: Bool) in
-            let version = try await Self.bumpVersion(suite, on: connection, link: link)
+        let (suite, link) = (suite, link)
+        let written = try await link.transaction { connection -> (UInt64?, commit: Bool) in
             var binds = PostgresBindings()
             binds.append(suite)
             try binds.append(keyBytes)
+            // The key's row is locked from here to the commit. An absent key gets a placeholder
+            // row first (rolled back with the transaction when nothing is stored), so two
+            // instances creating the same key wait for each other as well; the read is a
+            // statement of its own, whose snapshot sees the row another instance just committed.
+            try await link.run(
+                "INSERT INTO coffer_kv (suite, key, value, version, writer) VALUES ($1, $2, NULL, 0, pg_current_xact_id()) "
+                    + "ON CONFLICT (suite, key) DO NOTHING", binds, on: connection)
             let rows = try await link.run(
-                "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2", binds, on: connection)
+                "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2 FOR UPDATE", binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
             guard case .store(let next) = try decide(current) else { return (nil, false) }
-            try await Self.upsert(suite, key: keyBytes, value: next, version: version, on: connection, link: link)
-            try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
-            return (version, true)
+            return (try await Self.upsert(suite, key: keyBytes, value: next, on: connection, link: link), true)
         }
-        if let written { tracker.markOwn(written) }
+        if let written {
+            tracker.markOwn([keyBytes], writer: written)
+            await notifier.committed()
+        }
     }
 
     // MARK: - Changes from elsewhere
@@ -195,93 +216,51 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
 
     /// Reads which keys changed since the last report and tells the observers.
     private func catchUp() async throws {
-        let (suite, link) = (suite, link)
-        try await tracker.catchUp(
-            version: { try await self.currentVersion() }, everything: StoreChange(keys: nil)
-        ) { since in
-            var binds = PostgresBindings()
-            binds.append(suite)
-            binds.append(since)
-            return try await link.withConnection(idempotent: true) { [binds] connection in
-                let rows = try await link.run(
-                    "SELECT key, version FROM coffer_kv WHERE suite = $1 AND version > $2", binds, on: connection)
-                return try rows.map { row -> (row: String, version: Int64) in
-                    let cells = row.cells
-                    return (try Self.key(from: cells[0].decode(Data.self)), try cells[1].decode(Int64.self))
-                }
-            }
-        } report: { keys in
-            StoreChange(keys: Set(keys))
+        guard tracker.isObserved else { return }
+        let horizon = tracker.horizon
+        var binds = PostgresBindings()
+        binds.append(suite)
+        binds.append(String(horizon ?? 0))
+        binds.append(horizon != nil)
+        let link = link
+        let reading = try await link.withConnection(idempotent: true) { [binds] connection in
+            try SuiteTracker.reading(try await link.run(SuiteTracker.catchUpStatement, binds, on: connection))
         }
+        tracker.apply(reading)
     }
 
     // MARK: - Internals
 
     private func write(_ key: String, _ data: Data?) async throws {
-        var binds = PostgresBindings()
-        binds.append(suite)
-        try binds.append(Data(key.utf8))
-        try binds.append(data)
-        binds.append(channel)
-        let link = link
-        let version = try await link.withConnection(idempotent: false) { [binds] connection in
-            let rows = try await link.run(Self.writeStatement, binds, on: connection)
-            return try rows.first?.cells[0].decode(Int64.self)
+        let keyBytes = Data(key.utf8)
+        let (suite, link) = (suite, link)
+        let writer = try await link.withConnection(idempotent: false) { connection in
+            try await Self.upsert(suite, key: keyBytes, value: data, on: connection, link: link)
         }
-        if let version { tracker.markOwn(version) }
+        tracker.markOwn([keyBytes], writer: writer)
+        await notifier.committed()
     }
 
-    /// One statement, so one round trip and one transaction: raise the suite's version (locking
-    /// its row until commit, which orders the suite's commits by version), write the row, notify.
+    /// A key's row written (`value` NULL: a tombstone), stamped with the writing transaction,
+    /// whose id it returns. On its own, one statement is one transaction: one round trip.
     static let writeStatement = """
-        WITH v AS (INSERT INTO coffer_suites AS s (suite, version) VALUES ($1, 1) \
-        ON CONFLICT (suite) DO UPDATE SET version = s.version + 1 RETURNING s.version), \
-        w AS (INSERT INTO coffer_kv AS t (suite, key, value, version) SELECT $1, $2, $3, v.version FROM v \
-        ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version RETURNING t.version) \
-        SELECT w.version FROM w, pg_notify($4, w.version::text)
+        INSERT INTO coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+        ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
+        RETURNING t.writer::text
         """
 
-    private static func bumpVersion(_ suite: String, on connection: PostgresConnection, link: PostgresLink)
-        async throws -> Int64
-    {
-        var binds = PostgresBindings()
-        binds.append(suite)
-        let rows = try await link.run(
-            "INSERT INTO coffer_suites AS s (suite, version) VALUES ($1, 1) "
-                + "ON CONFLICT (suite) DO UPDATE SET version = s.version + 1 RETURNING s.version", binds,
-            on: connection)
-        return try rows[0].cells[0].decode(Int64.self)
-    }
-
     private static func upsert(
-        _ suite: String, key: Data, value: Data?, version: Int64, on connection: PostgresConnection, link: PostgresLink
-    ) async throws {
+        _ suite: String, key: Data, value: Data?, on connection: PostgresConnection, link: PostgresLink
+    ) async throws -> UInt64 {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(key)
         try binds.append(value)
-        binds.append(version)
-        try await link.run(
-            "INSERT INTO coffer_kv AS t (suite, key, value, version) VALUES ($1, $2, $3, $4) "
-                + "ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version", binds,
-            on: connection)
-    }
-
-    private func currentVersion() async throws -> Int64 {
-        var binds = PostgresBindings()
-        binds.append(suite)
-        let link = link
-        return try await link.withConnection(idempotent: true) { [binds] connection in
-            let rows = try await link.run("SELECT version FROM coffer_suites WHERE suite = $1", binds, on: connection)
-            return try rows.first?.cells[0].decode(Int64.self) ?? 0
+        let rows = try await link.run(writeStatement, binds, on: connection)
+        guard let writer = try rows.first?.cells[0].decode(String.self) else {
+            throw CofferError(.io, "the PostgreSQL server did not return the written row")
         }
-    }
-
-    private static func key(from bytes: Data) throws -> String {
-        guard let key = String(validating: bytes, as: UTF8.self) else {
-            throw CofferError(.corrupted, "a key in the coffer_kv table is not valid UTF-8")
-        }
-        return key
+        return try SuiteTracker.xid(writer)
     }
 }
 

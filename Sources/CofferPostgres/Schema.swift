@@ -10,8 +10,12 @@ enum Schema {
     static let statements = [
         "CREATE TABLE IF NOT EXISTS coffer_suites (suite text PRIMARY KEY, version bigint NOT NULL)",
         "CREATE TABLE IF NOT EXISTS coffer_kv (suite text NOT NULL, key bytea NOT NULL, value bytea, "
-            + "version bigint NOT NULL, PRIMARY KEY (suite, key))",
+            + "version bigint NOT NULL, writer xid8 NOT NULL DEFAULT '0', PRIMARY KEY (suite, key))",
         "CREATE INDEX IF NOT EXISTS coffer_kv_changes ON coffer_kv (suite, version)",
+        // Tables made before key-value rows carried their writing transaction (docs/FORMAT.md §4,
+        // "Migrations"): the column (its existing rows get 0, "older than any change") and its index.
+        "ALTER TABLE coffer_kv ADD COLUMN IF NOT EXISTS writer xid8 NOT NULL DEFAULT '0'",
+        "CREATE INDEX IF NOT EXISTS coffer_kv_writers ON coffer_kv (suite, writer)",
         "CREATE TABLE IF NOT EXISTS coffer_vaults (name text PRIMARY KEY, vault_id bytea NOT NULL UNIQUE, "
             + "header bytea NOT NULL, version bigint NOT NULL)",
         "CREATE TABLE IF NOT EXISTS coffer_vault_rows (vault_id bytea NOT NULL, row_key bytea NOT NULL, "
@@ -33,7 +37,7 @@ enum Schema {
             try await PostgresLink.run(sql, on: connection, logger: logger)
         }
         let present = try await run(
-            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_changes') IS NOT NULL")
+            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_writers') IS NOT NULL")
         if try present.first?.decode(Bool.self) != true {
             _ = try await run("BEGIN")
             do {
@@ -43,6 +47,14 @@ enum Schema {
                 _ = try await run("COMMIT")
             } catch {
                 if !connection.isClosed { _ = try? await run("ROLLBACK") }
+                if let error = error as? PSQLError, error.serverInfo?[.sqlState] == "42501" {
+                    // A role that may use the tables but not change them (they belong to another).
+                    throw CofferError(
+                        .io,
+                        "the Coffer tables at \(configuration) are missing or from an older version, and this role may "
+                            + "not create or change them (SQLSTATE 42501): connect once as their owner to create or "
+                            + "migrate them (docs/FORMAT.md, section 4)")
+                }
                 throw error
             }
         }

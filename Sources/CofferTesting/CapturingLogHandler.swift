@@ -1,7 +1,8 @@
 // A swift-log handler that hands each entry to a closure, for CofferTestHelper's integration
-// children and the integration tests. Built only with the Logging or ServiceLifecycle trait
-// (swift-log is a dependency of this target only then). Package-only.
-#if Logging || ServiceLifecycle
+// children, the integration tests and the PostgreSQL tests. Built only with the Logging,
+// ServiceLifecycle or Postgres trait (swift-log is a dependency of this target only then).
+// Package-only.
+#if Logging || ServiceLifecycle || Postgres
 package import Logging
 
 /// Hands each entry to `seen`: its level, its message, and its metadata (the handler's merged

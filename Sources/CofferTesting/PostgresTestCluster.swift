@@ -101,6 +101,25 @@ public final class PostgresTestCluster: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Copies the data directory to `name` beside it, as a cold backup (stop the server first).
+    public func backUp(as name: String) throws {
+        try runTool(["/bin/cp", "-a", directory + "/data", directory + "/" + name], what: "backup")
+    }
+
+    /// Replaces the data directory with the backup `name` (stop the server first): the server
+    /// restarts as it was when the backup was taken, its transaction counter included.
+    public func restore(_ name: String) throws {
+        try runTool(["/bin/rm", "-rf", directory + "/data"], what: "restore")
+        try runTool(["/bin/cp", "-a", directory + "/" + name, directory + "/data"], what: "restore")
+    }
+
+    /// Runs a program as the server's user.
+    private func runTool(_ command: [String], what: String) throws {
+        let full = runAs != nil ? ["/usr/sbin/runuser", "-u", runAs!, "--"] + command : command
+        let status = try Self.spawn(full, output: "/dev/null", errors: "/dev/null", wait: true, newSession: false)
+        guard status == 0 else { throw Failure("\(what) failed (\(status)): \(command.joined(separator: " "))") }
+    }
+
     /// Stops the server and deletes its directory.
     public func stop() {
         lock.lock()

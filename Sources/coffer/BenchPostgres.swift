@@ -318,22 +318,21 @@ final class RawUpsert: @unchecked Sendable {
             binds)
     }
 
-    /// Coffer's own write statement (version row, row, pg_notify) sent by postgres-nio alone:
-    /// what the SQL costs, without Coffer's Swift layer.
+    /// Coffer's own write (the row stamped with its transaction, then the suite's notification
+    /// after the commit, one per write here) sent by postgres-nio alone: what the SQL costs,
+    /// without Coffer's Swift layer or its sharing of notifications.
     func coffersStatement(suite: String) throws {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(Data("k".utf8))
         try binds.append(value)
-        binds.append("coffer_bench_raw")
         try run(
             """
-            WITH v AS (INSERT INTO coffer_suites AS s (suite, version) VALUES ($1, 1) \
-            ON CONFLICT (suite) DO UPDATE SET version = s.version + 1 RETURNING s.version), \
-            w AS (INSERT INTO coffer_kv AS t (suite, key, value, version) SELECT $1, $2, $3, v.version FROM v \
-            ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, version = excluded.version RETURNING t.version) \
-            SELECT w.version FROM w, pg_notify($4, w.version::text)
+            INSERT INTO coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+            ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
+            RETURNING t.writer::text
             """, binds)
+        try run("SELECT pg_notify('coffer_bench_raw', '')")
     }
 
     private func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws {

@@ -145,10 +145,10 @@ struct DeadlineTests {
         let vault = try await PostgresVault.create(name: uniqueName("locked"), unlock: .key(testKey), configuration: configuration)
         try await vault.set("one", service: "svc", account: "a")
 
-        // Another session holds the suite's and the vault's version rows for 6 s.
+        // Another session holds the key's row and the vault's version row for 6 s.
         let holder = Thread {
             _ = try? cluster.sql(
-                "BEGIN; SELECT 1 FROM coffer_suites WHERE suite = '\(suite)' FOR UPDATE; "
+                "BEGIN; SELECT 1 FROM coffer_kv WHERE suite = '\(suite)' AND key = 'n'::bytea FOR UPDATE; "
                     + "SELECT 1 FROM coffer_vaults WHERE name = '\(vault.name)' FOR UPDATE; SELECT pg_sleep(6); COMMIT;")
         }
         holder.start()

@@ -115,10 +115,10 @@ struct FailureTests {
         let configuration = try Self.configuration(cluster)
         let store = PostgresKeyValueStrategy(configuration: configuration, suite: "lost")
         try store.set(1, for: "n")
-        // Another session holds the suite's version row, so Coffer's write waits on it…
+        // Another session holds the key's row, so Coffer's write waits on it…
         let holder = Thread {
             _ = try? cluster.sql(
-                "BEGIN; UPDATE coffer_suites SET version = version WHERE suite = 'lost'; SELECT pg_sleep(5); COMMIT;")
+                "BEGIN; UPDATE coffer_kv SET value = value WHERE suite = 'lost'; SELECT pg_sleep(5); COMMIT;")
         }
         holder.start()
         Thread.sleep(forTimeInterval: 0.5)
@@ -132,7 +132,7 @@ struct FailureTests {
         // …and its connection is cut while it waits.
         try cluster.sql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                + "AND query LIKE 'WITH v AS%'")
+                + "AND query LIKE 'INSERT INTO coffer_kv%'")
         #expect(done.wait(timeout: .now() + 10) == .success)
         let error = outcome.withLock { $0 } as? CofferError
         #expect(error?.code == .io)

@@ -1,0 +1,272 @@
+// How a key-value suite's observers learn what other instances wrote: rows stamped with the
+// writing transaction, a horizon read from the server's own snapshot, and one notification sent
+// after many commits.
+#if Postgres
+import CofferCore
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The change observation of one key-value suite, ordered by the server's transaction ids.
+///
+/// Every key-value row carries `writer`, the id (`xid8`) of the transaction that last wrote it.
+/// A catch-up reads, in one statement and so under one snapshot, the snapshot's `xmin` (every
+/// transaction with a smaller id has ended) and the rows whose writer is at least the previous
+/// catch-up's `xmin`. A transaction that had not ended at the previous catch-up has an id at
+/// least that `xmin`, so every row committed since is read: no commit is missed however commits
+/// interleave, and no write has to lock anything shared to keep them in order (the suite-wide
+/// version row this replaces made every write of a suite wait for the previous one's commit).
+/// A row read twice (its transaction ended between two catch-ups but after the earlier `xmin`)
+/// is reported once.
+///
+/// What the server says is checked against what this instance knew:
+/// - the snapshot's `xmin` below the previous one, or its `xmax` (the next transaction id) not
+///   above a writer this instance has seen: the server's transaction counter went back (a backup
+///   restored, a lagging replica promoted). Every observer rereads everything, and it is logged
+///   once as a warning;
+/// - a row whose writer is not below the snapshot's `xmax` cannot have been committed by this
+///   server (a forged row, or rows restored from another cluster): it is not reported as a change
+///   and never moves the horizon, so it cannot stop anyone following; logged once;
+/// - a key that is not UTF-8: skipped and logged once, never an error that stops catching up.
+final class SuiteTracker: Sendable {
+    /// A row as a catch-up reads it.
+    struct Row: Sendable {
+        var key: Data
+        var writer: UInt64
+    }
+
+    /// What one catch-up statement returns: the snapshot's bounds and the rows written since.
+    struct Reading: Sendable {
+        var xmin: UInt64
+        var xmax: UInt64
+        var rows: [Row]
+    }
+
+    private struct Stamp: Hashable {
+        var key: Data
+        var writer: UInt64
+    }
+
+    private struct State {
+        /// The `xmin` of the last catch-up; `nil` until the feed's first catch-up reads it.
+        var horizon: UInt64?
+        /// The newest transaction id known to have committed here (read in a row, or this
+        /// instance's own write).
+        var newest: UInt64 = 0
+        /// Rows at or above the horizon already reported, or written by this instance.
+        var known: Set<Stamp> = []
+        /// What has been logged already (each kind once per observation).
+        var warned: Set<String> = []
+    }
+
+    private let observers = FeedObservers<StoreChange>()
+    private let state = Locked(State())
+    private let suite: String
+    private let logger: Logger
+
+    init(suite: String, logger: Logger) {
+        self.suite = suite
+        self.logger = logger
+    }
+
+    /// Adds `handler`; the first observer starts a feed on `channel` (see ``ChangeTracker``).
+    func observe(
+        _ handler: @escaping @Sendable (StoreChange) -> Void, link: PostgresLink, channel: String,
+        catchUp: @escaping @Sendable () async throws -> Void
+    ) -> StoreObservation {
+        observers.add(handler) {
+            state.withLock { $0 = State() }
+            return ChangeFeed(link: link, channel: channel, poll: Self.pollInterval, catchUp: catchUp)
+        }
+    }
+
+    /// How often a feed catches up without a notification: a writer that died between its commit
+    /// and its notification (or a notification lost with a connection) is seen within this time.
+    static let pollInterval = Duration.seconds(5)
+
+    /// Whether anyone observes.
+    var isObserved: Bool { observers.isObserved }
+
+    /// The horizon to read from, `nil` when only the snapshot is needed (the first catch-up).
+    var horizon: UInt64? { state.withLock { $0.horizon } }
+
+    /// Notes rows this instance committed (transaction `writer`), so catching up does not report
+    /// them as changes from elsewhere.
+    func markOwn(_ keys: [Data], writer: UInt64) {
+        guard observers.isObserved else { return }
+        state.withLock { t in
+            t.newest = max(t.newest, writer)
+            // Unknown start: the first catch-up makes everyone reread anyway.
+            guard let horizon = t.horizon, writer >= horizon else { return }
+            for key in keys { t.known.insert(Stamp(key: key, writer: writer)) }
+        }
+    }
+
+    /// Applies one catch-up's reading and tells the observers.
+    func apply(_ reading: Reading) {
+        enum Verdict {
+            case everything(rolledBack: Bool)
+            case keys(Set<String>, impossible: Int, undecodable: Int)
+        }
+        let verdict = state.withLock { t -> Verdict in
+            guard let horizon = t.horizon else {
+                t.horizon = reading.xmin
+                t.newest = max(t.newest, reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0)
+                return .everything(rolledBack: false)
+            }
+            if reading.xmin < horizon || reading.xmax <= t.newest {
+                // The counter went back: start over from what the server says now.
+                t.horizon = reading.xmin
+                t.known = []
+                t.newest = reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0
+                return .everything(rolledBack: true)
+            }
+            var keys = Set<String>()
+            var impossible = 0
+            var undecodable = 0
+            for row in reading.rows {
+                guard row.writer < reading.xmax else {
+                    impossible += 1
+                    continue
+                }
+                t.newest = max(t.newest, row.writer)
+                guard t.known.insert(Stamp(key: row.key, writer: row.writer)).inserted else { continue }
+                guard let key = String(validating: row.key, as: UTF8.self) else {
+                    undecodable += 1
+                    continue
+                }
+                keys.insert(key)
+            }
+            t.horizon = reading.xmin
+            t.known = t.known.filter { $0.writer >= reading.xmin }
+            return .keys(keys, impossible: impossible, undecodable: undecodable)
+        }
+        switch verdict {
+        case .everything(let rolledBack):
+            if rolledBack {
+                warnOnce(
+                    "rollback",
+                    "the server's transaction counter went back (a backup restored or a replica promoted?): "
+                        + "every observer of suite \(suite) rereads every value")
+            }
+            observers.notify(StoreChange(keys: nil))
+        case .keys(let keys, let impossible, let undecodable):
+            if impossible > 0 {
+                warnOnce(
+                    "impossible",
+                    "\(impossible) row(s) of suite \(suite) name a writing transaction this server has not run "
+                        + "(rows restored from another cluster, or forged): not reported as changes")
+            }
+            if undecodable > 0 {
+                warnOnce("undecodable", "\(undecodable) row(s) of suite \(suite) have a key that is not UTF-8: skipped")
+            }
+            if !keys.isEmpty { observers.notify(StoreChange(keys: keys)) }
+        }
+    }
+
+    private func warnOnce(_ kind: String, _ message: String) {
+        guard state.withLock({ $0.warned.insert(kind).inserted }) else { return }
+        logger.warning("\(message)")
+    }
+
+    /// The catch-up statement: the snapshot's bounds, and (unless `$3` is false) every row of
+    /// suite `$1` whose writer is at least `$2`, all under the statement's one snapshot.
+    static let catchUpStatement = """
+        SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text, k.key, k.writer::text \
+        FROM pg_current_snapshot() AS s \
+        LEFT JOIN coffer_kv AS k ON $3 AND k.suite = $1 AND k.writer >= $2::text::xid8
+        """
+
+    /// Decodes the catch-up statement's rows.
+    static func reading(_ rows: [PostgresRow]) throws -> Reading {
+        var reading = Reading(xmin: 0, xmax: 0, rows: [])
+        for row in rows {
+            let cells = row.cells
+            reading.xmin = try xid(cells[0].decode(String.self))
+            reading.xmax = try xid(cells[1].decode(String.self))
+            if let key = try cells[2].decode(Data?.self), let writer = try cells[3].decode(String?.self) {
+                reading.rows.append(Row(key: key, writer: try xid(writer)))
+            }
+        }
+        return reading
+    }
+
+    /// A transaction id as the server writes it (decimal).
+    static func xid(_ text: String) throws -> UInt64 {
+        guard let value = UInt64(text) else {
+            throw CofferError(.io, "the PostgreSQL server sent a transaction id that is not a number")
+        }
+        return value
+    }
+}
+
+/// Sends a suite's notification after its writes commit, one for many: a write waits for a
+/// notification sent after its commit, and writes that commit while one is being sent share the
+/// next. A notification sent inside the writing transaction (as the vault does) would be
+/// delivered at commit, but PostgreSQL serialises the commits of every transaction that notifies
+/// (one lock held across each commit's WAL flush), which capped a suite's writes at a fraction of
+/// the server's rate; sent after, it is a transaction of its own that writes nothing.
+///
+/// A notification that cannot be sent (the server went away right after the commit) is not the
+/// write's failure: the write is committed, and followers find it at their next catch-up
+/// (``SuiteTracker/pollInterval`` at the latest).
+final class CommitNotifier: Sendable {
+    private struct State {
+        var requested: UInt64 = 0
+        var running = false
+        var waiting: [(ticket: UInt64, resume: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = Locked(State())
+    private let link: PostgresLink
+    private let channel: String
+
+    init(link: PostgresLink, channel: String) {
+        self.link = link
+        self.channel = channel
+    }
+
+    /// Returns once a notification sent after this call has been delivered to the server (or
+    /// could not be, within the link's deadlines).
+    func committed() async {
+        await withCheckedContinuation { (resume: CheckedContinuation<Void, Never>) in
+            let start = state.withLock { s -> Bool in
+                s.requested += 1
+                s.waiting.append((s.requested, resume))
+                guard !s.running else { return false }
+                s.running = true
+                return true
+            }
+            if start { Offload.start { await self.drain() } }
+        }
+    }
+
+    private func drain() async {
+        var sent: UInt64 = 0
+        while true {
+            // Everything requested so far is covered by the notification sent next.
+            let target = state.withLock { s -> UInt64? in
+                guard s.requested > sent else {
+                    s.running = false
+                    return nil
+                }
+                return s.requested
+            }
+            guard let target else { return }
+            var binds = PostgresBindings()
+            binds.append(channel)
+            let link = link
+            _ = try? await link.withConnection(idempotent: true) { [binds] connection in
+                try await link.run("SELECT pg_notify($1, '')", binds, on: connection)
+            }
+            sent = target
+            let ready = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+                let ready = s.waiting.filter { $0.ticket <= target }.map(\.resume)
+                s.waiting.removeAll { $0.ticket <= target }
+                return ready
+            }
+            for resume in ready { resume.resume() }
+        }
+    }
+}
+#endif

@@ -7,8 +7,10 @@ import PostgresNIO
 /// holds no thread while it waits, and calls `catchUp` after LISTEN succeeds (so a change made
 /// while it was away, or before it started, is found by version) and after notifications
 /// (a burst is caught up at once: catching up reads every row newer than the last one seen), and,
-/// when given a `poll` interval, that often without one. A lost connection is reopened (after
-/// 50 ms, then doubling to 1 s) until the feed is stopped.
+/// when given a `poll` interval, that often without one. A notification whose payload is
+/// `ignoring` is not a wake-up (this process's own: what it announces, this process wrote and
+/// knows). A lost connection is reopened (after 50 ms, then doubling to 1 s) until the feed is
+/// stopped.
 final class ChangeFeed: Sendable {
     private let task: Task<Void, Never>
     private let box: Box
@@ -24,12 +26,13 @@ final class ChangeFeed: Sendable {
     }
 
     init(
-        link: PostgresLink, channel: String, poll: Duration? = nil, catchUp: @escaping @Sendable () async throws -> Void
+        link: PostgresLink, channel: String, poll: Duration? = nil, ignoring: String? = nil,
+        catchUp: @escaping @Sendable () async throws -> Void
     ) {
         let box = Box()
         self.box = box
         task = Offload.start {
-            await Self.run(link: link, channel: channel, poll: poll, box: box, catchUp: catchUp)
+            await Self.run(link: link, channel: channel, poll: poll, ignoring: ignoring, box: box, catchUp: catchUp)
         }
     }
 
@@ -61,7 +64,7 @@ final class ChangeFeed: Sendable {
     private struct Ended: Error {}
 
     private static func run(
-        link: PostgresLink, channel: String, poll: Duration?, box: Box,
+        link: PostgresLink, channel: String, poll: Duration?, ignoring: String?, box: Box,
         catchUp: @escaping @Sendable () async throws -> Void
     ) async {
         let state = box
@@ -87,7 +90,10 @@ final class ChangeFeed: Sendable {
                             // LISTEN is in place once `consume` runs: catch up first, then per wake-up.
                             try await live.listen(on: channel) { notifications in
                                 wake.yield()
-                                for try await _ in notifications { wake.yield() }
+                                for try await notification in notifications
+                                where ignoring == nil || notification.payload != ignoring {
+                                    wake.yield()
+                                }
                             }
                             throw Ended()
                         }

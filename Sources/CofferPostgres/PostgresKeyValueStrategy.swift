@@ -128,7 +128,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             return (writer, true)
         }
         tracker.markOwn(order, writer: writer)
-        await notifier.committed()
+        notifier.committed()
     }
 
     // MARK: - Atomic read-modify-write
@@ -197,7 +197,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         }
         if let written {
             tracker.markOwn([keyBytes], writer: written)
-            await notifier.committed()
+            notifier.committed()
         }
     }
 
@@ -209,7 +209,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     /// meanwhile. Never fails for an unreachable server, and never waits for it: it keeps trying
     /// in the background.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        tracker.observe(handler, link: link, channel: channel) { [weak self] in
+        tracker.observe(handler, link: link, channel: channel, ownToken: notifier.token) { [weak self] in
             try await self?.catchUp()
         }
     }
@@ -238,7 +238,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             try await Self.upsert(suite, key: keyBytes, value: data, on: connection, link: link)
         }
         tracker.markOwn([keyBytes], writer: writer)
-        await notifier.committed()
+        notifier.committed()
     }
 
     /// A key's row written (`value` NULL: a tombstone), stamped with the writing transaction,

@@ -69,14 +69,16 @@ final class SuiteTracker: Sendable {
         self.logger = logger
     }
 
-    /// Adds `handler`; the first observer starts a feed on `channel` (see ``ChangeTracker``).
+    /// Adds `handler`; the first observer starts a feed on `channel` (see ``ChangeTracker``),
+    /// which does not wake for notifications whose payload is `ownToken` (this instance's).
     func observe(
-        _ handler: @escaping @Sendable (StoreChange) -> Void, link: PostgresLink, channel: String,
+        _ handler: @escaping @Sendable (StoreChange) -> Void, link: PostgresLink, channel: String, ownToken: String,
         catchUp: @escaping @Sendable () async throws -> Void
     ) -> StoreObservation {
         observers.add(handler) {
             state.withLock { $0 = State() }
-            return ChangeFeed(link: link, channel: channel, poll: Self.pollInterval, catchUp: catchUp)
+            return ChangeFeed(
+                link: link, channel: channel, poll: Self.pollInterval, ignoring: ownToken, catchUp: catchUp)
         }
     }
 
@@ -200,22 +202,40 @@ final class SuiteTracker: Sendable {
     }
 }
 
-/// Sends a suite's notification after its writes commit, one for many: a write waits for a
-/// notification sent after its commit, and writes that commit while one is being sent share the
-/// next. A notification sent inside the writing transaction (as the vault does) would be
-/// delivered at commit, but PostgreSQL serialises the commits of every transaction that notifies
-/// (one lock held across each commit's WAL flush), which capped a suite's writes at a fraction of
-/// the server's rate; sent after, it is a transaction of its own that writes nothing.
+/// Sends a suite's notification after its writes commit, one for many: each commit asks for a
+/// notification sent after it, and commits made while one is being sent share the next. A
+/// notification sent inside the writing transaction (as the vault does) would be delivered at
+/// commit, but PostgreSQL serialises the commits of every transaction that notifies (one lock
+/// held across each commit's WAL flush), which capped a suite's writes at a fraction of the
+/// server's rate; sent after, it is a transaction of its own that writes nothing.
 ///
-/// A notification that cannot be sent (the server went away right after the commit) is not the
-/// write's failure: the write is committed, and followers find it at their next catch-up
+/// At most one notification per ``spacing`` is sent for a suite: a write after a quiet spell is
+/// announced at once, and writes that follow closely share the next one (sent one `spacing` after
+/// the last). A notification costs a round trip and a transaction of its own; one per write
+/// tripled the cost of a write made in a loop.
+///
+/// The write does not wait for it: its `save` returns at the commit, and the notification is
+/// sent by a background task counted by ``RemoteWrites`` (so `RemoteWrites.settle()` before a
+/// process exits waits for it too). One that cannot be sent (the server went away right after
+/// the commit) is not the write's failure: followers find the write at their next catch-up
 /// (``SuiteTracker/pollInterval`` at the latest).
 final class CommitNotifier: Sendable {
     private struct State {
         var requested: UInt64 = 0
         var running = false
-        var waiting: [(ticket: UInt64, resume: CheckedContinuation<Void, Never>)] = []
+        var lastSent: ContinuousClock.Instant?
     }
+
+    /// The least time between two notifications of a suite from this process.
+    static let spacing = Duration.milliseconds(5)
+
+    /// The payload of this store instance's notifications: random, so its own feed tells them
+    /// from another instance's (in this process or elsewhere) and does not catch up on writes
+    /// this instance made and already knows.
+    let token: String = {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in String(generator.next() as UInt64, radix: 36) }.joined(separator: "-")
+    }()
 
     private let state = Locked(State())
     private let link: PostgresLink
@@ -226,46 +246,42 @@ final class CommitNotifier: Sendable {
         self.channel = channel
     }
 
-    /// Returns once a notification sent after this call has been delivered to the server (or
-    /// could not be, within the link's deadlines).
-    func committed() async {
-        await withCheckedContinuation { (resume: CheckedContinuation<Void, Never>) in
-            let start = state.withLock { s -> Bool in
-                s.requested += 1
-                s.waiting.append((s.requested, resume))
-                guard !s.running else { return false }
-                s.running = true
-                return true
-            }
-            if start { Offload.start { await self.drain() } }
+    /// Asks for a notification sent after this call, and returns at once.
+    func committed() {
+        let start = state.withLock { s -> Bool in
+            s.requested += 1
+            guard !s.running else { return false }
+            s.running = true
+            return true
         }
+        if start { RemoteWrites.run { await self.drain() } }
     }
 
     private func drain() async {
         var sent: UInt64 = 0
         while true {
             // Everything requested so far is covered by the notification sent next.
-            let target = state.withLock { s -> UInt64? in
+            let pending = state.withLock { s -> Bool in
                 guard s.requested > sent else {
                     s.running = false
-                    return nil
+                    return false
                 }
-                return s.requested
+                return true
             }
-            guard let target else { return }
+            guard pending else { return }
+            if let last = state.withLock({ $0.lastSent }), ContinuousClock.now < last + Self.spacing {
+                try? await Task.sleep(until: last + Self.spacing, clock: .continuous)
+            }
+            let target = state.withLock { $0.requested }  // the writes of the wait share it
             var binds = PostgresBindings()
             binds.append(channel)
+            binds.append(token)
             let link = link
             _ = try? await link.withConnection(idempotent: true) { [binds] connection in
-                try await link.run("SELECT pg_notify($1, '')", binds, on: connection)
+                try await link.run("SELECT pg_notify($1, $2)", binds, on: connection)
             }
+            state.withLock { $0.lastSent = .now }
             sent = target
-            let ready = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-                let ready = s.waiting.filter { $0.ticket <= target }.map(\.resume)
-                s.waiting.removeAll { $0.ticket <= target }
-                return ready
-            }
-            for resume in ready { resume.resume() }
         }
     }
 }

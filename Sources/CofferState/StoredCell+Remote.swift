@@ -248,10 +248,18 @@ extension StoredCell {
             return try update(body)
         }
         do {
-            try await flush()  // a write made here and not stored yet is newer: `body` starts from it
             // Each attempt ends within the store's deadlines; no new one starts after the
             // context's lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
+            // Updates of this cell in this process wait their turn within the same budget.
             let giveUp = ContinuousClock.now + context.lockTimeout
+            guard await updateTurn.enter(until: giveUp) else {
+                throw CofferError(
+                    .busy,
+                    "\(backing): other updates of it in this process took longer than "
+                        + "\(context.lockTimeout.inSeconds.secondsText) s; the update was not applied")
+            }
+            defer { updateTurn.leave() }
+            try await flush()  // a write made here and not stored yet is newer: `body` starts from it
             while true {
                 let before = state.withLock { $0.writes }
                 try checkUpdateBudget(giveUp)

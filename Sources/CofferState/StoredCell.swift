@@ -65,6 +65,9 @@ final class StoredCell<Value: Sendable>: Sendable {
     private let subscribers = SubscriberList<Value>()
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
     let persistLock = Locked(false)
+    /// Remote updates of this cell in this process take turns: racing each other's
+    /// compare-and-swap, eight tasks updating one key could lose to each other for seconds.
+    let updateTurn = AsyncTurn()
     @usableFromInline let registrar = ObservationRegistrar()
     /// The value's bytes, for a lock-free read, when `Value` is small and trivially copyable
     /// (``usesWordPath``). Written only while `state` is locked, next to `state.value`.

@@ -22,7 +22,8 @@ head -c 32 /dev/urandom > "$key"
 trap 'rm -f "$key"' EXIT
 export COFFER_FLEET_KEY_FILE="$key"
 
-echo "== coffer stores the first secret (the vault 'fleet' is created in the database)"
+echo "== coffer creates the vault 'fleet' in the database and stores the first secret"
+"$COFFER" --store "$URL&vault=fleet" --key-file "$key" init
 printf '%s' "token-v1" | "$COFFER" --store "$URL&vault=fleet" --key-file "$key" set fleet deploy-token
 
 echo "== Two application processes follow @Stored(backed: .vault(fleetVault, service: \"fleet\", account: \"deploy-token\"))"

@@ -33,6 +33,12 @@ public protocol PersistenceStrategy: Sendable {
 /// `coffer get`): typed values are stored in ``ValueEncoding/plain`` form.
 public protocol PlainValuePersistenceStrategy: PersistenceStrategy {}
 
+/// A strategy whose values are secrets, sealed at rest (a vault's, on disk or in PostgreSQL).
+/// Integrations decide by this capability, never by a concrete type, what to treat as secret:
+/// the configuration provider marks every value of such a store `isSecret`, so access logs and
+/// descriptions redact it.
+public protocol SealedPersistenceStrategy: PersistenceStrategy {}
+
 /// How ``ValueCodec`` turns typed values into a strategy's bytes.
 public enum ValueEncoding: Sendable, Hashable {
     /// Coffer's compact binary form: a tag byte, then the value (or JSON). The default.

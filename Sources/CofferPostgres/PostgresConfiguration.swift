@@ -51,12 +51,22 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     public var maximumConnections: Int
     /// Seconds an unused pooled connection stays open.
     public var idleTimeout: Double
+    /// The schema of Coffer's tables (`public` unless named). Every statement names its tables
+    /// with this schema, and each connection's `search_path` is set to it alone, so a schema
+    /// another role makes (one named after the login role, which PostgreSQL's default
+    /// `search_path` puts first) can never stand in for Coffer's tables.
+    public var schema: String
+
+    /// Why these settings cannot be used (a `PGSSLMODE` libpq would refuse), reported by the
+    /// first call that connects.
+    var refusal: String?
 
     public init(
         host: String = "localhost", port: Int = 5432, user: String, password: String? = nil, database: String? = nil,
         tls: TLSMode = .prefer, rootCertificatePath: String? = nil, connectTimeout: Double = 5, timeout: Double? = nil,
-        maximumConnections: Int = 10, idleTimeout: Double = 30
+        maximumConnections: Int = 10, idleTimeout: Double = 30, schema: String = "public"
     ) {
+        self.schema = schema
         self.timeout = timeout
         self.maximumConnections = max(1, maximumConnections)
         self.idleTimeout = idleTimeout
@@ -85,9 +95,18 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     /// directory), `PGPORT`, `PGUSER` (else `USER`), `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`,
     /// `PGSSLROOTCERT`, `PGCONNECT_TIMEOUT`. Unset ones take libpq's defaults, except that the
     /// host defaults to `localhost` (not a socket directory whose place varies by system).
+    /// Without `PGPASSWORD`, the password comes from the password file, as libpq's does
+    /// (``passwordFromFile(environment:)``).
     public static func environment(
         _ environment: [String: String] = ProcessInfo.processInfo.environment
     ) -> PostgresConfiguration {
+        var configuration = fromVariables(environment)
+        if configuration.password == nil { configuration.password = configuration.passwordFromFile(environment: environment) }
+        return configuration
+    }
+
+    /// ``environment(_:)`` without the password file.
+    private static func fromVariables(_ environment: [String: String]) -> PostgresConfiguration {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         var configuration = PostgresConfiguration(
             user: value("PGUSER") ?? value("USER") ?? "postgres")
@@ -95,7 +114,15 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
         if let port = value("PGPORT").flatMap(Int.init) { configuration.port = port }
         configuration.password = value("PGPASSWORD")
         configuration.database = value("PGDATABASE")
-        if let mode = value("PGSSLMODE") { configuration.tls = TLSMode(libpq: mode) ?? configuration.tls }
+        if let mode = value("PGSSLMODE") {
+            // An unknown mode is refused, as libpq refuses it: a misspelled `verify-full` must
+            // not quietly become `prefer`, which checks no certificate.
+            if let tls = TLSMode(libpq: mode) {
+                configuration.tls = tls
+            } else {
+                configuration.refusal = PostgresConfiguration.sslmodeRule.replacingOccurrences(of: "sslmode", with: "PGSSLMODE")
+            }
+        }
         configuration.rootCertificatePath = value("PGSSLROOTCERT")
         if let timeout = value("PGCONNECT_TIMEOUT").flatMap(Double.init), timeout > 0 {
             configuration.connectTimeout = timeout
@@ -104,7 +131,8 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     }
 
     /// Parses `postgres://[user[:password]@][host][:port][/database][?sslmode=…&host=/socket/dir&connect_timeout=…]`
-    /// (also `statement_timeout=` seconds for ``timeout``, and `pool_max_conns=` for ``maximumConnections``)
+    /// (also `statement_timeout=` seconds for ``timeout``, `pool_max_conns=` for
+    /// ``maximumConnections``, and `schema=` for ``schema``)
     /// (or `postgresql://`). What the URL leaves out comes from the environment, as with libpq.
     /// - Throws: ``CofferError/Code/invalidArgument`` for another scheme or a malformed URL
     ///   (the message never repeats the URL, which may hold a password).
@@ -114,7 +142,7 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
         else {
             throw CofferError(.invalidArgument, "a PostgreSQL URL starts with postgres:// or postgresql://")
         }
-        self = .environment(environment)
+        self = .fromVariables(environment)
         if let user = components.user, !user.isEmpty { self.user = user }
         if let password = components.password { self.password = password }
         if let host = components.host, !host.isEmpty { self.host = host }
@@ -125,10 +153,9 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
             guard let value = item.value else { continue }
             switch item.name {
             case "sslmode":
-                guard let mode = TLSMode(libpq: value) else {
-                    throw CofferError(.invalidArgument, "sslmode must be disable, prefer, require, verify-ca or verify-full")
-                }
+                guard let mode = TLSMode(libpq: value) else { throw CofferError(.invalidArgument, Self.sslmodeRule) }
                 tls = mode
+                refusal = nil
             case "host": host = value
             case "port": if let port = Int(value) { self.port = port }
             case "user": user = value
@@ -138,16 +165,74 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
             case "connect_timeout": if let timeout = Double(value), timeout > 0 { connectTimeout = timeout }
             case "statement_timeout": if let timeout = Double(value), timeout > 0 { self.timeout = timeout }
             case "pool_max_conns": if let count = Int(value), count > 0 { maximumConnections = count }
+            case "schema": schema = value
             default: continue
             }
         }
+        if password == nil { password = passwordFromFile(environment: environment) }
     }
+
+    /// The password for these settings from libpq's password file: `PGPASSFILE`, else
+    /// `~/.pgpass`. Lines are `host:port:database:user:password`, `*` matches anything, `\:` and
+    /// `\\` escape, `#` starts a comment, the first matching line wins; a host that is a socket
+    /// directory matches `localhost`. As with libpq, a file that others may read (any group or
+    /// other permission) is ignored, as is one that is not a regular file.
+    public func passwordFromFile(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        let path: String
+        if let file = environment["PGPASSFILE"], !file.isEmpty {
+            path = file
+        } else if let home = environment["HOME"], !home.isEmpty {
+            path = home + "/.pgpass"
+        } else {
+            return nil
+        }
+        var status = stat()
+        guard stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG, status.st_mode & 0o077 == 0,
+            status.st_size < 1 << 20,
+            let text = try? String(contentsOfFile: path, encoding: .utf8)
+        else { return nil }
+        let wanted = [host.hasPrefix("/") ? "localhost" : host, String(port), database ?? user, user]
+        for line in text.split(whereSeparator: \.isNewline) where !line.hasPrefix("#") {
+            var fields: [String] = []
+            var field = ""
+            var escaped = false
+            for character in line {
+                if escaped {
+                    field.append(character)
+                    escaped = false
+                } else if character == "\\" {
+                    escaped = true
+                } else if character == ":" && fields.count < 4 {
+                    fields.append(field)
+                    field = ""
+                } else {
+                    field.append(character)
+                }
+            }
+            fields.append(field)
+            guard fields.count == 5 else { continue }
+            if zip(fields, wanted).allSatisfy({ $0 == "*" || $0 == $1 }) { return fields[4] }
+        }
+        return nil
+    }
+
+    /// What `sslmode` may be (libpq's spellings, exactly).
+    static let sslmodeRule = "sslmode must be disable, allow, prefer, require, verify-ca or verify-full (lower case, as libpq spells them)"
 
     /// The statement and lock deadline in effect: ``timeout``, else 10 s.
     public var effectiveTimeout: Double { timeout.map { max($0, 0.001) } ?? 10 }
 
-    /// A key naming the server and database (never the password): stores are shared per key.
-    var identity: String { "\(user)@\(host):\(port)/\(database ?? user)" }
+    /// A key naming the server, database and schema (never the password): stores are shared per key.
+    var identity: String { "\(user)@\(host):\(port)/\(database ?? user)#\(schema)" }
+
+    /// Refuses settings no connection should be made with: an unknown `PGSSLMODE`, an empty
+    /// schema name or one with a NUL.
+    func check() throws {
+        if let refusal { throw CofferError(.invalidArgument, refusal) }
+        if schema.isEmpty || schema.utf8.contains(0) {
+            throw CofferError(.invalidArgument, "the schema of Coffer's tables must be a non-empty name without NUL")
+        }
+    }
 }
 
 extension PostgresConfiguration: CustomReflectable {
@@ -159,7 +244,7 @@ extension PostgresConfiguration: CustomReflectable {
                 "host": host, "port": port, "user": user, "password": password == nil ? "(none)" : "(set)",
                 "database": database as Any, "tls": tls, "rootCertificatePath": rootCertificatePath as Any,
                 "connectTimeout": connectTimeout, "timeout": timeout as Any,
-                "maximumConnections": maximumConnections, "idleTimeout": idleTimeout,
+                "maximumConnections": maximumConnections, "idleTimeout": idleTimeout, "schema": schema,
             ], displayStyle: .struct)
     }
 }

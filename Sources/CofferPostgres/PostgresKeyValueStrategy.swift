@@ -54,7 +54,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     ///   default logs nothing below critical). Bound values are never logged by Coffer.
     public init(configuration: PostgresConfiguration = .environment(), suite: String = "standard", logger: Logger? = nil) {
         self.suite = suite
-        let link = PostgresLink(configuration: configuration, logger: logger)
+        let link = PostgresLink(configuration: configuration, logger: logger, name: ("suite", suite))
         let channel = Schema.channel("coffer_kv_", Array(suite.utf8))
         self.link = link
         self.channel = channel
@@ -71,7 +71,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         let link = link
         return try await link.withConnection(idempotent: true) { [binds] connection in
             let rows = try await link.run(
-                "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2", binds, on: connection)
+                "SELECT value FROM \(link.tables.kv) WHERE suite = $1 AND key = $2", binds, on: connection)
             guard let row = rows.first else { return nil }
             return try row.cells[0].decode(Data?.self)
         }
@@ -91,7 +91,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         let (suite, link) = (suite, link)
         return try await link.withConnection(idempotent: true) { [binds] connection in
             let rows = try await link.run(
-                "SELECT key FROM coffer_kv WHERE suite = $1 AND value IS NOT NULL", binds, on: connection)
+                "SELECT key FROM \(link.tables.kv) WHERE suite = $1 AND value IS NOT NULL", binds, on: connection)
             var skipped = 0
             let keys = try rows.compactMap { row -> String? in
                 let key = String(validating: try row.cells[0].decode(Data.self), as: UTF8.self)
@@ -187,10 +187,11 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             // instances creating the same key wait for each other as well; the read is a
             // statement of its own, whose snapshot sees the row another instance just committed.
             try await link.run(
-                "INSERT INTO coffer_kv (suite, key, value, version, writer) VALUES ($1, $2, NULL, 0, pg_current_xact_id()) "
+                "INSERT INTO \(link.tables.kv) (suite, key, value, version, writer) "
+                    + "VALUES ($1, $2, NULL, 0, pg_current_xact_id()) "
                     + "ON CONFLICT (suite, key) DO NOTHING", binds, on: connection)
             let rows = try await link.run(
-                "SELECT value FROM coffer_kv WHERE suite = $1 AND key = $2 FOR UPDATE", binds, on: connection)
+                "SELECT value FROM \(link.tables.kv) WHERE suite = $1 AND key = $2 FOR UPDATE", binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
             guard case .store(let next) = try decide(current) else { return (nil, false) }
             return (try await Self.upsert(suite, key: keyBytes, value: next, on: connection, link: link), true)
@@ -224,7 +225,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         binds.append(horizon != nil)
         let link = link
         let reading = try await link.withConnection(idempotent: true) { [binds] connection in
-            try SuiteTracker.reading(try await link.run(SuiteTracker.catchUpStatement, binds, on: connection))
+            try SuiteTracker.reading(try await link.run(SuiteTracker.catchUpStatement(link.tables), binds, on: connection))
         }
         tracker.apply(reading)
     }
@@ -243,11 +244,13 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
 
     /// A key's row written (`value` NULL: a tombstone), stamped with the writing transaction,
     /// whose id it returns. On its own, one statement is one transaction: one round trip.
-    static let writeStatement = """
-        INSERT INTO coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+    static func writeStatement(_ tables: Tables) -> String {
+        """
+        INSERT INTO \(tables.kv) AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
         ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
         RETURNING t.writer::text
         """
+    }
 
     private static func upsert(
         _ suite: String, key: Data, value: Data?, on connection: PostgresConnection, link: PostgresLink
@@ -256,7 +259,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         binds.append(suite)
         try binds.append(key)
         try binds.append(value)
-        let rows = try await link.run(writeStatement, binds, on: connection)
+        let rows = try await link.run(writeStatement(link.tables), binds, on: connection)
         guard let writer = try rows.first?.cells[0].decode(String.self) else {
             throw CofferError(.io, "the PostgreSQL server did not return the written row")
         }

@@ -21,6 +21,8 @@ import PostgresNIO
 final class PostgresLink: Sendable {
     let configuration: PostgresConfiguration
     let logger: Logger
+    /// Coffer's tables, named in the configured schema.
+    let tables: Tables
 
     /// The logger of queries when the caller gave none: nothing below critical (a failed query is
     /// reported as a `CofferError`, and postgres-nio's own messages may show bound values).
@@ -30,9 +32,14 @@ final class PostgresLink: Sendable {
         return logger
     }()
 
-    init(configuration: PostgresConfiguration, logger: Logger? = nil) {
+    /// Why every call fails at once (a name no row may have), else `nil`.
+    let refusal: CofferError?
+
+    init(configuration: PostgresConfiguration, logger: Logger? = nil, name: (kind: String, value: String)? = nil) {
         self.configuration = configuration
+        self.refusal = name.flatMap { Self.refusal(of: $0.value, as: $0.kind) }
         self.logger = logger ?? Self.quietLogger
+        self.tables = Tables(schema: configuration.schema)
     }
 
     /// Seconds a statement may wait for a lock or run.
@@ -253,12 +260,16 @@ final class PostgresLink: Sendable {
 
     /// The process's pool for these settings (a new one after a pool was discarded).
     private func client() throws -> PostgresClient {
-        try ClientRegistry.client(for: configuration, logger: logger)
+        if let refusal { throw refusal }
+        try configuration.check()
+        return try ClientRegistry.client(for: configuration, logger: logger)
     }
 
     /// Opens a connection of its own (not pooled), within the connect timeout: the change feed's
     /// LISTEN connection.
     func connectForListening() async throws -> PostgresConnection {
+        if let refusal { throw refusal }
+        try configuration.check()
         var settings: PostgresConnection.Configuration
         if let socket = configuration.unixSocketPath {
             settings = PostgresConnection.Configuration(
@@ -286,6 +297,14 @@ final class PostgresLink: Sendable {
     }
 
     // MARK: - Errors
+
+    /// Why a suite or vault name cannot be used: empty, or holding a NUL (PostgreSQL's `text`
+    /// cannot hold one); `nil` when it can. The same `.invalidArgument` the file stores give.
+    static func refusal(of name: String, as kind: String) -> CofferError? {
+        if name.isEmpty { return CofferError(.invalidArgument, "a \(kind) name must not be empty") }
+        if name.utf8.contains(0) { return CofferError(.invalidArgument, "a \(kind) name must not contain NUL") }
+        return nil
+    }
 
     /// Whether the error is the pool's own (postgres-nio's `ConnectionPoolError`: the pool was
     /// shut down — replaced after an outage — or its connection attempts keep failing).
@@ -462,6 +481,9 @@ enum ClientRegistry {
             // client's own cut-off one second after the deadline.
             ("statement_timeout", "\(milliseconds + 500)"),
             ("idle_in_transaction_session_timeout", "\(max(milliseconds * 2, 5000))"),
+            // Only Coffer's schema (pg_catalog is searched first, implicitly): no other schema,
+            // such as one named after the login role, is searched for a table or a function.
+            ("search_path", Tables(schema: configuration.schema).schema),
         ]
     }
 

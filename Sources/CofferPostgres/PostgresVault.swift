@@ -54,15 +54,16 @@ public final class PostgresVault: Sendable {
         name: String, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate,
         configuration: PostgresConfiguration = .environment(), logger: Logger? = nil
     ) async throws -> PostgresVault {
+        if let refusal = PostgresLink.refusal(of: name, as: "vault") { throw refusal }  // before the KDF
         let (sealing, header) = try await Offload.run { try RowSealing.create(unlock: unlock, kdf: kdf) }
-        let link = PostgresLink(configuration: configuration, logger: logger)
+        let link = PostgresLink(configuration: configuration, logger: logger, name: ("vault", name))
         var binds = PostgresBindings()
         binds.append(name)
         try binds.append(Data(sealing.vaultID))
         try binds.append(Data(header))
         let created = try await link.withConnection(idempotent: false) { [binds] connection in
             try await !link.run(
-                "INSERT INTO coffer_vaults (name, vault_id, header, version) VALUES ($1, $2, $3, 0) "
+                "INSERT INTO \(link.tables.vaults) (name, vault_id, header, version) VALUES ($1, $2, $3, 0) "
                     + "ON CONFLICT (name) DO NOTHING RETURNING version", binds, on: connection
             ).isEmpty
         }
@@ -91,12 +92,12 @@ public final class PostgresVault: Sendable {
         name: String, unlock: VaultUnlock, kdfLimit: Argon2idParameters = Vault.defaultKDFLimit,
         configuration: PostgresConfiguration = .environment(), logger: Logger? = nil
     ) async throws -> PostgresVault {
-        let link = PostgresLink(configuration: configuration, logger: logger)
+        let link = PostgresLink(configuration: configuration, logger: logger, name: ("vault", name))
         var binds = PostgresBindings()
         binds.append(name)
         let found = try await link.withConnection(idempotent: true) { [binds] connection -> (Data, Data)? in
             let rows = try await link.run(
-                "SELECT vault_id, header FROM coffer_vaults WHERE name = $1", binds, on: connection)
+                "SELECT vault_id, header FROM \(link.tables.vaults) WHERE name = $1", binds, on: connection)
             guard let row = rows.first else { return nil }
             let cells = row.cells
             return (try cells[0].decode(Data.self), try cells[1].decode(Data.self))
@@ -207,7 +208,7 @@ public final class PostgresVault: Sendable {
         let link = link
         let rows = try await link.withConnection(idempotent: true) { [binds] connection in
             try await link.run(
-                "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1", binds, on: connection
+                "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1", binds, on: connection
             ).map(Self.decodeRow)
         }
         var items: [VaultItem] = []
@@ -407,7 +408,7 @@ public final class PostgresVault: Sendable {
             binds.append(since)
             let rows = try await link.withConnection(idempotent: true) { [binds] connection in
                 try await link.run(
-                    "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND version > $2",
+                    "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND version > $2",
                     binds, on: connection
                 ).map(Self.decodeRow)
             }
@@ -452,7 +453,7 @@ public final class PostgresVault: Sendable {
         try binds.append(Data(rowKey))
         let known = newestVersions.withLock { $0[rowKey] }
         let rows = try await link.run(
-            "SELECT row_key, record, version FROM coffer_vault_rows WHERE vault_id = $1 AND row_key = $2", binds,
+            "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND row_key = $2", binds,
             on: connection)
         guard let row = rows.first else {
             if known != nil {
@@ -508,7 +509,7 @@ public final class PostgresVault: Sendable {
         var binds = PostgresBindings()
         try binds.append(Data(sealing.vaultID))
         let rows = try await link.run(
-            "UPDATE coffer_vaults SET version = version + 1 WHERE vault_id = $1 RETURNING version", binds,
+            "UPDATE \(link.tables.vaults) SET version = version + 1 WHERE vault_id = $1 RETURNING version", binds,
             on: connection)
         guard let row = rows.first else {
             throw CofferError(.notFound, "the vault was removed from the database", path: name)
@@ -525,7 +526,7 @@ public final class PostgresVault: Sendable {
         try binds.append(Data(record))
         binds.append(version)
         try await link.run(
-            "INSERT INTO coffer_vault_rows (vault_id, row_key, record, version) VALUES ($1, $2, $3, $4) "
+            "INSERT INTO \(link.tables.vaultRows) (vault_id, row_key, record, version) VALUES ($1, $2, $3, $4) "
                 + "ON CONFLICT (vault_id, row_key) DO UPDATE SET record = excluded.record, version = excluded.version",
             binds, on: connection)
     }
@@ -535,7 +536,7 @@ public final class PostgresVault: Sendable {
         try binds.append(Data(sealing.vaultID))
         let link = link
         return try await link.withConnection(idempotent: true) { [binds] connection in
-            let rows = try await link.run("SELECT version FROM coffer_vaults WHERE vault_id = $1", binds, on: connection)
+            let rows = try await link.run("SELECT version FROM \(link.tables.vaults) WHERE vault_id = $1", binds, on: connection)
             return try rows.first?.cells[0].decode(Int64.self) ?? 0
         }
     }

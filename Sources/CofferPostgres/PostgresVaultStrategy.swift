@@ -12,7 +12,7 @@ public import Foundation
 /// Every call is `async` (``AsyncPersistenceStrategy``): `@Stored` properties on it never block
 /// their caller on the network. The synchronous forms run the async ones on Coffer's threads.
 public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
-    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy
+    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy, SealedPersistenceStrategy
 {
     /// The vault holding the items.
     public let vault: PostgresVault

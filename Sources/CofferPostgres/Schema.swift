@@ -5,23 +5,45 @@ import Foundation
 import Logging
 import PostgresNIO
 
+/// Coffer's table names, each qualified with the configured schema (a quoted identifier), so no
+/// statement depends on `search_path`.
+struct Tables: Sendable {
+    /// The schema, quoted: `"public"`.
+    let schema: String
+    let suites: String
+    let kv: String
+    let vaults: String
+    let vaultRows: String
+
+    init(schema name: String) {
+        schema = "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        suites = schema + ".coffer_suites"
+        kv = schema + ".coffer_kv"
+        vaults = schema + ".coffer_vaults"
+        vaultRows = schema + ".coffer_vault_rows"
+    }
+}
+
 /// The tables (docs/FORMAT.md, "PostgreSQL tables"), created when missing.
 enum Schema {
-    static let statements = [
-        "CREATE TABLE IF NOT EXISTS coffer_suites (suite text PRIMARY KEY, version bigint NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS coffer_kv (suite text NOT NULL, key bytea NOT NULL, value bytea, "
-            + "version bigint NOT NULL, writer xid8 NOT NULL DEFAULT '0', PRIMARY KEY (suite, key))",
-        "CREATE INDEX IF NOT EXISTS coffer_kv_changes ON coffer_kv (suite, version)",
-        // Tables made before key-value rows carried their writing transaction (docs/FORMAT.md §4,
-        // "Migrations"): the column (its existing rows get 0, "older than any change") and its index.
-        "ALTER TABLE coffer_kv ADD COLUMN IF NOT EXISTS writer xid8 NOT NULL DEFAULT '0'",
-        "CREATE INDEX IF NOT EXISTS coffer_kv_writers ON coffer_kv (suite, writer)",
-        "CREATE TABLE IF NOT EXISTS coffer_vaults (name text PRIMARY KEY, vault_id bytea NOT NULL UNIQUE, "
-            + "header bytea NOT NULL, version bigint NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS coffer_vault_rows (vault_id bytea NOT NULL, row_key bytea NOT NULL, "
-            + "record bytea NOT NULL, version bigint NOT NULL, PRIMARY KEY (vault_id, row_key))",
-        "CREATE INDEX IF NOT EXISTS coffer_vault_rows_changes ON coffer_vault_rows (vault_id, version)",
-    ]
+    /// The statements that create the tables (or bring older ones up to date) in `t`'s schema.
+    static func statements(_ t: Tables) -> [String] {
+        [
+            "CREATE TABLE IF NOT EXISTS \(t.suites) (suite text PRIMARY KEY, version bigint NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS \(t.kv) (suite text NOT NULL, key bytea NOT NULL, value bytea, "
+                + "version bigint NOT NULL, writer xid8 NOT NULL DEFAULT '0', PRIMARY KEY (suite, key))",
+            "CREATE INDEX IF NOT EXISTS coffer_kv_changes ON \(t.kv) (suite, version)",
+            // Tables made before key-value rows carried their writing transaction (docs/FORMAT.md
+            // §4, "Migration"): the column (existing rows get 0, "older than any change"), its index.
+            "ALTER TABLE \(t.kv) ADD COLUMN IF NOT EXISTS writer xid8 NOT NULL DEFAULT '0'",
+            "CREATE INDEX IF NOT EXISTS coffer_kv_writers ON \(t.kv) (suite, writer)",
+            "CREATE TABLE IF NOT EXISTS \(t.vaults) (name text PRIMARY KEY, vault_id bytea NOT NULL UNIQUE, "
+                + "header bytea NOT NULL, version bigint NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS \(t.vaultRows) (vault_id bytea NOT NULL, row_key bytea NOT NULL, "
+                + "record bytea NOT NULL, version bigint NOT NULL, PRIMARY KEY (vault_id, row_key))",
+            "CREATE INDEX IF NOT EXISTS coffer_vault_rows_changes ON \(t.vaultRows) (vault_id, version)",
+        ]
+    }
 
     /// The servers (and databases) whose tables this process has already made sure of.
     private static let ensured = Locked<Set<String>>([])
@@ -36,14 +58,19 @@ enum Schema {
         func run(_ sql: String) async throws -> [PostgresRow] {
             try await PostgresLink.run(sql, on: connection, logger: logger)
         }
-        let present = try await run(
-            "SELECT to_regclass('coffer_vault_rows') IS NOT NULL AND to_regclass('coffer_kv_writers') IS NOT NULL")
+        let t = Tables(schema: configuration.schema)
+        var names = PostgresBindings()
+        names.append("\(t.schema).coffer_vault_rows")
+        names.append("\(t.schema).coffer_kv_writers")
+        let present = try await PostgresLink.run(
+            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", names, on: connection, logger: logger)
         if try present.first?.decode(Bool.self) != true {
             _ = try await run("BEGIN")
             do {
                 // 0x436f66666572 is "Coffer".
                 _ = try await run("SELECT pg_advisory_xact_lock(74187595630962)")
-                for statement in statements { _ = try await run(statement) }
+                if configuration.schema != "public" { _ = try await run("CREATE SCHEMA IF NOT EXISTS \(t.schema)") }
+                for statement in statements(t) { _ = try await run(statement) }
                 _ = try await run("COMMIT")
             } catch {
                 if !connection.isClosed { _ = try? await run("ROLLBACK") }

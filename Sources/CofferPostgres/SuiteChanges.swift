@@ -173,11 +173,13 @@ final class SuiteTracker: Sendable {
 
     /// The catch-up statement: the snapshot's bounds, and (unless `$3` is false) every row of
     /// suite `$1` whose writer is at least `$2`, all under the statement's one snapshot.
-    static let catchUpStatement = """
+    static func catchUpStatement(_ tables: Tables) -> String {
+        """
         SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text, k.key, k.writer::text \
         FROM pg_current_snapshot() AS s \
-        LEFT JOIN coffer_kv AS k ON $3 AND k.suite = $1 AND k.writer >= $2::text::xid8
+        LEFT JOIN \(tables.kv) AS k ON $3 AND k.suite = $1 AND k.writer >= $2::text::xid8
         """
+    }
 
     /// Decodes the catch-up statement's rows.
     static func reading(_ rows: [PostgresRow]) throws -> Reading {

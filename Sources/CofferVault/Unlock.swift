@@ -11,7 +11,7 @@ public import Foundation
 /// What each protects is in SECURITY.md. In short: a passphrase is stretched with Argon2id, so
 /// a stolen file resists guessing; a key file is only as safe as where it is kept — one stored
 /// beside the vault protects nothing against someone who copies the directory.
-public struct VaultUnlock: Sendable, CustomStringConvertible {
+public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable {
     enum Source: Sendable {
         case passphrase(SecureBytes)
         case passphraseText(String)
@@ -71,6 +71,9 @@ public struct VaultUnlock: Sendable, CustomStringConvertible {
         case .key: "VaultUnlock.key(<redacted>)"
         }
     }
+
+    /// What `dump`, `Mirror` and debuggers show: the description, never the secret.
+    public var customMirror: Mirror { Mirror(self, children: [], displayStyle: .struct) }
 
     /// The bytes this source stands for.
     func material(fileSystem: any FileSystem) throws -> UnlockMaterial {

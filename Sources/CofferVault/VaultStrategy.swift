@@ -10,7 +10,7 @@ public import Foundation
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
     CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy,
-    ChangeObservingPersistenceStrategy, ServiceStrategy
+    ChangeObservingPersistenceStrategy, ServiceStrategy, SealedPersistenceStrategy
 {
     // load, save, remove, keys, saveBatch, compareAndSwap and observeChanges are
     // ServiceStrategy's, shared with the PostgreSQL vault's strategy.

@@ -44,7 +44,9 @@ struct BenchPostgresCommand: ParsableCommand {
 
     func run() throws {
         #if Postgres
-        guard let url = store ?? ProcessInfo.processInfo.environment["COFFER_STORE"] else {
+        guard let url = try store.map({ try GlobalOptions.refusingPassword($0, from: "--store") })
+            ?? ProcessInfo.processInfo.environment["COFFER_STORE"]
+        else {
             throw CLIError.usage("bench-postgres needs --store postgres://… or $COFFER_STORE")
         }
         let configuration = try PostgresConfiguration(url: url)

@@ -42,7 +42,7 @@ struct SetCommand: ParsableCommand {
                 "set reads the secret from standard input, so the key cannot come from there too: "
                     + "give --key-file a file")
         }
-        let vault = try root.global.openItemStore(create: true)
+        let vault = try root.global.openItemStore()
         let (secret, typed) = try Input.secretFromStandardInput(
             prompt: "Secret for \(escapedName(service)) / \(escapedName(account)): ")
         // An empty line at the prompt is most likely a slip of the Return key; an empty standard

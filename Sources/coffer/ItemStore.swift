@@ -43,26 +43,58 @@ extension PostgresVault: ItemStore {
 extension GlobalOptions {
     /// `--store`, else `$COFFER_STORE`: a `postgres://` URL (`?vault=NAME`, default `default`).
     var storeURL: String? {
-        if let store, !store.isEmpty { return store }
-        return environmentText("COFFER_STORE").flatMap { $0.isEmpty ? nil : $0 }
+        get throws {
+            if let store, !store.isEmpty { return try Self.refusingPassword(store, from: "--store") }
+            return environmentText("COFFER_STORE").flatMap { $0.isEmpty ? nil : $0 }
+        }
+    }
+
+    #if Postgres
+    /// The server and vault name (`vault=`, default `default`) of a `--store` URL.
+    static func postgresVault(_ url: String) throws -> (PostgresConfiguration, String) {
+        let configuration = try PostgresConfiguration(url: url)
+        let name = URLComponents(string: url)?.queryItems?.first { $0.name == "vault" }?.value ?? "default"
+        return (configuration, name)
+    }
+    #endif
+
+    /// `url`, unless it holds a password: an argument is shown to every local user (`ps`,
+    /// `/proc/PID/cmdline`) for the whole run. The environment (`COFFER_STORE`, `PGPASSWORD`) and
+    /// the password file are readable by this user only, and a password there is never shown
+    /// (descriptions and errors leave it out).
+    static func refusingPassword(_ url: String, from option: String) throws -> String {
+        // The user information is what precedes the last `@` before the query; with a `:`, it
+        // holds a password (also when the password has an unescaped `/` and the URL is malformed).
+        let beforeQuery = url.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0]
+        let afterScheme = beforeQuery.range(of: "://").map { beforeQuery[$0.upperBound...] } ?? beforeQuery
+        let userInfo = afterScheme.lastIndex(of: "@").map { afterScheme[..<$0] } ?? ""
+        let query = URLComponents(string: url)?.queryItems ?? []
+        if userInfo.contains(":") || query.contains(where: { $0.name == "password" }) {
+            throw CLIError.usage(
+                "\(option) holds a password, which every user of this machine can read in `ps` while coffer runs: "
+                    + "leave it out and put it in PGPASSWORD, in ~/.pgpass or in the file PGPASSFILE names (mode 0600)")
+        }
+        return url
     }
 
     /// The vault the item commands use: the PostgreSQL one `--store` names, else the file vault.
-    /// `create`: the first `set` on a server creates the vault there (with a passphrase asked
-    /// twice, or the key file given).
-    func openItemStore(create: Bool = false) throws -> any ItemStore {
-        guard let url = storeURL else { return try openVault() }
+    /// A PostgreSQL vault is made by `coffer --store … init` only: a misspelled `vault=` is
+    /// "not found", never a new, empty vault.
+    func openItemStore() throws -> any ItemStore {
+        guard let url = try storeURL else { return try openVault() }
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
             throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")
         }
         #if Postgres
-        let configuration = try PostgresConfiguration(url: url)
-        let name = URLComponents(string: url)?.queryItems?.first { $0.name == "vault" }?.value ?? "default"
-        let unlock = try unlock(prompt: "Passphrase for vault \(name) on \(configuration): ")
-        if create {
-            return try PostgresVault.openOrCreate(name: name, unlock: unlock, configuration: configuration)
+        let (configuration, name) = try Self.postgresVault(url)
+        let unlock = try unlock(prompt: "Passphrase for vault \(escapedName(name)) on \(configuration): ")
+        do {
+            return try PostgresVault.open(name: name, unlock: unlock, configuration: configuration)
+        } catch let error as CofferError where error.code == .notFound {
+            throw CofferError(
+                .notFound,
+                "there is no vault \(escapedName(name)) on \(configuration): create it with `coffer --store … init`")
         }
-        return try PostgresVault.open(name: name, unlock: unlock, configuration: configuration)
         #else
         throw CLIError(
             .failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")

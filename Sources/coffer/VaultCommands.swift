@@ -2,6 +2,9 @@ import ArgumentParser
 import Coffer
 import CofferCrypto
 import Foundation
+#if Postgres
+import CofferPostgres
+#endif
 
 #if canImport(Glibc)
     import Glibc
@@ -37,6 +40,7 @@ struct InitCommand: ParsableCommand {
 
     func run() throws {
         let global = root.global
+        if let store = try global.storeURL { return try createInPostgres(store) }
         let url = global.vaultURL
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
@@ -63,6 +67,32 @@ struct InitCommand: ParsableCommand {
                 ? "the key read from standard input" : "the key file \(global.keyFile ?? "")"
         writeOut("created vault \(url.path), unlocked by \(how)\n")
         if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
+    }
+
+    /// `coffer --store postgres://…?vault=NAME init`: the one way to make a PostgreSQL vault.
+    private func createInPostgres(_ store: String) throws {
+        #if Postgres
+        let global = root.global
+        guard store.hasPrefix("postgres://") || store.hasPrefix("postgresql://") else {
+            throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")
+        }
+        let (configuration, name) = try GlobalOptions.postgresVault(store)
+        var createdKeyFile = false
+        if let keyFile = global.keyFile, keyFile != GlobalOptions.standardInputKeyFile,
+            !FileManager.default.fileExists(atPath: keyFile)
+        {
+            try writeNewKeyFile(keyFile)
+            createdKeyFile = true
+        }
+        let unlock = try global.unlock(
+            prompt: "Passphrase for the new vault \(escapedName(name)) on \(configuration): ", confirm: true)
+        let parameters = global.keyFile == nil ? kdf.parameters : .moderate
+        _ = try PostgresVault.create(name: name, unlock: unlock, kdf: parameters, configuration: configuration)
+        writeOut("created vault \(escapedName(name)) on \(configuration)\n")
+        if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
+        #else
+        throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
+        #endif
     }
 
     /// Writes 32 random bytes to a new file, `0600`, durably; never replaces an existing file.

@@ -79,6 +79,27 @@ struct ConfigurationTests {
         #expect(!inReports, "an access report holds the secret")
     }
 
+    /// A sealed store that is not a `VaultStrategy` (as `PostgresVaultStrategy` is not): memory,
+    /// with the capability.
+    final class SealedMemory: SealedPersistenceStrategy, PlainValuePersistenceStrategy {
+        let values = Mutex<[String: Data]>([:])
+        func load(_ key: String) throws -> Data? { values.withLock { $0[key] } }
+        func save(_ data: Data, for key: String) throws { values.withLock { $0[key] = data } }
+        func remove(_ key: String) throws { _ = values.withLock { $0.removeValue(forKey: key) } }
+        func keys() throws -> [String] { values.withLock { Array($0.keys) } }
+    }
+
+    @Test("Every sealed store's values are secret, decided by the capability, not by the vault's concrete type")
+    func sealedByCapability() throws {
+        let store = SealedMemory()
+        try store.set("hunter2-never-shown", for: "db.password")
+        let provider = CofferConfigProvider(store: store)
+        let value = try provider.value(forKey: AbsoluteConfigKey(["db", "password"]), type: .string).value
+        #expect(value?.isSecret == true)
+        #expect(!"\(provider)".contains("hunter2"))
+        #expect(!String(describing: value as Any).contains("hunter2"))
+    }
+
     @Test("A suite's values can be marked secret by key")
     func specificSecrets() throws {
         let scratch = try Scratch("config-secrets")

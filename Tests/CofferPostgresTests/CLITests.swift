@@ -27,7 +27,16 @@ struct PostgresCLITests {
         let name = uniqueName("cli")
         let store = ["--store", cluster.url + "&vault=\(name)", "--key-file", keyFile.path]
 
+        // A set before init: the vault is not there, and set does not make one.
         var (status, out, err) = try Self.coffer(store + ["set", "db.internal", "app"], input: Data("first".utf8))
+        #expect(status == 3, "\(err)")
+        #expect(err.contains("init"), "\(err)")
+        (status, out, err) = try Self.coffer(store + ["init"])
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("created vault \(name)"), "\(out)")
+        (status, out, err) = try Self.coffer(store + ["init"])
+        #expect(status != 0, "a second init replaced the vault: \(out)")
+        (status, out, err) = try Self.coffer(store + ["set", "db.internal", "app"], input: Data("first".utf8))
         #expect(status == 0, "\(err)")
         #expect(out.contains("stored"))
         let vault = try PostgresVault.open(name: name, unlock: .keyFile(keyFile), configuration: configuration)
@@ -53,15 +62,52 @@ struct PostgresCLITests {
         let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-pg-key-\(UUID().uuidString)")
         try Data(repeating: 0x42, count: 32).write(to: keyFile)
         defer { try? FileManager.default.removeItem(at: keyFile) }
-        // Port 1 on loopback: nothing listens there.
-        let (status, out, err) = try Self.coffer(
-            ["--store", "postgres://ops:pa55-never-shown@127.0.0.1:1/app?sslmode=disable", "--key-file", keyFile.path,
-             "get", "svc", "acct"])
-        #expect(status != 0)
-        #expect(out.isEmpty)
-        #expect(err.contains("PostgreSQL server at postgres://ops@127.0.0.1:1/app"), "\(err)")
-        #expect(err.contains("unavailable"), "\(err)")
-        #expect(!err.contains("pa55-never-shown"))
+        // Port 1 on loopback: nothing listens there. The password comes from the environment.
+        let run = try HelperChild.run(
+            ["--store", "postgres://ops@127.0.0.1:1/app?sslmode=disable", "--key-file", keyFile.path, "get", "svc", "acct"],
+            executable: builtProduct(named: "coffer"), environment: ["PGPASSWORD": "pa55-never-shown"],
+            standardError: .capture)
+        #expect(run.status != 0)
+        #expect(run.output.isEmpty)
+        #expect(run.errors.contains("PostgreSQL server at postgres://ops@127.0.0.1:1/app"), "\(run.errors)")
+        #expect(run.errors.contains("unavailable"), "\(run.errors)")
+        #expect(!run.errors.contains("pa55-never-shown"))
+    }
+
+    @Test("A password inside --store is refused (every local user sees arguments in ps): exit 2, and where to put it")
+    func passwordInArguments() throws {
+        for url in [
+            "postgres://ops:pa55-never-shown@127.0.0.1:1/app",
+            "postgres://ops:pa55/never-shown@127.0.0.1:1/app",  // an unescaped `/`: malformed, still refused
+            "postgres://ops@127.0.0.1:1/app?password=pa55-never-shown",
+        ] {
+            let (status, out, err) = try Self.coffer(["--store", url, "get", "svc", "acct"])
+            #expect(status == 2, "\(err)")
+            #expect(out.isEmpty)
+            #expect(err.contains("PGPASSWORD") && err.contains("pgpass"), "\(err)")
+            #expect(!err.contains("pa55"), "\(err)")
+        }
+    }
+
+    @Test("passwd, info, verify and compact with --store are refused (exit 2), never run on the local file instead")
+    func fileOnlyCommands() throws {
+        let cluster = try PostgresTestCluster.shared
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-pg-home-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: home) }
+        let vaultFile = home.appendingPathComponent("local.coffer").path
+        let keyFile = home.appendingPathComponent("key").path
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        // A local vault exists, so a command that ignored --store would succeed on it.
+        var (status, _, err) = try Self.coffer(["--vault", vaultFile, "--key-file", keyFile, "init"])
+        #expect(status == 0, "\(err)")
+        let before = try Data(contentsOf: URL(fileURLWithPath: vaultFile))
+        for command in [["passwd"], ["info"], ["verify"], ["compact"]] {
+            (status, _, err) = try Self.coffer(
+                ["--vault", vaultFile, "--key-file", keyFile, "--store", cluster.url + "&vault=x"] + command)
+            #expect(status == 2, "\(command): \(err)")
+            #expect(err.contains("file vault only"), "\(command): \(err)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: vaultFile)) == before)
     }
 }
 #endif

@@ -132,7 +132,7 @@ struct FailureTests {
         // …and its connection is cut while it waits.
         try cluster.sql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                + "AND query LIKE 'INSERT INTO coffer_kv%'")
+                + "AND query LIKE 'INSERT INTO %coffer_kv%'")
         #expect(done.wait(timeout: .now() + 10) == .success)
         let error = outcome.withLock { $0 } as? CofferError
         #expect(error?.code == .io)

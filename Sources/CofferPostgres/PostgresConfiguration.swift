@@ -95,14 +95,12 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     /// directory), `PGPORT`, `PGUSER` (else `USER`), `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`,
     /// `PGSSLROOTCERT`, `PGCONNECT_TIMEOUT`. Unset ones take libpq's defaults, except that the
     /// host defaults to `localhost` (not a socket directory whose place varies by system).
-    /// Without `PGPASSWORD`, the password comes from the password file, as libpq's does
+    /// Without a password, a store reads it from libpq's password file when it is made
     /// (``passwordFromFile(environment:)``).
     public static func environment(
         _ environment: [String: String] = ProcessInfo.processInfo.environment
     ) -> PostgresConfiguration {
-        var configuration = fromVariables(environment)
-        if configuration.password == nil { configuration.password = configuration.passwordFromFile(environment: environment) }
-        return configuration
+        fromVariables(environment)
     }
 
     /// ``environment(_:)`` without the password file.
@@ -137,16 +135,26 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     /// - Throws: ``CofferError/Code/invalidArgument`` for another scheme or a malformed URL
     ///   (the message never repeats the URL, which may hold a password).
     public init(url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
-            scheme == "postgres" || scheme == "postgresql"
-        else {
+        let lowered = url.lowercased()
+        guard lowered.hasPrefix("postgres://") || lowered.hasPrefix("postgresql://") else {
             throw CofferError(.invalidArgument, "a PostgreSQL URL starts with postgres:// or postgresql://")
+        }
+        guard let components = URLComponents(string: url) else {
+            throw CofferError(
+                .invalidArgument,
+                "the PostgreSQL URL is malformed: a user name or password holding / @ : ? # or % must be "
+                    + "percent-encoded (better: leave the password out and use PGPASSWORD or ~/.pgpass)")
         }
         self = .fromVariables(environment)
         if let user = components.user, !user.isEmpty { self.user = user }
-        if let password = components.password { self.password = password }
+        if let password = components.password, !password.isEmpty { self.password = password }
         if let host = components.host, !host.isEmpty { self.host = host }
-        if let port = components.port { self.port = port }
+        if let port = components.port {
+            guard (1...65535).contains(port) else {
+                throw CofferError(.invalidArgument, "a PostgreSQL port is a number from 1 to 65535")
+            }
+            self.port = port
+        }
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         if !path.isEmpty { database = path.removingPercentEncoding ?? path }
         for item in components.queryItems ?? [] {
@@ -169,10 +177,10 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
             default: continue
             }
         }
-        if password == nil { password = passwordFromFile(environment: environment) }
     }
 
-    /// The password for these settings from libpq's password file: `PGPASSFILE`, else
+    /// The password for these settings from libpq's password file (stores read it when made
+    /// from settings without a password): `PGPASSFILE`, else
     /// `~/.pgpass`. Lines are `host:port:database:user:password`, `*` matches anything, `\:` and
     /// `\\` escape, `#` starts a comment, the first matching line wins; a host that is a socket
     /// directory matches `localhost`. As with libpq, a file that others may read (any group or

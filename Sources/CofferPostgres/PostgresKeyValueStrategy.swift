@@ -118,7 +118,9 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         if order.count == 1 {
             return try await write(changes[0].key, latest[order[0]]!)
         }
-        let planned = order.map { ($0, latest[$0]!) }
+        // In key order: two batches over the same keys lock their rows in the same order, so they
+        // wait for each other instead of deadlocking.
+        let planned = order.sorted { $0.lexicographicallyPrecedes($1) }.map { ($0, latest[$0]!) }
         let (suite, link) = (suite, link)
         let writer = try await link.transaction { connection -> (UInt64, commit: Bool) in
             var writer: UInt64 = 0
@@ -218,7 +220,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     /// Reads which keys changed since the last report and tells the observers.
     private func catchUp() async throws {
         guard tracker.isObserved else { return }
-        let horizon = tracker.horizon
+        let (horizon, newest) = tracker.start()
         var binds = PostgresBindings()
         binds.append(suite)
         binds.append(String(horizon ?? 0))
@@ -227,7 +229,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         let reading = try await link.withConnection(idempotent: true) { [binds] connection in
             try SuiteTracker.reading(try await link.run(SuiteTracker.catchUpStatement(link.tables), binds, on: connection))
         }
-        tracker.apply(reading)
+        tracker.apply(reading, newestBefore: newest)
     }
 
     // MARK: - Internals

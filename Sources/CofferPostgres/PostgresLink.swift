@@ -36,6 +36,10 @@ final class PostgresLink: Sendable {
     let refusal: CofferError?
 
     init(configuration: PostgresConfiguration, logger: Logger? = nil, name: (kind: String, value: String)? = nil) {
+        var configuration = configuration
+        // The password file is read when a store is made from the settings (libpq reads it at
+        // connect time): settings changed after they were parsed still find their line.
+        if configuration.password == nil { configuration.password = configuration.passwordFromFile() }
         self.configuration = configuration
         self.refusal = name.flatMap { Self.refusal(of: $0.value, as: $0.kind) }
         self.logger = logger ?? Self.quietLogger
@@ -71,7 +75,9 @@ final class PostgresLink: Sendable {
     ) async throws -> T {
         let logger = logger
         return try await withConnection(idempotent: false) { connection in
-            try await Self.run("BEGIN", on: connection, logger: logger)
+            // Read committed whatever the server's default: the row locks of update and
+            // compareAndSwap wait for each other there, where a stricter level would fail them.
+            try await Self.run("BEGIN ISOLATION LEVEL READ COMMITTED", on: connection, logger: logger)
             let result: (T, commit: Bool)
             do {
                 result = try await body(connection)

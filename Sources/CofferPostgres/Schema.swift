@@ -69,7 +69,13 @@ enum Schema {
             do {
                 // 0x436f66666572 is "Coffer".
                 _ = try await run("SELECT pg_advisory_xact_lock(74187595630962)")
-                if configuration.schema != "public" { _ = try await run("CREATE SCHEMA IF NOT EXISTS \(t.schema)") }
+                // Only when missing: PostgreSQL checks the right to create schemas before it
+                // honours IF NOT EXISTS, and a role may own tables in a schema it did not make.
+                var schema = PostgresBindings()
+                schema.append(t.schema)
+                let exists = try await PostgresLink.run(
+                    "SELECT to_regnamespace($1) IS NOT NULL", schema, on: connection, logger: logger)
+                if try exists.first?.decode(Bool.self) != true { _ = try await run("CREATE SCHEMA \(t.schema)") }
                 for statement in statements(t) { _ = try await run(statement) }
                 _ = try await run("COMMIT")
             } catch {

@@ -89,8 +89,12 @@ final class SuiteTracker: Sendable {
     /// Whether anyone observes.
     var isObserved: Bool { observers.isObserved }
 
-    /// The horizon to read from, `nil` when only the snapshot is needed (the first catch-up).
-    var horizon: UInt64? { state.withLock { $0.horizon } }
+    /// What a catch-up starts from: the horizon to read from (`nil` when only the snapshot is
+    /// needed: the first catch-up), and the newest transaction known to have committed before
+    /// the catch-up's statement is sent (every one of them is below its snapshot's `xmax`).
+    func start() -> (horizon: UInt64?, newest: UInt64) {
+        state.withLock { ($0.horizon, $0.newest) }
+    }
 
     /// Notes rows this instance committed (transaction `writer`), so catching up does not report
     /// them as changes from elsewhere.
@@ -104,8 +108,10 @@ final class SuiteTracker: Sendable {
         }
     }
 
-    /// Applies one catch-up's reading and tells the observers.
-    func apply(_ reading: Reading) {
+    /// Applies one catch-up's reading and tells the observers. `newestBefore` is ``start()``'s:
+    /// a write of this instance that committed while the statement ran may be newer than the
+    /// snapshot, so the counter check compares against what was known before it.
+    func apply(_ reading: Reading, newestBefore: UInt64) {
         enum Verdict {
             case everything(rolledBack: Bool)
             case keys(Set<String>, impossible: Int, undecodable: Int)
@@ -116,7 +122,7 @@ final class SuiteTracker: Sendable {
                 t.newest = max(t.newest, reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0)
                 return .everything(rolledBack: false)
             }
-            if reading.xmin < horizon || reading.xmax <= t.newest {
+            if reading.xmin < horizon || reading.xmax <= newestBefore {
                 // The counter went back: start over from what the server says now.
                 t.horizon = reading.xmin
                 t.known = []
@@ -140,7 +146,12 @@ final class SuiteTracker: Sendable {
                 keys.insert(key)
             }
             t.horizon = reading.xmin
-            t.known = t.known.filter { $0.writer >= reading.xmin }
+            // What the next catch-up can still return: rows of this reading (a row's writer only
+            // changes by a newer write, reported then), and writes of this instance the snapshot
+            // could not see yet. So a horizon held back for hours (a transaction left open
+            // anywhere on the server) keeps this set as small as the rows it keeps rereading.
+            let current = Set(reading.rows.map { Stamp(key: $0.key, writer: $0.writer) })
+            t.known = t.known.filter { $0.writer >= reading.xmin && ($0.writer >= reading.xmax || current.contains($0)) }
             return .keys(keys, impossible: impossible, undecodable: undecodable)
         }
         switch verdict {

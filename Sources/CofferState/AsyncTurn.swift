@@ -18,7 +18,7 @@ final class AsyncTurn: Sendable {
 
     init() {}
 
-    /// Waits for the turn until `deadline`.
+    /// Waits for the turn until `deadline` (or until the caller's task is cancelled).
     func enter(until deadline: ContinuousClock.Instant) async -> Bool {
         let id = state.withLock { s -> UInt64? in
             guard s.held else {
@@ -33,19 +33,27 @@ final class AsyncTurn: Sendable {
             do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }  // it was our turn
             self.abandon(id)
         }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { (resume: CheckedContinuation<Bool, Never>) in
-            let now = state.withLock { s -> Bool? in
-                if s.abandoned.remove(id) != nil { return false }
-                guard s.held else {
-                    s.held = true
-                    return true
+        let entered = await withTaskCancellationHandler {
+            await withCheckedContinuation { (resume: CheckedContinuation<Bool, Never>) in
+                let now = state.withLock { s -> Bool? in
+                    if s.abandoned.remove(id) != nil { return false }
+                    guard s.held else {
+                        s.held = true
+                        return true
+                    }
+                    s.waiters.append((id, resume))
+                    return nil
                 }
-                s.waiters.append((id, resume))
-                return nil
+                if let now { resume.resume(returning: now) }
             }
-            if let now { resume.resume(returning: now) }
+        } onCancel: {
+            abandon(id)  // a cancelled caller stops waiting at once
         }
+        // Once the timer has ended, nothing gives this waiter up any more: forget it.
+        timer.cancel()
+        await timer.value
+        state.withLock { _ = $0.abandoned.remove(id) }
+        return entered
     }
 
     /// Ends the caller's turn: the next waiter's begins.

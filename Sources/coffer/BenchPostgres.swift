@@ -39,17 +39,24 @@ struct BenchPostgresCommand: ParsableCommand {
         commandName: "bench-postgres",
         abstract: "Measure the PostgreSQL fleet store against a server (postgres:// URL; needs the Postgres trait).")
 
-    @Option(help: ArgumentHelp("The server (default: $COFFER_STORE).", valueName: "url")) var store: String?
+    /// The server is the global `--store` (else `$COFFER_STORE`): an option of its own by the same
+    /// name was shadowed by the global one, and silently ignored.
+    @ParentCommand var root: CofferCommand
     @Option(help: "Samples per figure.") var samples = 500
 
     func run() throws {
         #if Postgres
-        guard let url = try store.map({ try GlobalOptions.refusingPassword($0, from: "--store") })
-            ?? ProcessInfo.processInfo.environment["COFFER_STORE"]
-        else {
+        guard let url = try root.global.storeURL else {
             throw CLIError.usage("bench-postgres needs --store postgres://… or $COFFER_STORE")
         }
         let configuration = try PostgresConfiguration(url: url)
+        // The baselines are postgres-nio connections made here without TLS: under a mode that
+        // requires TLS they would send the benchmark's traffic in clear, so such a mode is refused.
+        guard configuration.tls == .disable || configuration.tls == .prefer else {
+            throw CLIError.usage(
+                "bench-postgres compares Coffer with plain postgres-nio connections, which it makes without TLS: "
+                    + "run it with sslmode=disable against a server on a network you trust")
+        }
         let value = Data((0..<32).map { UInt8($0) })
         let suite = "bench-\(UInt32.random(in: 0...UInt32.max))"
         let writer = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
@@ -121,7 +128,11 @@ struct BenchPostgresCommand: ParsableCommand {
             ("postgres.change.fromwrite", (fromStart[fromStart.count / 2], fromStart[fromStart.count * 99 / 100])))
 
         figures.append(("postgres.setter", try setterFigure(configuration, suite: suite)))
-        let rates = try throughput(configuration, encoded: encoded)
+        let rates = try throughput(configuration, encoded: encoded, prefix: suite)
+        // Leaves nothing behind in the measured database: the suites' rows, the baseline's table.
+        let cleaner = try RawUpsert(configuration: configuration, value: encoded)
+        try cleaner.removeLeftovers(suitePrefix: suite)
+        cleaner.close()
 
         writeOut("server: \(configuration)\n")
         for (name, figure) in figures {
@@ -173,10 +184,10 @@ extension BenchPostgresCommand {
 
     /// Writes per second: one task awaiting `save`; 32 tasks awaiting `save` on their own keys
     /// over 8 suites; 32 tasks sending a plain upsert through a `PostgresClient` of the same size.
-    func throughput(_ configuration: PostgresConfiguration, encoded: Data) throws -> [(String, Double)] {
+    func throughput(_ configuration: PostgresConfiguration, encoded: Data, prefix: String) throws -> [(String, Double)] {
         let seconds = 3.0
         return try runAsync {
-            let suites = (0..<8).map { PostgresKeyValueStrategy(configuration: configuration, suite: "bench-c\($0)") }
+            let suites = (0..<8).map { PostgresKeyValueStrategy(configuration: configuration, suite: "\(prefix)-c\($0)") }
             let properties = (0..<32).map { Stored(wrappedValue: 0, backed: .postgres(suites[$0 % 8], key: "k\($0)")) }
             for property in properties { try await property.save(0) }  // connections open, rows exist
 
@@ -299,8 +310,12 @@ final class RawUpsert: @unchecked Sendable {
     let value: Data
     let logger = Logger(label: "bench")
 
+    /// The quoted schema of Coffer's tables.
+    let schema: String
+
     init(configuration: PostgresConfiguration, value: Data) throws {
         self.value = value
+        schema = "\"" + configuration.schema.replacingOccurrences(of: "\"", with: "\"\"") + "\""
         let settings = PostgresConnection.Configuration(
             host: configuration.host, port: configuration.port, username: configuration.user,
             password: configuration.password, database: configuration.database, tls: .disable)
@@ -330,11 +345,21 @@ final class RawUpsert: @unchecked Sendable {
         try binds.append(value)
         try run(
             """
-            INSERT INTO coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+            INSERT INTO \(schema).coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
             ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
             RETURNING t.writer::text
             """, binds)
         try run("SELECT pg_notify('coffer_bench_raw', '')")
+    }
+
+    /// Deletes the rows of every suite this run made (their names start with `suitePrefix`) and
+    /// the baseline's table.
+    func removeLeftovers(suitePrefix: String) throws {
+        var binds = PostgresBindings()
+        binds.append(suitePrefix + "%")
+        try run("DELETE FROM \(schema).coffer_kv WHERE suite LIKE $1", binds)
+        try run("DELETE FROM \(schema).coffer_suites WHERE suite LIKE $1", binds)
+        try run("DROP TABLE IF EXISTS coffer_bench_raw")
     }
 
     private func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws {

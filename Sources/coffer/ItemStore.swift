@@ -22,7 +22,7 @@ extension Vault: ItemStore {
 
 #if Postgres
 extension PostgresVault: ItemStore {
-    var location: String { "vault \(name) on \(configuration)" }
+    var location: String { "vault \(escapedName(name)) on \(configuration)" }
 
     func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) throws {
         try apply([
@@ -45,6 +45,8 @@ extension GlobalOptions {
     var storeURL: String? {
         get throws {
             if let store, !store.isEmpty { return try Self.refusingPassword(store, from: "--store") }
+            // An explicit --vault names a file vault: $COFFER_STORE must not override it.
+            if let vault, !vault.isEmpty { return nil }
             return environmentText("COFFER_STORE").flatMap { $0.isEmpty ? nil : $0 }
         }
     }

@@ -126,19 +126,25 @@ struct AccessTests {
         ).write(to: file)
         chmod(file.path, 0o600)
         let environment = ["PGPASSFILE": file.path]
-        let exact = try PostgresConfiguration(url: "postgres://app@db.internal/app", environment: environment)
-        #expect(exact.password == "first:with\\escapes")
-        let wildcard = try PostgresConfiguration(url: "postgres://app@elsewhere:6543/x", environment: environment)
-        #expect(wildcard.password == "fallback")
-        let otherUser = try PostgresConfiguration(url: "postgres://ops@db.internal/app", environment: environment)
-        #expect(otherUser.password == nil)
-        let socket = PostgresConfiguration.environment(["PGPASSFILE": file.path, "PGHOST": "/run/postgresql", "PGUSER": "app"])
-        #expect(socket.password == "fallback")
-        // An explicit password wins; a file others may read is ignored, as libpq ignores it.
-        #expect(try PostgresConfiguration(url: "postgres://app@db.internal/app", environment: environment.merging(
-            ["PGPASSWORD": "env"]) { $1 }).password == "env")
-        chmod(file.path, 0o640)
+        func lookup(_ url: String) throws -> String? {
+            try PostgresConfiguration(url: url, environment: [:]).passwordFromFile(environment: environment)
+        }
+        #expect(try lookup("postgres://app@db.internal/app") == "first:with\\escapes")
+        #expect(try lookup("postgres://app@elsewhere:6543/x") == "fallback")
+        #expect(try lookup("postgres://ops@db.internal/app") == nil)
+        // Settings changed after parsing find their own line (a store reads the file when made).
+        var changed = try PostgresConfiguration(url: "postgres://app@db.internal/other", environment: [:])
+        #expect(changed.passwordFromFile(environment: environment) == "fallback")
+        changed.database = "app"
+        #expect(changed.passwordFromFile(environment: environment) == "first:with\\escapes")
+        let socket = PostgresConfiguration.environment(["PGHOST": "/run/postgresql", "PGUSER": "app"])
+        #expect(socket.passwordFromFile(environment: environment) == "fallback")
+        // Parsing itself reads no file; an explicit (non-empty) password is kept.
         #expect(try PostgresConfiguration(url: "postgres://app@db.internal/app", environment: environment).password == nil)
+        #expect(try PostgresConfiguration(url: "postgres://app:@db.internal/app", environment: [:]).password == nil)
+        // A file others may read is ignored, as libpq ignores it.
+        chmod(file.path, 0o640)
+        #expect(try lookup("postgres://app@db.internal/app") == nil)
     }
 
     @Test("An empty name or one with a NUL is refused as .invalidArgument, as the file stores refuse it, before any round trip")
@@ -173,6 +179,28 @@ struct AccessTests {
         #expect(strategy is any SealedPersistenceStrategy)
         #expect(!(PostgresKeyValueStrategy(configuration: try sharedConfiguration()) as any PersistenceStrategy
             is any SealedPersistenceStrategy))
+    }
+
+    @Test("A malformed postgres:// URL is called malformed (not 'must start with postgres://'), and the message holds none of it")
+    func malformedURL() throws {
+        do {
+            // A password with an unescaped `/`: once split there, with its tail shown as the database.
+            _ = try PostgresConfiguration(url: "postgres://ops:pa55/never@127.0.0.1:1/app", environment: [:])
+            Issue.record("a malformed URL was accepted")
+        } catch let error as CofferError {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains("malformed"), "\(error)")
+            #expect(!error.message.contains("pa55"), "\(error)")
+        }
+        #expect(throws: CofferError.self) {
+            try PostgresConfiguration(url: "postgres://ops@db.internal:99999999999/app", environment: [:])
+        }
+        do {
+            _ = try PostgresConfiguration(url: "mysql://db.internal/app", environment: [:])
+            Issue.record("another scheme was accepted")
+        } catch let error as CofferError {
+            #expect(error.message.contains("starts with postgres://"), "\(error)")
+        }
     }
 }
 #endif

@@ -233,13 +233,18 @@ public struct PostgresConfiguration: Sendable, Hashable, CustomStringConvertible
     /// A key naming the server, database and schema (never the password): stores are shared per key.
     var identity: String { "\(user)@\(host):\(port)/\(database ?? user)#\(schema)" }
 
-    /// Refuses settings no connection should be made with: an unknown `PGSSLMODE`, an empty
-    /// schema name or one with a NUL.
-    func check() throws {
-        if let refusal { throw CofferError(.invalidArgument, refusal) }
+    /// ``schema`` as a quoted SQL identifier (`"public"`): how every statement and each
+    /// connection's `search_path` name it.
+    package var quotedSchema: String { "\"" + schema.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+
+    /// Why no connection should be made with these settings (an unknown `PGSSLMODE`, an empty
+    /// schema name or one with a NUL), else `nil`.
+    var refusalError: CofferError? {
+        if let refusal { return CofferError(.invalidArgument, refusal) }
         if schema.isEmpty || schema.utf8.contains(0) {
-            throw CofferError(.invalidArgument, "the schema of Coffer's tables must be a non-empty name without NUL")
+            return CofferError(.invalidArgument, "the schema of Coffer's tables must be a non-empty name without NUL")
         }
+        return nil
     }
 }
 

@@ -45,6 +45,29 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     let channel: String
     private let tracker: SuiteTracker
     private let notifier: CommitNotifier
+    /// This store's statements, with its schema's table names: built once, not per call.
+    private let sql: Statements
+
+    private struct Statements: Sendable {
+        let load, keys, placeholder, lockRow, write, catchUp: String
+
+        init(_ tables: Tables) {
+            load = "SELECT value FROM \(tables.kv) WHERE suite = $1 AND key = $2"
+            keys = "SELECT key FROM \(tables.kv) WHERE suite = $1 AND value IS NOT NULL"
+            placeholder =
+                "INSERT INTO \(tables.kv) (suite, key, value, version, writer) "
+                + "VALUES ($1, $2, NULL, 0, pg_current_xact_id()) ON CONFLICT (suite, key) DO NOTHING"
+            lockRow = "SELECT value FROM \(tables.kv) WHERE suite = $1 AND key = $2 FOR UPDATE"
+            // A key's row written (`value` NULL: a tombstone), stamped with the writing
+            // transaction, whose id it returns. On its own, one statement is one transaction.
+            write = """
+                INSERT INTO \(tables.kv) AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+                ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
+                RETURNING t.writer::text
+                """
+            catchUp = SuiteTracker.catchUpStatement(tables)
+        }
+    }
 
     /// A store for `suite` on the server `configuration` names. Nothing is contacted until the
     /// first call; the tables are created then when missing. Stores with equal settings share
@@ -60,6 +83,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         self.channel = channel
         self.tracker = SuiteTracker(suite: suite, logger: link.logger)
         self.notifier = CommitNotifier(link: link, channel: channel)
+        self.sql = Statements(link.tables)
     }
 
     // MARK: - AsyncPersistenceStrategy (the synchronous forms run these on Coffer's threads)
@@ -69,9 +93,9 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         binds.append(suite)
         try binds.append(Data(key.utf8))
         let link = link
-        return try await link.withConnection(idempotent: true) { [binds] connection in
+        return try await link.withConnection(idempotent: true) { [binds, sql] connection in
             let rows = try await link.run(
-                "SELECT value FROM \(link.tables.kv) WHERE suite = $1 AND key = $2", binds, on: connection)
+                sql.load, binds, on: connection)
             guard let row = rows.first else { return nil }
             return try row.cells[0].decode(Data?.self)
         }
@@ -89,9 +113,9 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         var binds = PostgresBindings()
         binds.append(suite)
         let (suite, link) = (suite, link)
-        return try await link.withConnection(idempotent: true) { [binds] connection in
+        return try await link.withConnection(idempotent: true) { [binds, sql] connection in
             let rows = try await link.run(
-                "SELECT key FROM \(link.tables.kv) WHERE suite = $1 AND value IS NOT NULL", binds, on: connection)
+                sql.keys, binds, on: connection)
             var skipped = 0
             let keys = try rows.compactMap { row -> String? in
                 let key = String(validating: try row.cells[0].decode(Data.self), as: UTF8.self)
@@ -122,10 +146,10 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         // wait for each other instead of deadlocking.
         let planned = order.sorted { $0.lexicographicallyPrecedes($1) }.map { ($0, latest[$0]!) }
         let (suite, link) = (suite, link)
-        let writer = try await link.transaction { connection -> (UInt64, commit: Bool) in
+        let writer = try await link.transaction { [sql] connection -> (UInt64, commit: Bool) in
             var writer: UInt64 = 0
             for (key, value) in planned {
-                writer = try await Self.upsert(suite, key: key, value: value, on: connection, link: link)
+                writer = try await Self.upsert(suite, key: key, value: value, sql: sql.write, on: connection, link: link)
             }
             return (writer, true)
         }
@@ -180,7 +204,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     private func readModifyWrite(_ key: String, _ decide: @escaping @Sendable (Data?) throws -> Decision) async throws {
         let keyBytes = Data(key.utf8)
         let (suite, link) = (suite, link)
-        let written = try await link.transaction { connection -> (UInt64?, commit: Bool) in
+        let written = try await link.transaction { [sql] connection -> (UInt64?, commit: Bool) in
             var binds = PostgresBindings()
             binds.append(suite)
             try binds.append(keyBytes)
@@ -188,15 +212,12 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             // row first (rolled back with the transaction when nothing is stored), so two
             // instances creating the same key wait for each other as well; the read is a
             // statement of its own, whose snapshot sees the row another instance just committed.
-            try await link.run(
-                "INSERT INTO \(link.tables.kv) (suite, key, value, version, writer) "
-                    + "VALUES ($1, $2, NULL, 0, pg_current_xact_id()) "
-                    + "ON CONFLICT (suite, key) DO NOTHING", binds, on: connection)
+            try await link.run(sql.placeholder, binds, on: connection)
             let rows = try await link.run(
-                "SELECT value FROM \(link.tables.kv) WHERE suite = $1 AND key = $2 FOR UPDATE", binds, on: connection)
+                sql.lockRow, binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
             guard case .store(let next) = try decide(current) else { return (nil, false) }
-            return (try await Self.upsert(suite, key: keyBytes, value: next, on: connection, link: link), true)
+            return (try await Self.upsert(suite, key: keyBytes, value: next, sql: sql.write, on: connection, link: link), true)
         }
         if let written {
             tracker.markOwn([keyBytes], writer: written)
@@ -226,8 +247,8 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         binds.append(String(horizon ?? 0))
         binds.append(horizon != nil)
         let link = link
-        let reading = try await link.withConnection(idempotent: true) { [binds] connection in
-            try SuiteTracker.reading(try await link.run(SuiteTracker.catchUpStatement(link.tables), binds, on: connection))
+        let reading = try await link.withConnection(idempotent: true) { [binds, sql] connection in
+            try SuiteTracker.reading(try await link.run(sql.catchUp, binds, on: connection))
         }
         tracker.apply(reading, newestBefore: newest)
     }
@@ -237,31 +258,22 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
     private func write(_ key: String, _ data: Data?) async throws {
         let keyBytes = Data(key.utf8)
         let (suite, link) = (suite, link)
-        let writer = try await link.withConnection(idempotent: false) { connection in
-            try await Self.upsert(suite, key: keyBytes, value: data, on: connection, link: link)
+        let writer = try await link.withConnection(idempotent: false) { [sql] connection in
+            try await Self.upsert(suite, key: keyBytes, value: data, sql: sql.write, on: connection, link: link)
         }
         tracker.markOwn([keyBytes], writer: writer)
         notifier.committed()
     }
 
-    /// A key's row written (`value` NULL: a tombstone), stamped with the writing transaction,
-    /// whose id it returns. On its own, one statement is one transaction: one round trip.
-    static func writeStatement(_ tables: Tables) -> String {
-        """
-        INSERT INTO \(tables.kv) AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
-        ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer \
-        RETURNING t.writer::text
-        """
-    }
-
+    /// Runs `sql` (``Statements/write``) and returns the writing transaction's id.
     private static func upsert(
-        _ suite: String, key: Data, value: Data?, on connection: PostgresConnection, link: PostgresLink
+        _ suite: String, key: Data, value: Data?, sql: String, on connection: PostgresConnection, link: PostgresLink
     ) async throws -> UInt64 {
         var binds = PostgresBindings()
         binds.append(suite)
         try binds.append(key)
         try binds.append(value)
-        let rows = try await link.run(writeStatement(link.tables), binds, on: connection)
+        let rows = try await link.run(sql, binds, on: connection)
         guard let writer = try rows.first?.cells[0].decode(String.self) else {
             throw CofferError(.io, "the PostgreSQL server did not return the written row")
         }

@@ -41,9 +41,10 @@ final class PostgresLink: Sendable {
         // connect time): settings changed after they were parsed still find their line.
         if configuration.password == nil { configuration.password = configuration.passwordFromFile() }
         self.configuration = configuration
-        self.refusal = name.flatMap { Self.refusal(of: $0.value, as: $0.kind) }
+        // Settings and names are checked once, here; every call throws the refusal at once.
+        self.refusal = name.flatMap { Self.refusal(of: $0.value, as: $0.kind) } ?? configuration.refusalError
         self.logger = logger ?? Self.quietLogger
-        self.tables = Tables(schema: configuration.schema)
+        self.tables = Tables(configuration)
     }
 
     /// Seconds a statement may wait for a lock or run.
@@ -267,7 +268,6 @@ final class PostgresLink: Sendable {
     /// The process's pool for these settings (a new one after a pool was discarded).
     private func client() throws -> PostgresClient {
         if let refusal { throw refusal }
-        try configuration.check()
         return try ClientRegistry.client(for: configuration, logger: logger)
     }
 
@@ -275,7 +275,6 @@ final class PostgresLink: Sendable {
     /// LISTEN connection.
     func connectForListening() async throws -> PostgresConnection {
         if let refusal { throw refusal }
-        try configuration.check()
         var settings: PostgresConnection.Configuration
         if let socket = configuration.unixSocketPath {
             settings = PostgresConnection.Configuration(
@@ -489,7 +488,7 @@ enum ClientRegistry {
             ("idle_in_transaction_session_timeout", "\(max(milliseconds * 2, 5000))"),
             // Only Coffer's schema (pg_catalog is searched first, implicitly): no other schema,
             // such as one named after the login role, is searched for a table or a function.
-            ("search_path", Tables(schema: configuration.schema).schema),
+            ("search_path", configuration.quotedSchema),
         ]
     }
 

@@ -15,8 +15,8 @@ struct Tables: Sendable {
     let vaults: String
     let vaultRows: String
 
-    init(schema name: String) {
-        schema = "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    init(_ configuration: PostgresConfiguration) {
+        schema = configuration.quotedSchema
         suites = schema + ".coffer_suites"
         kv = schema + ".coffer_kv"
         vaults = schema + ".coffer_vaults"
@@ -58,7 +58,7 @@ enum Schema {
         func run(_ sql: String) async throws -> [PostgresRow] {
             try await PostgresLink.run(sql, on: connection, logger: logger)
         }
-        let t = Tables(schema: configuration.schema)
+        let t = Tables(configuration)
         var names = PostgresBindings()
         names.append("\(t.schema).coffer_vault_rows")
         names.append("\(t.schema).coffer_kv_writers")

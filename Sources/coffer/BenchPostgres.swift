@@ -315,7 +315,7 @@ final class RawUpsert: @unchecked Sendable {
 
     init(configuration: PostgresConfiguration, value: Data) throws {
         self.value = value
-        schema = "\"" + configuration.schema.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        schema = configuration.quotedSchema
         let settings = PostgresConnection.Configuration(
             host: configuration.host, port: configuration.port, username: configuration.user,
             password: configuration.password, database: configuration.database, tls: .disable)

@@ -212,6 +212,13 @@ public enum RemoteWrites {
         return true
     }
 
+    /// Runs a write in the calling task, counted while it runs.
+    package static func counting<T>(_ writer: () async -> T) async -> T {
+        running.withLock { $0 += 1 }
+        defer { running.withLock { $0 -= 1 } }
+        return await writer()
+    }
+
     /// Runs a background writer, counted while it runs.
     package static func run(_ writer: @escaping @Sendable () async -> Void) {
         running.withLock { $0 += 1 }

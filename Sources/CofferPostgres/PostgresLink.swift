@@ -137,7 +137,7 @@ final class PostgresLink: Sendable {
         case leasing
         /// The connect deadline passed before a connection was leased: the work must not start.
         case abandoned
-        case running(PostgresConnection, since: ContinuousClock.Instant)
+        case running(PostgresConnection)
         case finished
     }
 
@@ -155,25 +155,54 @@ final class PostgresLink: Sendable {
         let configuration = configuration
         let logger = logger
         let phase = Guarded(Phase.leasing)
-        let connectLimit = Duration.seconds(configuration.connectTimeout)
-        let answerLimit = Duration.seconds(timeout + 1)
         let verdict = Verdict<Outcome<T>>()
-        // The work and its watchdog are tasks of their own, not children: the call returns at its
-        // deadline even if the work cannot end (a lease request the pool never answers, a
-        // statement on a connection whose close is not noticed). Both run on Coffer's threads.
+        let timer = DeadlineTimer.shared
+        // The lease is given up at the connect deadline (the work must then not start).
+        let connectDeadline = timer.arm(at: .now + .seconds(configuration.connectTimeout)) {
+            let gaveUp = phase.withLock { phase -> Bool in
+                guard case .leasing = phase else { return false }
+                phase = .abandoned
+                return true
+            }
+            if gaveUp { verdict.settle(.unavailable) }
+        }
+        let answerLimit = Duration.seconds(timeout + 1)
+        // The work is a task of its own, not a child: the call returns at its deadline even if the
+        // work cannot end (a lease request the pool never answers, a statement on a connection
+        // whose close is not noticed). It runs on Coffer's threads; the deadlines are the
+        // process's one timer thread (no task per call).
         let work = Offload.start {
             do {
                 let value = try await client.withConnection { connection in
                     let go = phase.withLock { phase -> Bool in
                         if case .abandoned = phase { return false }
-                        phase = .running(connection, since: .now)
+                        phase = .running(connection)
                         return true
                     }
                     guard go else { throw Abandoned() }
+                    timer.disarm(connectDeadline)
                     ClientRegistry.began(client)
+                    // A server that has not answered by the statement deadline (which the server
+                    // itself should have enforced: it is stopped, or the network is cut) has its
+                    // connection closed.
+                    let answerDeadline = timer.arm(at: .now + answerLimit) {
+                        // Taken from the work in one step, so a connection it has already handed
+                        // back to the pool (and another call may hold) is never closed.
+                        let stalled = phase.withLock { phase -> PostgresConnection? in
+                            guard case .running(let connection) = phase else { return nil }
+                            phase = .finished
+                            return connection
+                        }
+                        guard let stalled else { return }
+                        ClientRegistry.ended(client)  // a closed connection keeps no pool busy
+                        // Fails the statement in flight; the work ends when it notices.
+                        let _: EventLoopFuture<Void> = stalled.close()
+                        verdict.settle(.noAnswer)
+                    }
                     defer {
-                        // Whoever moves the phase out of `.running` (this, or the watchdog
-                        // closing a stalled connection) ends the count of calls holding one.
+                        timer.disarm(answerDeadline)
+                        // Whoever moves the phase out of `.running` (this, or the deadline closing
+                        // a stalled connection) ends the count of calls holding one.
                         let wasRunning = phase.withLock { phase -> Bool in
                             guard case .running = phase else { return false }
                             phase = .finished
@@ -189,53 +218,8 @@ final class PostgresLink: Sendable {
                 verdict.settle(.failed(error))
             }
         }
-        let watchdog = Offload.start {
-            // Gives up the lease wait at the connect deadline, and closes a connection whose
-            // server has not answered by the statement deadline (which the server itself should
-            // have enforced: it is stopped, or the network is cut).
-            let start = ContinuousClock.now
-            do {
-                while true {
-                    switch phase.withLock({ $0 }) {
-                    case .leasing:
-                        let deadline = start + connectLimit
-                        if ContinuousClock.now >= deadline {
-                            let gaveUp = phase.withLock { phase -> Bool in
-                                guard case .leasing = phase else { return false }
-                                phase = .abandoned
-                                return true
-                            }
-                            if gaveUp { return verdict.settle(.unavailable) }
-                            continue
-                        }
-                        try await Task.sleep(until: deadline, clock: .continuous)
-                    case .running(_, let since):
-                        let deadline = since + answerLimit
-                        if ContinuousClock.now >= deadline {
-                            // Taken from the work in one step, so a connection it has already
-                            // handed back to the pool (and another call may hold) is never closed.
-                            let stalled = phase.withLock { phase -> PostgresConnection? in
-                                guard case .running(let connection, _) = phase else { return nil }
-                                phase = .finished
-                                return connection
-                            }
-                            guard let stalled else { continue }
-                            ClientRegistry.ended(client)  // a closed connection keeps no pool busy
-                            // Fails the statement in flight; the work ends when it notices.
-                            let _: EventLoopFuture<Void> = stalled.close()
-                            return verdict.settle(.noAnswer)
-                        }
-                        try await Task.sleep(until: deadline, clock: .continuous)
-                    case .abandoned, .finished:
-                        return
-                    }
-                }
-            } catch {
-                return  // cancelled: the work ended first
-            }
-        }
         let outcome = await verdict.value
-        watchdog.cancel()
+        timer.disarm(connectDeadline)
         if case .unavailable = outcome { work.cancel() }  // withdraws the lease request
         switch outcome {
         case .value(let value): return value

@@ -27,6 +27,7 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
             case closed = "closed"
             case crypto = "cryptography failure"
             case limitExceeded = "limit exceeded"
+            case rolledBack = "rolled back"
         }
         private let wrapped: Wrapped
         private init(_ wrapped: Wrapped) { self.wrapped = wrapped }
@@ -37,6 +38,13 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
         public static let alreadyExists = Code(.alreadyExists)
         /// The passphrase or key does not open this vault. The file itself is intact.
         public static let wrongKey = Code(.wrongKey)
+        /// A stored record is authentic but older than one this instance has already read: the
+        /// database was rolled back. The server's own transaction counter did not go back with it
+        /// (a restore from a backup or a failover, which Coffer accepts by itself, moves it back
+        /// too), so this was done by someone with write access to the tables, or by a logical
+        /// restore into a running cluster. `PostgresVault.acceptRollback()` (or a restart) accepts
+        /// it once an operator has said it was theirs (SECURITY.md, "The fleet store").
+        public static let rolledBack = Code(.rolledBack)
         /// Bytes failed a checksum or an authentication tag: the file was damaged or tampered with.
         public static let corrupted = Code(.corrupted)
         /// The file was written by a newer (or unknown) format version.

@@ -51,12 +51,17 @@ final class ChangeTracker<Change: Sendable>: Sendable {
     /// - Parameters:
     ///   - version: reads the store's version (for a starting point that is unknown).
     ///   - everything: what observers hear when the starting point is unknown: reread all.
-    ///   - changed: the store's rows written after the given version, each with its version.
+    ///   - changed: the store's counter, its rows written after the given version (none above
+    ///     the counter), each with its version, and whether the store was restored.
     ///   - report: what observers hear of the changed rows this instance did not write (never
     ///     called with none).
+    ///
+    /// A counter below the starting point, or a store restored, makes everyone reread and
+    /// starts again from the counter.
     func catchUp<Row>(
         version: () async throws -> Int64, everything: Change,
-        changed: (_ since: Int64) async throws -> [(row: Row, version: Int64)], report: ([Row]) -> Change
+        changed: (_ since: Int64) async throws -> (counter: Int64, rows: [(row: Row, version: Int64)], restored: Bool),
+        report: ([Row]) -> Change
     ) async throws {
         guard observers.isObserved else { return }
         guard let since = state.withLock({ $0.seen }) else {
@@ -65,7 +70,15 @@ final class ChangeTracker<Change: Sendable>: Sendable {
             observers.notify(everything)
             return
         }
-        let rows = try await changed(since)
+        let (counter, rows, restored) = try await changed(since)
+        if restored || counter < since {
+            state.withLock {
+                $0.seen = counter
+                $0.own = []
+            }
+            observers.notify(everything)
+            return
+        }
         guard !rows.isEmpty else { return }
         let newest = rows.map(\.version).max() ?? since
         let own = state.withLock { t -> Set<Int64> in
@@ -77,6 +90,14 @@ final class ChangeTracker<Change: Sendable>: Sendable {
         }
         let outside = rows.filter { !own.contains($0.version) }.map(\.row)
         if !outside.isEmpty { observers.notify(report(outside)) }
+    }
+
+    /// Forgets the starting point: the next catch-up makes everyone reread.
+    func restart() {
+        state.withLock {
+            $0.seen = nil
+            $0.own = []
+        }
     }
 
     /// Notes a version this instance committed, so that catching up does not report it.

@@ -30,20 +30,60 @@ public final class PostgresVault: Sendable {
     public var configuration: PostgresConfiguration { link.configuration }
 
     let link: PostgresLink
-    let sealing: RowSealing
+    /// The vault's keys until ``lock()``.
+    private let keys: Locked<RowSealing?>
+    /// The vault's random id (its rows' key in the database).
+    let vaultID: [UInt8]
     let channel: String
     private let tracker = ChangeTracker<Set<VaultItemID>?>()
     /// The newest version this instance has seen of each row: an older one later is a rollback,
     /// a row gone is a deletion behind Coffer's back.
     private let newestVersions = Locked<[[UInt8]: Int64]>([:])
+    /// The server's next transaction id as this instance last saw it (its snapshots, its own
+    /// writes): a server whose next id is below it went back — restored from a backup, or failed
+    /// over to a replica that had not received every commit — which no SQL can do.
+    private let serverHorizon: Locked<UInt64>
+    /// The kinds of warning this instance has logged (each is said once).
+    private let warned = Locked<Set<String>>([])
     /// One strategy per service (see ``strategy(service:)``).
     let strategies = Locked<[String: WeakStrategy]>([:])
 
-    private init(name: String, link: PostgresLink, sealing: RowSealing) {
+    private init(name: String, link: PostgresLink, sealing: RowSealing, serverNext: UInt64) {
         self.name = name
         self.link = link
-        self.sealing = sealing
+        self.keys = Locked(sealing)
+        self.vaultID = sealing.vaultID
+        self.serverHorizon = Locked(serverNext)
         self.channel = Schema.channel("coffer_vault_", sealing.vaultID)
+    }
+
+    /// The vault's keys; `.locked` after ``lock()``.
+    var sealing: RowSealing {
+        get throws {
+            guard let sealing = keys.withLock({ $0 }) else {
+                throw CofferError(.locked, "the vault was locked: open it again", path: name)
+            }
+            return sealing
+        }
+    }
+
+    /// Drops this instance's keys: every later call throws ``CofferError/Code/locked``. The keys
+    /// are wiped when the last call still using them ends. Other instances are not affected.
+    public func lock() {
+        let sealing = keys.withLock { $0.take() }
+        withExtendedLifetime(sealing) {}  // released (and wiped) outside the lock
+    }
+
+    /// Whether ``lock()`` was called.
+    public var isLocked: Bool { keys.withLock { $0 == nil } }
+
+    /// Accepts rows older than this instance has read (after an operator's logical restore, or
+    /// a rollback they confirm was theirs): reads stop failing with ``CofferError/Code/rolledBack``
+    /// and observers reread everything. A restore from a backup or a failover is accepted without
+    /// this (the server's own transaction counter shows it).
+    public func acceptRollback() {
+        newestVersions.withLock { $0 = [:] }
+        tracker.restart()
     }
 
     /// Creates the vault `name`: a new master key in one key slot for `unlock`. The KDF runs on
@@ -55,22 +95,22 @@ public final class PostgresVault: Sendable {
         configuration: PostgresConfiguration = .environment(), logger: Logger? = nil
     ) async throws -> PostgresVault {
         if let refusal = PostgresLink.refusal(of: name, as: "vault") { throw refusal }  // before the KDF
-        let (sealing, header) = try await Offload.run { try RowSealing.create(unlock: unlock, kdf: kdf) }
+        let (sealing, header) = try await Offload.run { try RowSealing.create(unlock: unlock, kdf: kdf, name: name) }
         let link = PostgresLink(configuration: configuration, logger: logger, name: ("vault", name))
         var binds = PostgresBindings()
         binds.append(name)
         try binds.append(Data(sealing.vaultID))
         try binds.append(Data(header))
-        let created = try await link.withConnection(idempotent: false) { [binds] connection in
-            try await !link.run(
+        let created = try await link.withConnection(idempotent: false) { [binds] connection -> UInt64? in
+            let rows = try await link.run(
                 "INSERT INTO \(link.tables.vaults) (name, vault_id, header, version) VALUES ($1, $2, $3, 0) "
-                    + "ON CONFLICT (name) DO NOTHING RETURNING version", binds, on: connection
-            ).isEmpty
+                    + "ON CONFLICT (name) DO NOTHING RETURNING pg_current_xact_id()::text", binds, on: connection)
+            return try rows.first.map { try Self.transactionID($0.cells[0]) }
         }
-        guard created else {
+        guard let created else {
             throw CofferError(.alreadyExists, "the database already has a vault named \(name)")
         }
-        return PostgresVault(name: name, link: link, sealing: sealing)
+        return PostgresVault(name: name, link: link, sealing: sealing, serverNext: created + 1)
     }
 
     /// ``create(name:unlock:kdf:configuration:logger:)`` for a caller that is not async.
@@ -95,14 +135,15 @@ public final class PostgresVault: Sendable {
         let link = PostgresLink(configuration: configuration, logger: logger, name: ("vault", name))
         var binds = PostgresBindings()
         binds.append(name)
-        let found = try await link.withConnection(idempotent: true) { [binds] connection -> (Data, Data)? in
+        let found = try await link.withConnection(idempotent: true) { [binds] connection -> (Data, Data, UInt64)? in
             let rows = try await link.run(
-                "SELECT vault_id, header FROM \(link.tables.vaults) WHERE name = $1", binds, on: connection)
+                "SELECT vault_id, header, pg_snapshot_xmax(pg_current_snapshot())::text FROM \(link.tables.vaults) "
+                    + "WHERE name = $1", binds, on: connection)
             guard let row = rows.first else { return nil }
             let cells = row.cells
-            return (try cells[0].decode(Data.self), try cells[1].decode(Data.self))
+            return (try cells[0].decode(Data.self), try cells[1].decode(Data.self), try Self.transactionID(cells[2]))
         }
-        guard let (vaultID, header) = found else {
+        guard let (vaultID, header, serverNext) = found else {
             throw CofferError(.notFound, "the database has no vault named \(name)")
         }
         let sealing = try await Offload.run {
@@ -111,7 +152,7 @@ public final class PostgresVault: Sendable {
         guard Array(vaultID) == sealing.vaultID else {
             throw CofferError(.corrupted, "the vault's id does not match its header", path: name)
         }
-        return PostgresVault(name: name, link: link, sealing: sealing)
+        return PostgresVault(name: name, link: link, sealing: sealing, serverNext: serverNext)
     }
 
     /// ``open(name:unlock:kdfLimit:configuration:logger:)`` for a caller that is not async.
@@ -201,19 +242,25 @@ public final class PostgresVault: Sendable {
 
     /// Every item (of `service`, when given), sorted by service then account. Opens every row.
     public func items(service: String? = nil) async throws -> [VaultItem] {
+        let sealing = try sealing
         var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(vaultID))
         // What was known before the query: a commit seen then must be visible to it.
         let known = newestVersions.withLock { $0 }
         let link = link
         let rows = try await link.withConnection(idempotent: true) { [binds] connection in
-            try await link.run(
+            let rows = try await link.run(
                 "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1", binds, on: connection
             ).map(Self.decodeRow)
+            // A row older than this instance has read: the server restored (accepted, once for
+            // every row), or rolled back by SQL (refused).
+            if let older = rows.first(where: { row in known[row.rowKey].map { row.version < $0 } ?? false }) {
+                try await self.admitOlder(older.version, known: known[older.rowKey]!, on: connection)
+            }
+            return rows
         }
         var items: [VaultItem] = []
         for (rowKey, record, version) in rows {
-            try checkNotRolledBack(version, known: known[rowKey])
             guard case .put(let item, var secret) = try sealing.open(record, rowKey: rowKey, version: version) else {
                 continue
             }
@@ -245,6 +292,7 @@ public final class PostgresVault: Sendable {
         async throws
     {
         try checkNames(service: service, account: account)
+        let sealing = try sealing
         let rowKey = try sealing.rowKey(service: service, account: account)
         let (link, channel) = (link, channel)
         let version = try await link.transaction { connection -> (Int64?, commit: Bool) in
@@ -265,7 +313,7 @@ public final class PostgresVault: Sendable {
                     service: service, account: account, secret: next, label: nil, comment: nil, existing: existing,
                     rowKey: rowKey, version: version)
             } else if existing != nil {
-                record = try self.sealing.sealDelete(service: service, account: account, rowKey: rowKey, version: version)
+                record = try sealing.sealDelete(service: service, account: account, rowKey: rowKey, version: version)
             } else {
                 return (nil, false)
             }
@@ -282,6 +330,7 @@ public final class PostgresVault: Sendable {
         async throws
     {
         guard !changes.isEmpty else { return }
+        let sealing = try sealing
         var planned: [(change: VaultChange, rowKey: [UInt8])] = []
         for change in changes {
             let (service, account) = change.names
@@ -303,7 +352,7 @@ public final class PostgresVault: Sendable {
                         existing = item
                         secret.withUnsafeMutableBytes { zero($0) }
                     }
-                } catch let error as CofferError where error.code == .corrupted {
+                } catch let error as CofferError where error.code == .corrupted || error.code == .rolledBack {
                     // A row that fails authentication is replaced (or removed) whole: writing
                     // the item again is how an operator repairs it. Reads keep reporting it.
                     damaged = true
@@ -317,7 +366,7 @@ public final class PostgresVault: Sendable {
                         existing: existing, rowKey: rowKey, version: version)
                 case .remove(let service, let account):
                     guard existing != nil || damaged else { continue }
-                    record = try self.sealing.sealDelete(
+                    record = try sealing.sealDelete(
                         service: service, account: account, rowKey: rowKey, version: version)
                 }
                 try await self.upsert(rowKey, record, version, on: connection)
@@ -400,19 +449,46 @@ public final class PostgresVault: Sendable {
 
     /// Reads which items changed since the last report and tells the observers; a changed row
     /// that fails to authenticate makes everyone reread (and report it).
+    ///
+    /// One statement reads the vault's counter, the server's next transaction id and the rows
+    /// above the last version reported, so under one snapshot: a row above the counter was not
+    /// written by Coffer (every write raises the counter in its transaction) and is skipped and
+    /// said, never allowed to move the starting point; a server whose next transaction id went
+    /// back was restored, and everyone rereads.
     private func catchUp() async throws {
-        let (link, sealing) = (link, sealing)
+        let (link, sealing, vaultID) = (link, try sealing, vaultID)
         try await tracker.catchUp(version: { try await self.currentVersion() }, everything: nil) { since in
             var binds = PostgresBindings()
-            try binds.append(Data(sealing.vaultID))
+            try binds.append(Data(vaultID))
             binds.append(since)
-            let rows = try await link.withConnection(idempotent: true) { [binds] connection in
-                try await link.run(
-                    "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND version > $2",
-                    binds, on: connection
-                ).map(Self.decodeRow)
+            let horizon = self.serverHorizon.withLock { $0 }
+            let (counter, serverNext, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
+                let rows = try await link.run(
+                    "SELECT v.version, pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version "
+                        + "FROM \(link.tables.vaults) AS v LEFT JOIN \(link.tables.vaultRows) AS r "
+                        + "ON r.vault_id = v.vault_id AND r.version > $2 WHERE v.vault_id = $1",
+                    binds, on: connection)
+                // No row: the vault was removed (its calls say so); nothing changed to report.
+                guard let first = rows.first else { return (since, UInt64?.none, [(rowKey: [UInt8], record: [UInt8], version: Int64)]()) }
+                let counter = try first.cells[0].decode(Int64.self)
+                let serverNext: UInt64? = try Self.transactionID(first.cells[1])
+                let changed = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64)? in
+                    let cells = row.cells
+                    guard let rowKey = try cells[2].decode(Data?.self) else { return nil }
+                    return ([UInt8](rowKey), [UInt8](try cells[3].decode(Data.self)), try cells[4].decode(Int64.self))
+                }
+                return (counter, serverNext, changed)
             }
-            return rows.map { (rowKey, record, version) -> (row: VaultItemID?, version: Int64) in
+            let restored = serverNext.map { self.acceptIfRestored($0, before: horizon) } ?? false
+            let beyond = rows.filter { $0.version > counter }.count
+            if beyond > 0 {
+                self.warnOnce(
+                    "beyond",
+                    "vault \(self.name): \(beyond) row(s) carry a version beyond the vault's counter (\(counter)): "
+                        + "not written by Coffer, skipped; `coffer --store … verify` names them and "
+                        + "`verify --repair` removes them")
+            }
+            let changed = rows.filter { $0.version <= counter }.map { (rowKey, record, version) -> (row: VaultItemID?, version: Int64) in
                 switch try? sealing.open(record, rowKey: rowKey, version: version) {
                 case .put(let item, var secret)?:
                     secret.withUnsafeMutableBytes { zero($0) }
@@ -421,9 +497,131 @@ public final class PostgresVault: Sendable {
                 case nil: return (nil, version)  // fails to authenticate: everyone rereads, and reports it
                 }
             }
+            return (counter, changed, restored)
         } report: { items in
             items.contains(nil) ? nil : Set(items.compactMap { $0 })
         }
+    }
+
+    // MARK: - Verify and repair
+
+    /// A row of the vault that Coffer cannot use, as ``verify()`` found it.
+    public struct DamagedRow: Sendable, Hashable, CustomStringConvertible {
+        /// The row's key in the database (a keyed hash of service and account: no name).
+        public let rowKey: Data
+        /// The row's version.
+        public let version: Int64
+        /// SHA-256 of the row's record: ``removeDamagedRows(_:)`` removes exactly this row.
+        public let recordDigest: Data
+        /// Why it cannot be used.
+        public let reason: String
+
+        public var description: String {
+            "row \(rowKey.prefix(8).map { String(format: "%02x", $0) }.joined())… version \(version): \(reason)"
+        }
+    }
+
+    /// What ``verify()`` found.
+    public struct Verification: Sendable {
+        /// Rows that authenticate (items and removal records).
+        public let intact: Int
+        /// Of those, rows written before vault names were bound into records (they are bound the
+        /// next time their item is written).
+        public let unbound: Int
+        /// Rows that cannot be used.
+        public let damaged: [DamagedRow]
+    }
+
+    /// Authenticates every row of the vault and names those that fail: altered, copied from
+    /// another row or vault, sealed under another vault name, naming another item than their row
+    /// key, or carrying a version beyond the vault's counter (inserted by hand). Reads only.
+    public func verify() async throws -> Verification {
+        let sealing = try sealing
+        var binds = PostgresBindings()
+        try binds.append(Data(vaultID))
+        let link = link
+        let (counter, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
+            let rows = try await link.run(
+                "SELECT v.version, r.row_key, r.record, r.version, sha256(r.record) FROM \(link.tables.vaults) AS v "
+                    + "LEFT JOIN \(link.tables.vaultRows) AS r ON r.vault_id = v.vault_id WHERE v.vault_id = $1",
+                binds, on: connection)
+            guard let first = rows.first else {
+                throw CofferError(.notFound, "the vault was removed from the database", path: self.name)
+            }
+            let counter = try first.cells[0].decode(Int64.self)
+            let found = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64, digest: Data)? in
+                let cells = row.cells
+                guard let rowKey = try cells[1].decode(Data?.self) else { return nil }
+                return ([UInt8](rowKey), [UInt8](try cells[2].decode(Data.self)), try cells[3].decode(Int64.self), try cells[4].decode(Data.self))
+            }
+            return (counter, found)
+        }
+        var intact = 0
+        var unbound = 0
+        var damaged: [DamagedRow] = []
+        for (rowKey, record, version, digest) in rows {
+            func damage(_ reason: String) {
+                damaged.append(DamagedRow(rowKey: Data(rowKey), version: version, recordDigest: digest, reason: reason))
+            }
+            if version > counter {
+                damage("its version is beyond the vault's counter (\(counter)): not written by Coffer")
+                continue
+            }
+            guard let (body, named) = try? sealing.openReporting(record, rowKey: rowKey, version: version) else {
+                damage("fails authentication: altered, copied from another row or vault, or sealed under another vault name")
+                continue
+            }
+            let names: (String, String)
+            switch body {
+            case .put(let item, var secret):
+                secret.withUnsafeMutableBytes { zero($0) }
+                names = (item.service, item.account)
+            case .delete(let service, let account): names = (service, account)
+            }
+            guard try sealing.rowKey(service: names.0, account: names.1) == rowKey else {
+                damage("names another item than its row key")
+                continue
+            }
+            intact += 1
+            if !named { unbound += 1 }
+        }
+        damaged.sort { $0.version != $1.version ? $0.version < $1.version : $0.rowKey.lexicographicallyPrecedes($1.rowKey) }
+        return Verification(intact: intact, unbound: unbound, damaged: damaged)
+    }
+
+    /// Removes rows ``verify()`` reported, each only while it is exactly as reported (same key,
+    /// version and record), in one transaction. Returns how many were removed. Rows that
+    /// authenticate are never passed here by Coffer; an item whose row is removed is gone.
+    @discardableResult
+    public func removeDamagedRows(_ rows: [DamagedRow]) async throws -> Int {
+        guard !rows.isEmpty else { return 0 }
+        let (link, vaultID) = (link, vaultID)
+        return try await link.transaction { connection -> (Int, commit: Bool) in
+            var removed = 0
+            for row in rows {
+                var binds = PostgresBindings()
+                try binds.append(Data(vaultID))
+                try binds.append(row.rowKey)
+                binds.append(row.version)
+                try binds.append(row.recordDigest)
+                removed += try await link.run(
+                    "DELETE FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND row_key = $2 AND version = $3 "
+                        + "AND sha256(record) = $4 RETURNING 1", binds, on: connection
+                ).count
+            }
+            return (removed, true)
+        }
+    }
+
+    /// ``verify()`` for a caller that is not async.
+    public func verify() throws -> Verification {
+        try Offload.wait { try await self.verify() }
+    }
+
+    /// ``removeDamagedRows(_:)`` for a caller that is not async.
+    @discardableResult
+    public func removeDamagedRows(_ rows: [DamagedRow]) throws -> Int {
+        try Offload.wait { try await self.removeDamagedRows(rows) }
     }
 
     // MARK: - Internals
@@ -446,17 +644,18 @@ public final class PostgresVault: Sendable {
         return body
     }
 
-    /// The row's body inside a write transaction (the vault's version row is locked).
+    /// The row's body (inside a write transaction, the vault's version row is locked).
     private func currentBody(_ rowKey: [UInt8], on connection: PostgresConnection) async throws -> VaultRecordBody? {
+        let sealing = try sealing
         var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(vaultID))
         try binds.append(Data(rowKey))
         let known = newestVersions.withLock { $0[rowKey] }
         let rows = try await link.run(
             "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND row_key = $2", binds,
             on: connection)
         guard let row = rows.first else {
-            if known != nil {
+            if known != nil, !(try await serverWentBack(on: connection)) {
                 throw CofferError(
                     .corrupted, "a vault row this instance has read was deleted from the database behind Coffer's back",
                     path: name)
@@ -464,25 +663,75 @@ public final class PostgresVault: Sendable {
             return nil
         }
         let (_, record, version) = try Self.decodeRow(row)
-        try checkNotRolledBack(version, known: known)
+        if let known, version < known { try await admitOlder(version, known: known, on: connection) }
         let body = try sealing.open(record, rowKey: rowKey, version: version)
         newestVersions.withLock { $0[rowKey] = max($0[rowKey] ?? 0, version) }
         return body
     }
 
-    /// `known`: the newest version of the row this instance knew of before it asked.
-    private func checkNotRolledBack(_ version: Int64, known: Int64?) throws {
-        if let newest = known, version < newest {
-            throw CofferError(
-                .corrupted,
-                "a vault row was rolled back to an older version (\(version), after \(newest) was read)", path: name)
+    /// A row at `version`, older than the `known` one this instance read: accepted when the
+    /// server itself went back (a restore, a failover), else ``CofferError/Code/rolledBack``.
+    private func admitOlder(_ version: Int64, known: Int64, on connection: PostgresConnection) async throws {
+        if try await serverWentBack(on: connection) { return }
+        throw CofferError(
+            .rolledBack,
+            "a vault row is older (version \(version)) than one this instance has read (\(known)), and the server's "
+                + "transaction counter did not go back with it: someone with write access to the tables put an older row "
+                + "back, or an operator restored rows logically. If it was an operator's, accept it with "
+                + "PostgresVault.acceptRollback() or restart the instance; otherwise treat it as tampering",
+            path: name)
+    }
+
+    /// Whether the server's next transaction id is below one this instance saw: then the rows it
+    /// read are accepted as they are now (and said once per event).
+    private func serverWentBack(on connection: PostgresConnection) async throws -> Bool {
+        let horizon = serverHorizon.withLock { $0 }
+        let rows = try await link.run("SELECT pg_snapshot_xmax(pg_current_snapshot())::text", on: connection)
+        guard let row = rows.first else { return false }
+        return acceptIfRestored(try Self.transactionID(row.cells[0]), before: horizon)
+    }
+
+    /// Notes the server's next transaction id, read by a statement that started when the horizon
+    /// was `before`. Every id seen by then was assigned before the statement's snapshot, so a
+    /// next id below it means the server went back (restored, failed over): forgets what this
+    /// instance read, makes observers reread, warns. (The horizon as it is now may be higher, from
+    /// a write that raced the statement: comparing with it would be a false alarm.)
+    private func acceptIfRestored(_ serverNext: UInt64, before: UInt64) -> Bool {
+        let restored = serverHorizon.withLock { horizon -> Bool in
+            if serverNext < before {
+                horizon = serverNext
+                return true
+            }
+            horizon = max(horizon, serverNext)
+            return false
         }
+        guard restored else { return false }
+        newestVersions.withLock { $0 = [:] }
+        tracker.restart()
+        link.logger.warning(
+            "vault \(name): the database was restored from a backup or failed over (the server's transaction counter went back); this instance now serves the restored rows, and writes made after the backup are gone from the database"
+        )
+        return true
+    }
+
+    private func warnOnce(_ kind: String, _ message: String) {
+        guard warned.withLock({ $0.insert(kind).inserted }) else { return }
+        link.logger.warning("\(message)")
+    }
+
+    /// A transaction id sent as text (`xid8::text`).
+    private static func transactionID(_ cell: PostgresCell) throws -> UInt64 {
+        guard let id = UInt64(try cell.decode(String.self)) else {
+            throw CofferError(.io, "the server sent a transaction id that is not a number")
+        }
+        return id
     }
 
     private func seal(
         service: String, account: String, secret: Data, label: String?, comment: String?, existing: VaultItem?,
         rowKey: [UInt8], version: Int64
     ) throws -> [UInt8] {
+        let sealing = try sealing
         let now = Date()
         return try secret.withUnsafeBytes { secret in
             try sealing.sealPut(
@@ -505,15 +754,19 @@ public final class PostgresVault: Sendable {
         tracker.markOwn(version)
     }
 
+    /// Raises the vault's counter (locking its row to the commit) and returns the new version.
     private func bumpVersion(on connection: PostgresConnection) async throws -> Int64 {
         var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(vaultID))
         let rows = try await link.run(
-            "UPDATE \(link.tables.vaults) SET version = version + 1 WHERE vault_id = $1 RETURNING version", binds,
+            "UPDATE \(link.tables.vaults) SET version = version + 1 WHERE vault_id = $1 "
+                + "RETURNING version, pg_current_xact_id()::text", binds,
             on: connection)
         guard let row = rows.first else {
             throw CofferError(.notFound, "the vault was removed from the database", path: name)
         }
+        let writer = try Self.transactionID(row.cells[1])
+        serverHorizon.withLock { $0 = max($0, writer + 1) }
         return try row.cells[0].decode(Int64.self)
     }
 
@@ -521,7 +774,7 @@ public final class PostgresVault: Sendable {
         async throws
     {
         var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(vaultID))
         try binds.append(Data(rowKey))
         try binds.append(Data(record))
         binds.append(version)
@@ -533,7 +786,7 @@ public final class PostgresVault: Sendable {
 
     private func currentVersion() async throws -> Int64 {
         var binds = PostgresBindings()
-        try binds.append(Data(sealing.vaultID))
+        try binds.append(Data(vaultID))
         let link = link
         return try await link.withConnection(idempotent: true) { [binds] connection in
             let rows = try await link.run("SELECT version FROM \(link.tables.vaults) WHERE vault_id = $1", binds, on: connection)

@@ -8,32 +8,36 @@ package import Foundation
 /// ``VaultRecordBody``'s and the sealing is ``RecordCipher``'s (XChaCha20-Poly1305 with the
 /// record subkey). Only the 32 bytes that follow the vault id in the associated data differ: a
 /// journal puts the chain value there, a row store puts its *row binding* — keyed BLAKE2b of the
-/// row key and the row's version — so a record opens only in the row and version it was sealed
-/// for, and only in its own vault (docs/FORMAT.md, "Vault rows").
+/// vault's name, the row key and the row's version — so a record opens only in the row and
+/// version it was sealed for, only in its own vault, and only under the name it was written
+/// under (docs/FORMAT.md, "Vault rows").
 package final class RowSealing: Sendable {
     /// The vault's random 16-byte id (in every record's associated data).
     package let vaultID: [UInt8]
     private let keys: VaultKeys
     /// Keys the row key (a keyed hash of service and account).
     private let rowKeyKey: SecureBytes
-    /// Keys the row binding (row key and version).
+    /// Keys the row binding (name, row key and version).
     private let bindingKey: SecureBytes
+    /// The vault's name as the database lists it, bound into every record written.
+    private let name: [UInt8]
 
     /// The length of a row key.
     package static let rowKeyLength = 32
 
-    private init(vaultID: [UInt8], keys: VaultKeys) throws {
+    private init(vaultID: [UInt8], keys: VaultKeys, name: String) throws {
         self.vaultID = vaultID
         self.keys = keys
+        self.name = Array(name.utf8)
         rowKeyKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 4, context: "CFVrowky", length: 32) }
         bindingKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 5, context: "CFVrowbd", length: 32) }
     }
 
     /// A new vault: a random master key wrapped in one key slot for `unlock`, and the header
     /// copy (2,048 bytes, the file vault's layout, MAC and checksum) that holds the slot.
-    package static func create(unlock: VaultUnlock, kdf: Argon2idParameters) throws -> (RowSealing, header: [UInt8]) {
+    package static func create(unlock: VaultUnlock, kdf: Argon2idParameters, name: String) throws -> (RowSealing, header: [UInt8]) {
         let (keys, header) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
-        return (try RowSealing(vaultID: header.vaultID, keys: keys), header.copyBytes())
+        return (try RowSealing(vaultID: header.vaultID, keys: keys, name: name), header.copyBytes())
     }
 
     /// Unlocks a vault from its stored header copy, as `Vault.open` does: the slots within
@@ -55,7 +59,7 @@ package final class RowSealing: Sendable {
             header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
         let keys = try VaultKeys(master: master)
         try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)
-        return try RowSealing(vaultID: header.vaultID, keys: keys)
+        return try RowSealing(vaultID: header.vaultID, keys: keys, name: name)
     }
 
     /// `limit`, raised where `kdf` asks for more (what `VaultConfiguration` allows on open).
@@ -74,9 +78,19 @@ package final class RowSealing: Sendable {
         return try crypto { try BLAKE2b.hash(input, key: rowKeyKey, outputLength: Self.rowKeyLength) }
     }
 
-    /// What stands in the associated data where a journal puts its chain value.
-    private func binding(rowKey: [UInt8], version: Int64) throws -> ChainValue {
-        var input = Array("coffer-row-binding-v1".utf8) + rowKey
+    /// What stands in the associated data where a journal puts its chain value: version 2 binds
+    /// the vault's name; version 1 (records written before November 2026) did not, and is only
+    /// ever read.
+    private func binding(rowKey: [UInt8], version: Int64, named: Bool = true) throws -> ChainValue {
+        var input: [UInt8]
+        if named {
+            input = Array("coffer-row-binding-v2".utf8)
+            appendLE(UInt32(name.count), to: &input)
+            input += name
+        } else {
+            input = Array("coffer-row-binding-v1".utf8)
+        }
+        input += rowKey
         appendLE(UInt64(bitPattern: version), to: &input)
         var value = ChainValue()
         try crypto {
@@ -106,24 +120,38 @@ package final class RowSealing: Sendable {
             chain: binding(rowKey: rowKey, version: version))
     }
 
-    /// Opens a row's record sealed for `rowKey` at `version`.
+    /// Opens a row's record sealed for `rowKey` at `version` under this vault's name. A record
+    /// from before names were bound (binding version 1) opens too, and says so in `named`.
     /// - Throws: ``CofferError/Code/corrupted`` when it fails to authenticate (altered, moved
-    ///   to another row or version, from another vault) or its body is malformed.
+    ///   to another row or version, from another vault or another vault name) or its body is
+    ///   malformed.
     package func open(_ record: [UInt8], rowKey: [UInt8], version: Int64) throws -> VaultRecordBody {
+        try openReporting(record, rowKey: rowKey, version: version).body
+    }
+
+    /// ``open(_:rowKey:version:)``, saying whether the record binds the vault's name.
+    package func openReporting(_ record: [UInt8], rowKey: [UInt8], version: Int64) throws -> (body: VaultRecordBody, named: Bool) {
         var plaintext: [UInt8]
+        var named = true
         do {
-            plaintext = try RecordCipher.open(
-                record[...], keys: keys, vaultID: vaultID, chain: binding(rowKey: rowKey, version: version))
+            do {
+                plaintext = try RecordCipher.open(
+                    record[...], keys: keys, vaultID: vaultID, chain: binding(rowKey: rowKey, version: version))
+            } catch let error as CofferError where error.code == .corrupted {
+                named = false
+                plaintext = try RecordCipher.open(
+                    record[...], keys: keys, vaultID: vaultID, chain: binding(rowKey: rowKey, version: version, named: false))
+            }
         } catch let error as CofferError where error.code == .corrupted {
             throw CofferError(
                 .corrupted,
                 "a vault row fails authentication: it was altered, copied from another row or another vault, "
-                    + "or its version was changed")
+                    + "its version was changed, or the vault's name was changed in the database")
         }
         defer { plaintext.withUnsafeMutableBytes { zeroMemory($0) } }
         guard let body = VaultRecordBody.decode(plaintext) else {
             throw CofferError(.corrupted, "a vault row authenticates but its body is malformed")
         }
-        return body
+        return (body, named)
     }
 }

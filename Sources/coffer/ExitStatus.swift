@@ -54,7 +54,7 @@ extension ExitStatus {
         switch error.code {
         case .notFound: self = .notFound
         case .wrongKey: self = .wrongKey
-        case .corrupted: self = .integrity
+        case .corrupted, .rolledBack: self = .integrity
         case .busy: self = .busy
         case .invalidArgument: self = .usage
         // A documented ceiling (name length, key file size, the KDF cost a vault header may ask

@@ -11,6 +11,12 @@ package final class BlockingPool: TaskExecutor, @unchecked Sendable {
     // @unchecked Sendable: every field is guarded by `condition`.
     package static let shared = BlockingPool(maximumThreads: 512)
 
+    /// Threads for the short jobs of tasks that wait on a network for async callers
+    /// (``Offload/startBesideCaller(_:)``): one per core, and never more. What runs there never
+    /// blocks (an `update` transform of the caller's own is the exception the documentation
+    /// asks to keep short); a synchronous caller's work never runs there.
+    package static let jobs = BlockingPool(maximumThreads: max(2, ProcessInfo.processInfo.activeProcessorCount))
+
     package let maximumThreads: Int
     package let idleSeconds: Double
     private let condition = NSCondition()
@@ -46,7 +52,14 @@ package final class BlockingPool: TaskExecutor, @unchecked Sendable {
         submit { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 
+    /// Marks the threads of every pool, so work can tell whether it runs on one.
+    private static let marker = ThreadLocalSlot()
+
+    /// Whether the calling thread is a thread of a ``BlockingPool``.
+    package static var isCurrentThread: Bool { marker.value != nil }
+
     private func serve() {
+        Self.marker.value = UnsafeMutableRawPointer(bitPattern: 1)
         condition.lock()
         while true {
             if head < work.count {
@@ -89,6 +102,24 @@ package enum Offload {
     @discardableResult
     package static func start(_ operation: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         Task(executorPreference: BlockingPool.shared) { await operation() }
+    }
+
+    /// Starts `operation` as a task for an async caller's work that waits on a network (a
+    /// PostgreSQL call): on ``BlockingPool/jobs``, a pool of as many threads as cores that never
+    /// grows, unless the caller runs on a Coffer thread (a synchronous caller's work, which
+    /// stays on ``BlockingPool/shared``, as ``start(_:)``).
+    ///
+    /// Such a task resumes often (a lease, a reply) and each resumption is a short job: on a
+    /// few threads that are already running, the next job is taken without waking a thread,
+    /// where the growing pool woke one of its many threads for each. Those hand-offs were most
+    /// of the cost of a PostgreSQL write from async code (BENCHMARKS.md, issue 22). The global
+    /// concurrent executor would do as well, but a caller that blocks cooperative threads
+    /// (a sleep, a process wait) would then stall these tasks while they hold pooled
+    /// connections that other callers wait for.
+    @discardableResult
+    package static func startBesideCaller(_ operation: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        if BlockingPool.isCurrentThread { return start(operation) }
+        return Task(executorPreference: BlockingPool.jobs) { await operation() }
     }
 
     /// Runs `operation` to completion for a synchronous caller, blocking the calling thread.

@@ -169,9 +169,10 @@ final class PostgresLink: Sendable {
         let answerLimit = Duration.seconds(timeout + 1)
         // The work is a task of its own, not a child: the call returns at its deadline even if the
         // work cannot end (a lease request the pool never answers, a statement on a connection
-        // whose close is not noticed). It runs on Coffer's threads; the deadlines are the
+        // whose close is not noticed). It runs beside its caller (Coffer's threads for a
+        // synchronous caller, the cooperative pool for an async one); the deadlines are the
         // process's one timer thread (no task per call).
-        let work = Offload.start {
+        let work = Offload.startBesideCaller {
             do {
                 let value = try await client.withConnection { connection in
                     let go = phase.withLock { phase -> Bool in

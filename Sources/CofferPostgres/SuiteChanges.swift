@@ -222,10 +222,12 @@ final class SuiteTracker: Sendable {
 /// held across each commit's WAL flush), which capped a suite's writes at a fraction of the
 /// server's rate; sent after, it is a transaction of its own that writes nothing.
 ///
-/// At most one notification per ``spacing`` is sent for a suite: a write after a quiet spell is
-/// announced at once, and writes that follow closely share the next one (sent one `spacing` after
-/// the last). A notification costs a round trip and a transaction of its own; one per write
-/// tripled the cost of a write made in a loop.
+/// The notifications of every suite written by the process through one pool go out together:
+/// at most one notifying statement per ``NotificationBatch/spacing`` per pool, naming every
+/// suite (and writing instance) that committed since the last. A write after a quiet spell is
+/// announced at once; writes that follow closely share the next statement. (One statement per
+/// suite instance, as before, made the notifications alone a third of a busy process's
+/// transactions: eight suites written by 32 tasks sent 1,600 a second.)
 ///
 /// The write does not wait for it: its `save` returns at the commit, and the notification is
 /// sent by a background task counted by ``RemoteWrites`` (so `RemoteWrites.settle()` before a
@@ -233,15 +235,6 @@ final class SuiteTracker: Sendable {
 /// the commit) is not the write's failure: followers find the write at their next catch-up
 /// (``SuiteTracker/pollInterval`` at the latest).
 final class CommitNotifier: Sendable {
-    private struct State {
-        var requested: UInt64 = 0
-        var running = false
-        var lastSent: ContinuousClock.Instant?
-    }
-
-    /// The least time between two notifications of a suite from this process.
-    static let spacing = Duration.milliseconds(5)
-
     /// The payload of this store instance's notifications: random, so its own feed tells them
     /// from another instance's (in this process or elsewhere) and does not catch up on writes
     /// this instance made and already knows.
@@ -250,19 +243,58 @@ final class CommitNotifier: Sendable {
         return (0..<2).map { _ in String(generator.next() as UInt64, radix: 36) }.joined(separator: "-")
     }()
 
-    private let state = Locked(State())
-    private let link: PostgresLink
+    private let batch: NotificationBatch
     private let channel: String
 
     init(link: PostgresLink, channel: String) {
-        self.link = link
+        self.batch = NotificationBatch.shared(for: link)
         self.channel = channel
     }
 
     /// Asks for a notification sent after this call, and returns at once.
     func committed() {
+        batch.request(channel: channel, payload: token)
+    }
+}
+
+/// The notifications a process still has to send through one pool, sent together.
+final class NotificationBatch: Sendable {
+    private struct Pending: Hashable {
+        let channel: String
+        let payload: String
+    }
+
+    private struct State {
+        var pending: Set<Pending> = []
+        var running = false
+        var lastSent: ContinuousClock.Instant?
+    }
+
+    /// The least time between two notifying statements of a pool.
+    static let spacing = Duration.milliseconds(5)
+
+    private static let batches = Locked<[PostgresConfiguration: NotificationBatch]>([:])
+
+    /// The batch of the pool `link` uses (one per configuration, for the life of the process).
+    static func shared(for link: PostgresLink) -> NotificationBatch {
+        batches.withLock { batches in
+            if let batch = batches[link.configuration] { return batch }
+            let batch = NotificationBatch(link: link)
+            batches[link.configuration] = batch
+            return batch
+        }
+    }
+
+    private let state = Locked(State())
+    private let link: PostgresLink
+
+    private init(link: PostgresLink) {
+        self.link = link
+    }
+
+    func request(channel: String, payload: String) {
         let start = state.withLock { s -> Bool in
-            s.requested += 1
+            s.pending.insert(Pending(channel: channel, payload: payload))
             guard !s.running else { return false }
             s.running = true
             return true
@@ -271,30 +303,26 @@ final class CommitNotifier: Sendable {
     }
 
     private func drain() async {
-        var sent: UInt64 = 0
         while true {
-            // Everything requested so far is covered by the notification sent next.
-            let pending = state.withLock { s -> Bool in
-                guard s.requested > sent else {
-                    s.running = false
-                    return false
-                }
-                return true
-            }
-            guard pending else { return }
             if let last = state.withLock({ $0.lastSent }), ContinuousClock.now < last + Self.spacing {
                 try? await Task.sleep(until: last + Self.spacing, clock: .continuous)
             }
-            let target = state.withLock { $0.requested }  // the writes of the wait share it
+            // Everything requested so far is covered by the statement sent next.
+            let taken = state.withLock { s -> Set<Pending> in
+                defer { s.pending = [] }
+                if s.pending.isEmpty { s.running = false }
+                return s.pending
+            }
+            guard !taken.isEmpty else { return }
             var binds = PostgresBindings()
-            binds.append(channel)
-            binds.append(token)
+            binds.append(taken.map(\.channel))
+            binds.append(taken.map(\.payload))
             let link = link
             _ = try? await link.withConnection(idempotent: true) { [binds] connection in
-                try await link.run("SELECT pg_notify($1, $2)", binds, on: connection)
+                try await link.run(
+                    "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)", binds, on: connection)
             }
             state.withLock { $0.lastSent = .now }
-            sent = target
         }
     }
 }

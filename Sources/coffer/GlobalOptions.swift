@@ -122,12 +122,12 @@ struct GlobalOptions: ParsableArguments {
 
     /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
     func openVault() throws -> Vault {
-        // passwd, info, verify and compact: a PostgreSQL vault named by --store must never be
+        // passwd, info and compact: a PostgreSQL vault named by --store must never be
         // answered for by the local file (passwd used to change the file and say so, exit 0).
         if try storeURL != nil {
             throw CLIError.usage(
                 "this command works on a file vault only, and --store (or $COFFER_STORE) names a PostgreSQL vault; "
-                    + "on one, coffer can init, set, get, list and rm (leave --store out, or unset COFFER_STORE, "
+                    + "on one, coffer can init, set, get, list, rm and verify (leave --store out, or unset COFFER_STORE, "
                     + "for the file vault)")
         }
         let url = vaultURL

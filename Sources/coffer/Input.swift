@@ -46,6 +46,25 @@ enum Input {
         return true
     }
 
+    /// Asks a question on the controlling terminal (typed with echo); true only for "yes".
+    /// Throws a usage error at once when there is no terminal: never waits.
+    static func confirm(_ question: String) throws -> Bool {
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else { throw CLIError.usage("no terminal to ask on: pass --yes to go ahead without asking") }
+        defer { close(tty) }
+        let prompt = Array(question.utf8)
+        _ = prompt.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
+        var answer: [UInt8] = []
+        var byte: UInt8 = 0
+        while answer.count < 64 {
+            let n = read(tty, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 || byte == UInt8(ascii: "\n") { break }
+            answer.append(byte)
+        }
+        return String(decoding: answer, as: UTF8.self).trimmingCharacters(in: .whitespaces) == "yes"
+    }
+
     /// Asks for a passphrase on the controlling terminal without echo (twice with
     /// `confirmation`). Throws a usage error at once when there is no terminal: never waits.
     static func prompt(_ text: String, confirmation: String? = nil, noSource: String) throws -> SecureBytes {

@@ -170,14 +170,29 @@ struct VerifyCommand: ParsableCommand {
             place in the chain of records, so a flipped bit, a truncated, reordered or replayed \
             record is found. The failure names the byte offset.
 
+            With --store (a PostgreSQL vault): authenticates every row and names each one that \
+            fails — altered, copied from another row or vault, sealed under another vault name, \
+            or inserted by hand with a version beyond the vault's counter — and exits 5 when one \
+            does. --repair then removes exactly those rows, after asking on the terminal (--yes: \
+            without asking); a row that authenticates is never touched.
+
             Examples:
               coffer verify
               coffer verify || echo "the vault was damaged or tampered with" >&2
+              coffer --store 'postgres://app@db.internal/fleet?vault=prod' verify --repair
             """)
 
     @ParentCommand var root: CofferCommand
+    @Flag(help: "With --store: remove the rows verify names as damaged (asks first).")
+    var repair = false
+    @Flag(help: "With --repair: remove them without asking.")
+    var yes = false
 
     func run() throws {
+        if try root.global.storeURL != nil { return try verifyStore() }
+        guard !repair else {
+            throw CLIError.usage("--repair works on a PostgreSQL vault (--store) only: a file vault keeps its records in one authenticated chain, so no record can be cut out of it")
+        }
         do {
             let vault = try root.global.openVault()
             let result = try vault.verify()
@@ -187,6 +202,36 @@ struct VerifyCommand: ParsableCommand {
         } catch let error as CofferError where error.code == .corrupted {
             throw CLIError(.integrity, "verification FAILED: \(error.description)")
         }
+    }
+
+    private func verifyStore() throws {
+        #if Postgres
+        guard let vault = try root.global.openItemStore() as? PostgresVault else {
+            throw CLIError.usage("--store takes a postgres:// URL")
+        }
+        let report = try vault.verify()
+        let place = "vault \(escapedName(vault.name)) on \(vault.configuration)"
+        guard !report.damaged.isEmpty else {
+            let unbound = report.unbound > 0 ? " (\(report.unbound) written before vault names were bound)" : ""
+            writeOut("ok: \(place): \(report.intact) row\(report.intact == 1 ? "" : "s") authenticated\(unbound)\n")
+            return
+        }
+        for row in report.damaged { writeError("damaged: \(row)\n") }
+        let count = "\(report.damaged.count) damaged row\(report.damaged.count == 1 ? "" : "s")"
+        guard repair else {
+            throw CLIError(
+                .integrity,
+                "verification FAILED: \(count) in \(place), \(report.intact) intact; "
+                    + "remove them with `coffer --store … verify --repair`")
+        }
+        if !yes, try !Input.confirm("Remove \(count) from \(place)? Type yes to remove: ") {
+            throw CLIError(.failure, "nothing was removed")
+        }
+        let removed = try vault.removeDamagedRows(report.damaged)
+        writeOut("removed \(removed) damaged row\(removed == 1 ? "" : "s") from \(place); \(report.intact) intact row\(report.intact == 1 ? "" : "s") kept\n")
+        #else
+        throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
+        #endif
     }
 }
 

@@ -89,7 +89,7 @@ struct PostgresCLITests {
         }
     }
 
-    @Test("passwd, info, verify and compact with --store are refused (exit 2), never run on the local file instead")
+    @Test("passwd, info and compact with --store are refused (exit 2), never run on the local file instead")
     func fileOnlyCommands() throws {
         let cluster = try PostgresTestCluster.shared
         let home = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-pg-home-\(UUID().uuidString)")
@@ -101,13 +101,55 @@ struct PostgresCLITests {
         var (status, _, err) = try Self.coffer(["--vault", vaultFile, "--key-file", keyFile, "init"])
         #expect(status == 0, "\(err)")
         let before = try Data(contentsOf: URL(fileURLWithPath: vaultFile))
-        for command in [["passwd"], ["info"], ["verify"], ["compact"]] {
+        for command in [["passwd"], ["info"], ["compact"]] {
             (status, _, err) = try Self.coffer(
                 ["--vault", vaultFile, "--key-file", keyFile, "--store", cluster.url + "&vault=x"] + command)
             #expect(status == 2, "\(command): \(err)")
             #expect(err.contains("file vault only"), "\(command): \(err)")
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: vaultFile)) == before)
+    }
+
+    @Test("verify --store names a forged row (exit 5, as list is); verify --repair --yes removes exactly it")
+    func verifyAndRepair() throws {
+        let cluster = try PostgresTestCluster.shared
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-pg-key-\(UUID().uuidString)")
+        try Data(repeating: 0x43, count: 32).write(to: keyFile)
+        defer { try? FileManager.default.removeItem(at: keyFile) }
+        let name = uniqueName("repair")
+        let store = ["--store", cluster.url + "&vault=\(name)", "--key-file", keyFile.path]
+        var (status, out, err) = try Self.coffer(store + ["init"])
+        #expect(status == 0, "\(err)")
+        for account in ["a", "b"] {
+            (status, _, err) = try Self.coffer(store + ["set", "svc", account], input: Data("secret-\(account)".utf8))
+            #expect(status == 0, "\(err)")
+        }
+        (status, out, err) = try Self.coffer(store + ["verify"])
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("2 rows authenticated"), "\(out)")
+
+        // A row inserted by a role with INSERT: every listing fails until it is gone.
+        let id = try VaultSecurityTests.vaultID(name, cluster)
+        try cluster.sql(
+            "INSERT INTO coffer_vault_rows (vault_id, row_key, record, version) VALUES ('\\x\(id)', '\\xbad0', '\\x00', 99)")
+        (status, _, err) = try Self.coffer(store + ["list"])
+        #expect(status == 5, "\(err)")
+        (status, out, err) = try Self.coffer(store + ["verify"])
+        #expect(status == 5, "\(err)")
+        #expect(err.contains("damaged: row bad0"), "\(err)")
+        #expect(err.contains("beyond the vault's counter"), "\(err)")
+        #expect(err.contains("--repair"), "\(err)")
+        (status, out, err) = try Self.coffer(store + ["verify", "--repair", "--yes"])
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("removed 1 damaged row"), "\(out)")
+        (status, out, err) = try Self.coffer(store + ["list"])
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("svc") && !out.contains("secret-"), "\(out)")
+        (status, out, err) = try Self.coffer(store + ["get", "svc", "b"])
+        #expect(status == 0 && out == "secret-b", "\(status) \(err)")
+        // --repair means nothing for a file vault.
+        (status, _, err) = try Self.coffer(["--vault", "/nonexistent/v.coffer", "verify", "--repair"])
+        #expect(status == 2, "\(err)")
     }
 }
 #endif

@@ -32,6 +32,13 @@ package final class FileWatcher: Sendable {
         var nextPoll: ContinuousClock.Instant
         /// Names seen and not yet delivered; `nil` inside means "anything".
         var pending: Set<String>? = []
+        /// Whether the directory was removed or moved away: each poll tries to watch the
+        /// directory at the path again (one made there, or a copy moved into place).
+        var rearm = false
+        /// Device and inode of the directory the kernel watches (`nil`: none, or unknown).
+        var identity: (device: UInt64, inode: UInt64)?
+        /// When the path is next checked against ``identity``.
+        var nextCheck: ContinuousClock.Instant
         var hasPending = false
 
         /// Whether this watch polls: it has no descriptor, or the kernel's events miss writes
@@ -76,7 +83,8 @@ package final class FileWatcher: Sendable {
             startIfNeeded(&s)
             var watch = Watch(
                 directory: directory, handler: handler, descriptor: nil, pollInterval: pollInterval,
-                nextPoll: .now + pollInterval)
+                nextPoll: .now + pollInterval, nextCheck: .now + Self.identityCheckInterval)
+            watch.identity = Self.identity(of: directory)
             watch.descriptor = addDescriptor(for: directory, in: &s)
             if let wd = watch.descriptor { s.byDescriptor[wd, default: []].insert(id) }
             s.watches[id] = watch
@@ -164,6 +172,18 @@ package final class FileWatcher: Sendable {
         }
     }
 
+    /// How often the path of a watched directory is checked against the directory the kernel
+    /// watches. The kernel reports a directory removed or moved away, but nothing when the path
+    /// starts naming another one without the watched one moving (a symlink removed or pointed
+    /// elsewhere): a stat a second finds it, and the store's handler is told to check its path.
+    static let identityCheckInterval = Duration.seconds(1)
+
+    /// Device and inode of the directory at `path` (following symlinks), or `nil`.
+    private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
+        guard let status = try? LiveFileSystem().stat(path) else { return nil }
+        return (status.device, status.inode)
+    }
+
     /// `COFFER_WATCH=poll` in the environment: poll instead of watching (an operator's way
     /// around a file system whose notifications cannot be trusted, and the tests' way to run
     /// the fallback).
@@ -216,7 +236,8 @@ package final class FileWatcher: Sendable {
             let timeout: Int32? = state.withLock { s in
                 guard s.running, s.generation == generation else { return nil }
                 let polls = s.watches.values.filter(\.polls).map(\.nextPoll)
-                guard let next = polls.min() else { return -1 }
+                let checks = s.watches.values.map(\.nextCheck)
+                guard let next = (polls + checks).min() else { return -1 }
                 let left = next - .now
                 return left <= .zero ? 0 : Int32(min(60_000, max(1, left.components.seconds * 1000
                     + left.components.attoseconds / 1_000_000_000_000_000)))
@@ -246,7 +267,8 @@ package final class FileWatcher: Sendable {
                         if !ids.isEmpty { s.events?.remove(event.descriptor) }
                         for id in ids {
                             s.watches[id]!.descriptor = nil
-                            warnPolling(s.watches[id]!.directory, "the directory was removed or moved", in: &s)
+                            s.watches[id]!.rearm = true
+                            s.watches[id]!.nextPoll = now + s.watches[id]!.pollInterval
                         }
                     }
                     for id in ids {
@@ -259,6 +281,34 @@ package final class FileWatcher: Sendable {
                     }
                 }
                 var calls: [(Handler, Set<String>?)] = []
+                for (id, watch) in s.watches where now >= watch.nextCheck {
+                    s.watches[id]!.nextCheck = now + Self.identityCheckInterval
+                    let identity = Self.identity(of: watch.directory)
+                    guard identity?.device != watch.identity?.device || identity?.inode != watch.identity?.inode else {
+                        continue
+                    }
+                    // The path names another directory, or none: the watch moves to what it names.
+                    s.watches[id]!.identity = identity
+                    s.watches[id]!.hasPending = true
+                    s.watches[id]!.pending = nil
+                    if let wd = watch.descriptor {
+                        s.byDescriptor[wd]?.remove(id)
+                        if s.byDescriptor[wd]?.isEmpty == true {
+                            s.byDescriptor[wd] = nil
+                            s.events?.remove(wd)
+                        }
+                        s.watches[id]!.descriptor = nil
+                    }
+                    if identity != nil, let events = s.events, !Self.forcePolling,
+                        case .success(let wd) = events.add(watch.directory)
+                    {
+                        s.watches[id]!.descriptor = wd
+                        s.byDescriptor[wd, default: []].insert(id)
+                        s.watches[id]!.rearm = false
+                    } else if watch.descriptor != nil {
+                        s.watches[id]!.rearm = true
+                    }
+                }
                 for (id, watch) in s.watches {
                     var due = watch.hasPending || overflow
                     var names = overflow ? nil : watch.pending
@@ -266,6 +316,13 @@ package final class FileWatcher: Sendable {
                         due = true
                         names = nil
                         s.watches[id]!.nextPoll = now + watch.pollInterval
+                        if watch.rearm, let events = s.events, case .success(let wd) = events.add(watch.directory) {
+                            // A directory is at the path again: watched from now on.
+                            s.watches[id]!.descriptor = wd
+                            s.watches[id]!.rearm = false
+                            s.watches[id]!.identity = Self.identity(of: watch.directory)
+                            s.byDescriptor[wd, default: []].insert(id)
+                        }
                     }
                     guard due else { continue }
                     s.watches[id]!.pending = []

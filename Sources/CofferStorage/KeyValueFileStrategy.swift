@@ -267,7 +267,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
             return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: journalPath)) { [weak self] names in
                 // Other files of the directory (other suites, temporary files) are not ours.
                 if let names, !names.isEmpty, !names.contains(name) { return }
-                self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
+                self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
             }
         } stopped: { [weak self] in
             self?.state.withLock { s in

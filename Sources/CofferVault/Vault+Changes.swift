@@ -22,7 +22,7 @@ extension Vault {
             let name = DurableIO.lastComponent(of: path)
             return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: path)) { [weak self] names in
                 if let names, !names.isEmpty, !names.contains(name) { return }
-                self?.deliverOutsideChanges(checkingPath: names != nil && !names!.isEmpty)
+                self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
             }
         } stopped: { [weak self] in
             self?.state.withLock { $0?.outside = OutsideChanges() }

@@ -309,4 +309,47 @@ struct RemovalTests {
             #expect(theme.wrappedValue == "dark")
         }
     }
+
+    @Test("The store's directory replaced by a copy, by a symlink to a copy, or removed and made again: the property follows the path")
+    func replacedDirectory() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-moved-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let directory = root.appendingPathComponent("store")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let context = CofferContext(directory: directory)
+        try await CofferContext.$current.withValue(context) {
+            let theme = Stored(wrappedValue: "light", backed: .keyValue(key: "theme"))
+            func write(_ value: String) throws {
+                try KeyValueFileStrategy(directory: directory, suite: "standard", durability: .immediate).set(value, for: "theme")
+            }
+            try write("v5")
+            #expect(await OutsideChangeTests.eventually { theme.wrappedValue == "v5" })
+
+            // Renamed away, and a copy put in its place: a writer at the path writes v10.
+            let moved = root.appendingPathComponent("moved")
+            #expect(rename(directory.path, moved.path) == 0)
+            try FileManager.default.copyItem(at: moved, to: directory)
+            try write("v10")
+            #expect(await OutsideChangeTests.eventually { theme.wrappedValue == "v10" }, "the property kept following the moved directory")
+            #expect(theme.error == nil)
+
+            // Renamed away again, and a symlink to a copy put in its place.
+            let copy = root.appendingPathComponent("copy")
+            #expect(rename(directory.path, root.appendingPathComponent("moved-again").path) == 0)
+            try FileManager.default.copyItem(at: root.appendingPathComponent("moved-again"), to: copy)
+            #expect(symlink(copy.path, directory.path) == 0)
+            try write("v15")
+            #expect(await OutsideChangeTests.eventually { theme.wrappedValue == "v15" }, "the property did not follow the symlink")
+            #expect(theme.error == nil)
+
+            // Removed: the value is kept and the error says so; made again: it follows the new store.
+            #expect(unlink(directory.path) == 0)
+            #expect(await OutsideChangeTests.eventually { theme.error?.code == .notFound })
+            #expect(theme.wrappedValue == "v15")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            try write("v20")
+            #expect(await OutsideChangeTests.eventually { theme.wrappedValue == "v20" }, "the property never followed the new store")
+            #expect(await OutsideChangeTests.eventually { theme.error == nil })
+        }
+    }
 }

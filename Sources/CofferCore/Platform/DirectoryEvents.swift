@@ -168,7 +168,9 @@ struct DirectoryEvents {
             let nameBytes = bytes[nameStart..<(nameStart + length)].prefix { $0 != 0 }
             let whole = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
             let name: String? = whole || nameBytes.isEmpty ? nil : String(decoding: nameBytes, as: UTF8.self)
-            events.append((wd, name, mask & UInt32(IN_IGNORED) != 0))
+            // Moved away counts as gone: the kernel's watch follows the directory to its new
+            // name, while the store lives at the old path (a copy put there is another directory).
+            events.append((wd, name, mask & UInt32(IN_IGNORED | IN_MOVE_SELF) != 0))
             offset = nameStart + length
         }
     }

@@ -96,7 +96,10 @@ package final class DeadlineTimer: @unchecked Sendable {
             }
             let wake = top.deadline + slack
             wakeAt = wake
-            _ = condition.wait(until: Date() + now.duration(to: wake).inSeconds)
+            // In steps of at most a quarter second, measured on the continuous clock: the
+            // condition's own timeout is on the wall clock, which may be set back.
+            let step = min(now.duration(to: wake), .milliseconds(250))
+            _ = condition.wait(until: Date() + step.inSeconds)
         }
     }
 

@@ -255,6 +255,14 @@ package final class FileWatcher: Sendable {
                 return s.pendingWarnings
             }
             for warning in warnings { CofferWarnings.warn(warning) }
+            // The paths due for their identity check, stat'ed outside the lock (a hung network
+            // mount must not hold every caller of `watch` and `cancel`).
+            let due = state.withLock { s -> [(UInt64, String)] in
+                guard s.running, s.generation == generation else { return [] }
+                let now = ContinuousClock.now
+                return s.watches.filter { now >= $0.value.nextCheck }.map { ($0.key, $0.value.directory) }
+            }
+            let checked = due.map { id, directory in (id, Self.identity(of: directory), Self.remoteFileSystem(directory)) }
             let calls = state.withLock { s -> [(Handler, Set<String>?)] in
                 guard s.running, s.generation == generation else { return [] }
                 let now = ContinuousClock.now
@@ -281,9 +289,9 @@ package final class FileWatcher: Sendable {
                     }
                 }
                 var calls: [(Handler, Set<String>?)] = []
-                for (id, watch) in s.watches where now >= watch.nextCheck {
+                for (id, identity, remote) in checked {
+                    guard let watch = s.watches[id] else { continue }
                     s.watches[id]!.nextCheck = now + Self.identityCheckInterval
-                    let identity = Self.identity(of: watch.directory)
                     guard identity?.device != watch.identity?.device || identity?.inode != watch.identity?.inode else {
                         continue
                     }
@@ -299,14 +307,16 @@ package final class FileWatcher: Sendable {
                         }
                         s.watches[id]!.descriptor = nil
                     }
-                    if identity != nil, let events = s.events, !Self.forcePolling,
+                    if identity != nil, remote == nil, !Self.forcePolling, let events = s.events,
                         case .success(let wd) = events.add(watch.directory)
                     {
                         s.watches[id]!.descriptor = wd
                         s.byDescriptor[wd, default: []].insert(id)
                         s.watches[id]!.rearm = false
-                    } else if watch.descriptor != nil {
-                        s.watches[id]!.rearm = true
+                    } else {
+                        // Polled from now on; a directory on a network file system stays polled.
+                        s.watches[id]!.rearm = remote == nil
+                        if let remote { warnPolling(watch.directory, remote, in: &s) }
                     }
                 }
                 for (id, watch) in s.watches {
@@ -316,7 +326,9 @@ package final class FileWatcher: Sendable {
                         due = true
                         names = nil
                         s.watches[id]!.nextPoll = now + watch.pollInterval
-                        if watch.rearm, let events = s.events, case .success(let wd) = events.add(watch.directory) {
+                        if watch.rearm, Self.remoteFileSystem(watch.directory) == nil, let events = s.events,
+                            case .success(let wd) = events.add(watch.directory)
+                        {
                             // A directory is at the path again: watched from now on.
                             s.watches[id]!.descriptor = wd
                             s.watches[id]!.rearm = false

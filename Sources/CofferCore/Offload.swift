@@ -58,8 +58,11 @@ package final class BlockingPool: TaskExecutor, @unchecked Sendable {
     /// Whether the calling thread is a thread of a ``BlockingPool``.
     package static var isCurrentThread: Bool { marker.value != nil }
 
+    /// Whether the calling thread is a thread of ``jobs``.
+    package static var isJobsThread: Bool { marker.value == Unmanaged.passUnretained(jobs).toOpaque() }
+
     private func serve() {
-        Self.marker.value = UnsafeMutableRawPointer(bitPattern: 1)
+        Self.marker.value = Unmanaged.passUnretained(self).toOpaque()
         condition.lock()
         while true {
             if head < work.count {

@@ -216,7 +216,9 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
             let rows = try await link.run(
                 sql.lockRow, binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
-            guard case .store(let next) = try decide(current) else { return (nil, false) }
+            guard case .store(let next) = try await PostgresLink.callersCodeOffJobs({ try decide(current) }) else {
+                return (nil, false)
+            }
             return (try await Self.upsert(suite, key: keyBytes, value: next, sql: sql.write, on: connection, link: link), true)
         }
         if let written {

@@ -243,6 +243,15 @@ final class PostgresLink: Sendable {
         let error: any Error
     }
 
+    /// Runs a caller's code inside a call (an `update`'s transform) on Coffer's growing pool when
+    /// the call runs on the fixed pool of async work (``BlockingPool/jobs``): the caller's code
+    /// may block (a synchronous Coffer call inside it), and with every thread of that pool held
+    /// every other async call of the process would wait behind it.
+    static func callersCodeOffJobs<R: Sendable>(_ body: @escaping @Sendable () throws -> R) async throws -> R {
+        guard BlockingPool.isJobsThread else { return try body() }
+        return try await Offload.run(body)
+    }
+
     /// Runs a caller's closure inside a call, marking what it throws as its own.
     static func callersCode<R>(_ body: () throws -> R) throws -> R {
         do { return try body() } catch let error as CofferError { throw error } catch { throw BodyError(error: error) }

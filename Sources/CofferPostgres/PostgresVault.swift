@@ -295,8 +295,8 @@ public final class PostgresVault: Sendable {
         let sealing = try sealing
         let rowKey = try sealing.rowKey(service: service, account: account)
         let (link, channel) = (link, channel)
-        let version = try await link.transaction { connection -> (Int64?, commit: Bool) in
-            let version = try await self.bumpVersion(on: connection)
+        let version = try await link.transaction { connection -> ((Int64, UInt64)?, commit: Bool) in
+            let (version, writer) = try await self.bumpVersion(on: connection)
             let current = try await self.currentBody(rowKey, on: connection)
             var old: Data?
             var existing: VaultItem?
@@ -305,7 +305,9 @@ public final class PostgresVault: Sendable {
                 existing = item
                 secret.withUnsafeMutableBytes { zero($0) }
             }
-            let next = try PostgresLink.callersCode { try transform(old) }
+            let next = try await PostgresLink.callersCodeOffJobs { [old] in
+                try PostgresLink.callersCode { try transform(old) }
+            }
             if next == old { return (nil, false) }
             let record: [UInt8]
             if let next {
@@ -319,9 +321,9 @@ public final class PostgresVault: Sendable {
             }
             try await self.upsert(rowKey, record, version, on: connection)
             try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
-            return (version, true)
+            return ((version, writer), true)
         }
-        if let version { wrote([rowKey], version) }
+        if let (version, writer) = version { wrote([rowKey], version, writer: writer) }
     }
 
     /// Makes `body` of `change` for each change, in one transaction with the vault's version row
@@ -341,8 +343,8 @@ public final class PostgresVault: Sendable {
         }
         let steps = planned
         let (link, channel) = (link, channel)
-        let (version, written) = try await link.transaction { connection -> ((Int64, [[UInt8]]), commit: Bool) in
-            let version = try await self.bumpVersion(on: connection)
+        let (version, writer, written) = try await link.transaction { connection -> ((Int64, UInt64, [[UInt8]]), commit: Bool) in
+            let (version, writer) = try await self.bumpVersion(on: connection)
             var written: [[UInt8]] = []
             for (change, rowKey) in steps {
                 var existing: VaultItem?
@@ -372,11 +374,11 @@ public final class PostgresVault: Sendable {
                 try await self.upsert(rowKey, record, version, on: connection)
                 written.append(rowKey)
             }
-            guard !written.isEmpty else { return ((version, []), false) }
+            guard !written.isEmpty else { return ((version, writer, []), false) }
             try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
-            return ((version, written), true)
+            return ((version, writer, written), true)
         }
-        if !written.isEmpty { wrote(written, version) }
+        if !written.isEmpty { wrote(written, version, writer: writer) }
     }
 
     // MARK: - Items, for callers that are not async
@@ -456,7 +458,10 @@ public final class PostgresVault: Sendable {
     /// said, never allowed to move the starting point; a server whose next transaction id went
     /// back was restored, and everyone rereads.
     private func catchUp() async throws {
-        let (link, sealing, vaultID) = (link, try sealing, vaultID)
+        // Locked: nothing can be read, and every call says so; the feed has nothing to report
+        // (throwing here would make it reconnect every second for as long as it is observed).
+        guard let sealing = keys.withLock({ $0 }) else { return }
+        let (link, vaultID) = (link, vaultID)
         try await tracker.catchUp(version: { try await self.currentVersion() }, everything: nil) { since in
             var binds = PostgresBindings()
             try binds.append(Data(vaultID))
@@ -528,7 +533,11 @@ public final class PostgresVault: Sendable {
         /// Of those, rows written before vault names were bound into records (they are bound the
         /// next time their item is written).
         public let unbound: Int
-        /// Rows that cannot be used.
+        /// Of those, rows whose version is beyond the vault's counter: the counter was put back
+        /// (by SQL, or a restore of that table alone). They are authentic and never removed;
+        /// followers skip them until the counter passes them again.
+        public let aheadOfCounter: Int
+        /// Rows that cannot be used: each fails authentication, or names another item.
         public let damaged: [DamagedRow]
     }
 
@@ -558,17 +567,17 @@ public final class PostgresVault: Sendable {
         }
         var intact = 0
         var unbound = 0
+        var ahead = 0
         var damaged: [DamagedRow] = []
         for (rowKey, record, version, digest) in rows {
             func damage(_ reason: String) {
                 damaged.append(DamagedRow(rowKey: Data(rowKey), version: version, recordDigest: digest, reason: reason))
             }
-            if version > counter {
-                damage("its version is beyond the vault's counter (\(counter)): not written by Coffer")
-                continue
-            }
             guard let (body, named) = try? sealing.openReporting(record, rowKey: rowKey, version: version) else {
-                damage("fails authentication: altered, copied from another row or vault, or sealed under another vault name")
+                damage(
+                    version > counter
+                        ? "fails authentication, and its version is beyond the vault's counter (\(counter)): not written by Coffer"
+                        : "fails authentication: altered, copied from another row or vault, or sealed under another vault name")
                 continue
             }
             let names: (String, String)
@@ -584,9 +593,11 @@ public final class PostgresVault: Sendable {
             }
             intact += 1
             if !named { unbound += 1 }
+            // Sealed by Coffer at a version the counter has not reached: the counter went back.
+            if version > counter { ahead += 1 }
         }
         damaged.sort { $0.version != $1.version ? $0.version < $1.version : $0.rowKey.lexicographicallyPrecedes($1.rowKey) }
-        return Verification(intact: intact, unbound: unbound, damaged: damaged)
+        return Verification(intact: intact, unbound: unbound, aheadOfCounter: ahead, damaged: damaged)
     }
 
     /// Removes rows ``verify()`` reported, each only while it is exactly as reported (same key,
@@ -747,15 +758,21 @@ public final class PostgresVault: Sendable {
         }
     }
 
-    private func wrote(_ rowKeys: [[UInt8]], _ version: Int64) {
+    /// Notes a committed write: its rows' version, and its transaction id in the server horizon.
+    /// Only after the commit: until then the server's snapshots may end below the id (PostgreSQL
+    /// 14 and later end them after the newest *completed* transaction), and a check made inside
+    /// the writing transaction would take that for a restore.
+    private func wrote(_ rowKeys: [[UInt8]], _ version: Int64, writer: UInt64) {
+        serverHorizon.withLock { $0 = max($0, writer + 1) }
         newestVersions.withLock { newest in
             for rowKey in rowKeys { newest[rowKey] = max(newest[rowKey] ?? 0, version) }
         }
         tracker.markOwn(version)
     }
 
-    /// Raises the vault's counter (locking its row to the commit) and returns the new version.
-    private func bumpVersion(on connection: PostgresConnection) async throws -> Int64 {
+    /// Raises the vault's counter (locking its row to the commit) and returns the new version and
+    /// the writing transaction's id.
+    private func bumpVersion(on connection: PostgresConnection) async throws -> (version: Int64, writer: UInt64) {
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         let rows = try await link.run(
@@ -765,9 +782,7 @@ public final class PostgresVault: Sendable {
         guard let row = rows.first else {
             throw CofferError(.notFound, "the vault was removed from the database", path: name)
         }
-        let writer = try Self.transactionID(row.cells[1])
-        serverHorizon.withLock { $0 = max($0, writer + 1) }
-        return try row.cells[0].decode(Int64.self)
+        return (try row.cells[0].decode(Int64.self), try Self.transactionID(row.cells[1]))
     }
 
     private func upsert(_ rowKey: [UInt8], _ record: [UInt8], _ version: Int64, on connection: PostgresConnection)

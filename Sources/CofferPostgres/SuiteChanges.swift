@@ -279,7 +279,9 @@ final class NotificationBatch: Sendable {
     static func shared(for link: PostgresLink) -> NotificationBatch {
         batches.withLock { batches in
             if let batch = batches[link.configuration] { return batch }
-            let batch = NotificationBatch(link: link)
+            // A link of its own, with no store's name or logger: a store whose name is refused
+            // must not silence the notifications of every other store of the pool.
+            let batch = NotificationBatch(link: PostgresLink(configuration: link.configuration))
             batches[link.configuration] = batch
             return batch
         }

@@ -121,11 +121,15 @@ extension StoredCell {
                 throw failure
             }
             // Stops the writer unless a newer value waits, which the background writer takes.
-            let more = state.withLock { s -> Bool in
-                guard s.version == s.persistedVersion && !s.forceSave else { return true }
+            // A `flush` that came while this write was in flight waits for this writer: it is
+            // resumed here, as the background writer resumes its waiters when it stops.
+            let (more, waiters) = state.withLock { s -> (Bool, [CheckedContinuation<Void, any Error>]) in
+                guard s.version == s.persistedVersion && !s.forceSave else { return (true, []) }
                 s.writerActive = false
-                return false
+                defer { s.flushWaiters = [] }
+                return (false, s.flushWaiters.map(\.continuation))
             }
+            for waiter in waiters { waiter.resume() }
             if more { RemoteWrites.run { await self.drainWrites(remote, key: key) } }
             return
         }

@@ -211,6 +211,11 @@ struct VerifyCommand: ParsableCommand {
         }
         let report = try vault.verify()
         let place = "vault \(escapedName(vault.name)) on \(vault.configuration)"
+        if report.aheadOfCounter > 0 {
+            writeError(
+                "warning: \(report.aheadOfCounter) authentic row(s) of \(place) carry a version beyond the vault's counter: "
+                    + "the counter was put back (by SQL, or a restore of that table alone); they are kept\n")
+        }
         guard !report.damaged.isEmpty else {
             let unbound = report.unbound > 0 ? " (\(report.unbound) written before vault names were bound)" : ""
             writeOut("ok: \(place): \(report.intact) row\(report.intact == 1 ? "" : "s") authenticated\(unbound)\n")

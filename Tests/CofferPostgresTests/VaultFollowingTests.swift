@@ -58,6 +58,12 @@ struct VaultFollowingTests {
         #expect(try await follower.removeDamagedRows(report.damaged) == 1)
         #expect(try await follower.verify().damaged.isEmpty)
         #expect(try await follower.items().map(\.account) == ["a", "b", "c"])
+        // The vault's counter put back by SQL: its authentic rows above it are never "damaged".
+        try cluster.sql("UPDATE coffer_vaults SET version = 1 WHERE vault_id = '\\x\(id)'")
+        let behind = try await follower.verify()
+        #expect(behind.damaged.isEmpty)
+        #expect(behind.aheadOfCounter == 2)
+        try cluster.sql("UPDATE coffer_vaults SET version = 3 WHERE vault_id = '\\x\(id)'")
         try await writer.set("4", service: "svc", account: "d")
         #expect(await FollowingTests.until { heard.heard("d") })
         let said = warnings.withLock { $0 }
@@ -113,7 +119,9 @@ struct VaultFollowingTests {
         let cluster = try PostgresTestCluster.shared
         let configuration = try sharedConfiguration()
         let name = uniqueName("vrollback")
-        let vault = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        let (logger, warnings) = FollowingTests.capturingLogger()
+        let vault = try await PostgresVault.create(
+            name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration, logger: logger)
         try await vault.set("old password", service: "db", account: "app")
         let id = try VaultSecurityTests.vaultID(name, cluster)
         try cluster.sql("CREATE TABLE saved_\(id) AS SELECT * FROM coffer_vault_rows WHERE vault_id = '\\x\(id)'")
@@ -132,7 +140,16 @@ struct VaultFollowingTests {
             #expect(error.message.contains("acceptRollback"), "\(error.message)")
             #expect(!error.message.contains("password"))
         }
-        // Writes are not refused meanwhile; the operator's acceptance ends the refusals.
+        // An update (whose transform would see the older secret) is refused too: checked inside
+        // its own transaction, which must not read as a restore.
+        do {
+            try await vault.update(service: "db", account: "app") { _ in Data("from the old one".utf8) }
+            Issue.record("update ran on a rolled-back secret")
+        } catch let error as CofferError {
+            #expect(error.code == .rolledBack, "\(error)")
+        }
+        #expect(!warnings.withLock { $0 }.contains { $0.contains("restored") }, "a SQL rollback was taken for a restore")
+        // The operator's acceptance ends the refusals.
         vault.acceptRollback()
         #expect(try await vault.string(service: "db", account: "app") == "old password")
         try await vault.set("newest password", service: "db", account: "app")

@@ -245,19 +245,20 @@ public final class PostgresVault: Sendable {
         let sealing = try sealing
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
-        // What was known before the query: a commit seen then must be visible to it.
+        // What was known before the query: a commit seen then must be visible to it. (The
+        // horizon first: see `readRows`.)
+        let horizon = serverHorizon.withLock { $0 }
         let known = newestVersions.withLock { $0 }
         let link = link
-        let rows = try await link.withConnection(idempotent: true) { [binds] connection in
-            let rows = try await link.run(
-                "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1", binds, on: connection
-            ).map(Self.decodeRow)
-            // A row older than this instance has read: the server restored (accepted, once for
-            // every row), or rolled back by SQL (refused).
-            if let older = rows.first(where: { row in known[row.rowKey].map { row.version < $0 } ?? false }) {
-                try await self.admitOlder(older.version, known: known[older.rowKey]!, on: connection)
-            }
-            return rows
+        let (serverNext, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
+            try await self.readRows("", binds, on: connection)
+        }
+        // A row older than this instance has read: the server restored (accepted), or rolled
+        // back by SQL (refused).
+        if !acceptIfRestored(serverNext, before: horizon),
+            let older = rows.first(where: { row in known[row.rowKey].map { row.version < $0 } ?? false })
+        {
+            throw rolledBack(older.version, known: known[older.rowKey]!)
         }
         var items: [VaultItem] = []
         for (rowKey, record, version) in rows {
@@ -661,30 +662,51 @@ public final class PostgresVault: Sendable {
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         try binds.append(Data(rowKey))
+        let horizon = serverHorizon.withLock { $0 }
         let known = newestVersions.withLock { $0[rowKey] }
-        let rows = try await link.run(
-            "SELECT row_key, record, version FROM \(link.tables.vaultRows) WHERE vault_id = $1 AND row_key = $2", binds,
-            on: connection)
-        guard let row = rows.first else {
-            if known != nil, !(try await serverWentBack(on: connection)) {
+        let (serverNext, rows) = try await readRows(" AND r.row_key = $2", binds, on: connection)
+        let restored = acceptIfRestored(serverNext, before: horizon)
+        guard let (_, record, version) = rows.first else {
+            if known != nil, !restored {
                 throw CofferError(
                     .corrupted, "a vault row this instance has read was deleted from the database behind Coffer's back",
                     path: name)
             }
             return nil
         }
-        let (_, record, version) = try Self.decodeRow(row)
-        if let known, version < known { try await admitOlder(version, known: known, on: connection) }
+        if let known, version < known, !restored { throw rolledBack(version, known: known) }
         let body = try sealing.open(record, rowKey: rowKey, version: version)
         newestVersions.withLock { $0[rowKey] = max($0[rowKey] ?? 0, version) }
         return body
     }
 
-    /// A row at `version`, older than the `known` one this instance read: accepted when the
-    /// server itself went back (a restore, a failover), else ``CofferError/Code/rolledBack``.
-    private func admitOlder(_ version: Int64, known: Int64, on connection: PostgresConnection) async throws {
-        if try await serverWentBack(on: connection) { return }
-        throw CofferError(
+    /// The vault's rows (`$1` is the vault id; `condition` narrows them) and, from the same
+    /// snapshot, the server's next transaction id: every read also moves the server horizon, so
+    /// an instance that only reads still tells a restore from a rollback.
+    ///
+    /// Callers read the horizon *before* the newest versions they know: a restore found
+    /// meanwhile forgets those versions before it lowers the horizon, so a caller either sees
+    /// the old horizon (and the restore) or the versions already forgotten.
+    private func readRows(_ condition: String, _ binds: PostgresBindings, on connection: PostgresConnection) async throws
+        -> (serverNext: UInt64, rows: [(rowKey: [UInt8], record: [UInt8], version: Int64)])
+    {
+        let rows = try await link.run(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version FROM (SELECT 1) AS one "
+                + "LEFT JOIN \(link.tables.vaultRows) AS r ON r.vault_id = $1\(condition)", binds, on: connection)
+        guard let first = rows.first else { throw CofferError(.io, "the server sent no row for a read") }
+        let serverNext = try Self.transactionID(first.cells[0])
+        let found = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64)? in
+            let cells = row.cells
+            guard let rowKey = try cells[1].decode(Data?.self) else { return nil }
+            return ([UInt8](rowKey), [UInt8](try cells[2].decode(Data.self)), try cells[3].decode(Int64.self))
+        }
+        return (serverNext, found)
+    }
+
+    /// A row at `version`, older than the `known` one this instance read, while the server did
+    /// not go back: ``CofferError/Code/rolledBack``.
+    private func rolledBack(_ version: Int64, known: Int64) -> CofferError {
+        CofferError(
             .rolledBack,
             "a vault row is older (version \(version)) than one this instance has read (\(known)), and the server's "
                 + "transaction counter did not go back with it: someone with write access to the tables put an older row "
@@ -693,32 +715,25 @@ public final class PostgresVault: Sendable {
             path: name)
     }
 
-    /// Whether the server's next transaction id is below one this instance saw: then the rows it
-    /// read are accepted as they are now (and said once per event).
-    private func serverWentBack(on connection: PostgresConnection) async throws -> Bool {
-        let horizon = serverHorizon.withLock { $0 }
-        let rows = try await link.run("SELECT pg_snapshot_xmax(pg_current_snapshot())::text", on: connection)
-        guard let row = rows.first else { return false }
-        return acceptIfRestored(try Self.transactionID(row.cells[0]), before: horizon)
-    }
-
     /// Notes the server's next transaction id, read by a statement that started when the horizon
     /// was `before`. Every id seen by then was assigned before the statement's snapshot, so a
     /// next id below it means the server went back (restored, failed over): forgets what this
     /// instance read, makes observers reread, warns. (The horizon as it is now may be higher, from
     /// a write that raced the statement: comparing with it would be a false alarm.)
     private func acceptIfRestored(_ serverNext: UInt64, before: UInt64) -> Bool {
-        let restored = serverHorizon.withLock { horizon -> Bool in
-            if serverNext < before {
-                horizon = serverNext
-                return true
-            }
-            horizon = max(horizon, serverNext)
+        guard serverNext < before else {
+            serverHorizon.withLock { $0 = max($0, serverNext) }
             return false
         }
-        guard restored else { return false }
+        // Forgotten before the horizon is lowered (see `readRows`).
         newestVersions.withLock { $0 = [:] }
         tracker.restart()
+        let first = serverHorizon.withLock { horizon -> Bool in
+            guard horizon > serverNext else { return false }  // lowered already: said once
+            horizon = serverNext
+            return true
+        }
+        guard first else { return true }
         link.logger.warning(
             "vault \(name): the database was restored from a backup or failed over (the server's transaction counter went back); this instance now serves the restored rows, and writes made after the backup are gone from the database"
         )
@@ -809,13 +824,6 @@ public final class PostgresVault: Sendable {
         }
     }
 
-    private static func decodeRow(_ row: PostgresRow) throws -> (rowKey: [UInt8], record: [UInt8], version: Int64) {
-        let cells = row.cells
-        return (
-            [UInt8](try cells[0].decode(Data.self)), [UInt8](try cells[1].decode(Data.self)),
-            try cells[2].decode(Int64.self)
-        )
-    }
 }
 
 extension VaultChange {

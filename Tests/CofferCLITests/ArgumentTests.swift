@@ -117,7 +117,7 @@ struct ArgumentTests {
         #expect(list.out.contains("\"empty\""), "\(list)")
     }
 
-    @Test("an empty line at the prompt is refused, with a shell-quoted hint", .timeLimit(.minutes(1)))
+    @Test("an empty line at the prompt is refused, with a shell-quoted hint", .timeLimit(.minutes(10)))
     func emptyLineAtPromptIsRefused() throws {
         let box = try Sandbox()
         try box.initVault()

@@ -273,7 +273,7 @@ struct TerminalTests {
         terminal.type(second)
     }
 
-    @Test("init asks twice, get once, set reads the secret — all without echo", .timeLimit(.minutes(1)))
+    @Test("init asks twice, get once, set reads the secret — all without echo", .timeLimit(.minutes(10)))
     func promptsWithoutEcho() throws {
         let box = try Sandbox()
         let terminal = try PseudoTerminal()

@@ -54,7 +54,7 @@ struct HardeningTests {
 
     @Test(
         "while it runs, coffer is not dumpable, its core limit is 0 and its environment holds no passphrase",
-        .timeLimit(.minutes(1)))
+        .timeLimit(.minutes(10)))
     func notDumpableAndEnvironmentScrubbed() throws {
         let box = try Sandbox()
         try box.initVault()

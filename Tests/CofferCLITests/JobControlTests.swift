@@ -39,7 +39,7 @@ struct JobControlTests {
 
     @Test(
         "stopped and continued at the prompt, echo is off again even if the shell turned it on",
-        .timeLimit(.minutes(1)))
+        .timeLimit(.minutes(10)))
     func echoOffAfterContinue() throws {
         let box = try Sandbox()
         try box.initVault()
@@ -63,7 +63,7 @@ struct JobControlTests {
         #expect(try box.run(["get", "svc", "acct"]).printed(Array(("first-" + rest).utf8)))
     }
 
-    @Test("Ctrl-Z at the prompt gives the terminal back, then asks again without echo", .timeLimit(.minutes(1)))
+    @Test("Ctrl-Z at the prompt gives the terminal back, then asks again without echo", .timeLimit(.minutes(10)))
     func ctrlZRestartsThePrompt() throws {
         let box = try Sandbox()
         try box.initVault()

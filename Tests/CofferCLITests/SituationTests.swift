@@ -95,7 +95,7 @@ struct SituationTests {
         #expect(get.stdout.isEmpty)
     }
 
-    @Test("a vault locked by another process is exit 6 within the lock timeout", .timeLimit(.minutes(1)))
+    @Test("a vault locked by another process is exit 6 within the lock timeout", .timeLimit(.minutes(10)))
     func busy() throws {
         let box = try Sandbox()
         try box.initVault()
@@ -161,7 +161,7 @@ struct SituationTests {
         #expect(try box.run(["list"]).status == Exit.ok)
     }
 
-    @Test("concurrent sets on one vault all land", .timeLimit(.minutes(1)))
+    @Test("concurrent sets on one vault all land", .timeLimit(.minutes(10)))
     func concurrentSets() throws {
         let box = try Sandbox()
         try box.initVault()
@@ -193,7 +193,7 @@ struct SituationTests {
         #expect(try box.run(["verify"]).status == Exit.ok)
     }
 
-    @Test("demo runs on its own, checks its claims and exits 0", .timeLimit(.minutes(1)))
+    @Test("demo runs on its own, checks its claims and exits 0", .timeLimit(.minutes(10)))
     func demo() throws {
         let box = try Sandbox()
         let directory = box.path + "/demo"

@@ -109,13 +109,7 @@ package final class FileWatcher: Sendable {
     fileprivate func cancel(_ id: UInt64) {
         let exited: DispatchSemaphore? = state.withLock { s in
             guard let watch = s.watches.removeValue(forKey: id) else { return nil }
-            if let wd = watch.descriptor {
-                s.byDescriptor[wd]?.remove(id)
-                if s.byDescriptor[wd]?.isEmpty == true {
-                    s.byDescriptor[wd] = nil
-                    s.events?.remove(wd)
-                }
-            }
+            if let wd = watch.descriptor { Self.release(wd, of: id, in: &s) }
             guard s.watches.isEmpty, s.running else { return nil }
             s.running = false
             // Woken here, under the lock: once it is released a new watch may start a new thread
@@ -126,6 +120,15 @@ package final class FileWatcher: Sendable {
             return s.exited
         }
         exited?.wait()
+    }
+
+    /// Takes watch `id` off the kernel's watch `wd`, which is removed once no watch uses it.
+    private static func release(_ wd: Int32, of id: UInt64, in s: inout State) {
+        s.byDescriptor[wd]?.remove(id)
+        if s.byDescriptor[wd]?.isEmpty == true {
+            s.byDescriptor[wd] = nil
+            s.events?.remove(wd)
+        }
     }
 
     // MARK: - The thread
@@ -300,11 +303,7 @@ package final class FileWatcher: Sendable {
                     s.watches[id]!.hasPending = true
                     s.watches[id]!.pending = nil
                     if let wd = watch.descriptor {
-                        s.byDescriptor[wd]?.remove(id)
-                        if s.byDescriptor[wd]?.isEmpty == true {
-                            s.byDescriptor[wd] = nil
-                            s.events?.remove(wd)
-                        }
+                        Self.release(wd, of: id, in: &s)
                         s.watches[id]!.descriptor = nil
                     }
                     if identity != nil, remote == nil, !Self.forcePolling, let events = s.events,

@@ -478,12 +478,7 @@ public final class PostgresVault: Sendable {
                 guard let first = rows.first else { return (since, UInt64?.none, [(rowKey: [UInt8], record: [UInt8], version: Int64)]()) }
                 let counter = try first.cells[0].decode(Int64.self)
                 let serverNext: UInt64? = try Self.transactionID(first.cells[1])
-                let changed = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64)? in
-                    let cells = row.cells
-                    guard let rowKey = try cells[2].decode(Data?.self) else { return nil }
-                    return ([UInt8](rowKey), [UInt8](try cells[3].decode(Data.self)), try cells[4].decode(Int64.self))
-                }
-                return (counter, serverNext, changed)
+                return (counter, serverNext, try rows.compactMap { try Self.vaultRow($0, from: 2) })
             }
             let restored = serverNext.map { self.acceptIfRestored($0, before: horizon) } ?? false
             let beyond = rows.filter { $0.version > counter }.count
@@ -560,9 +555,8 @@ public final class PostgresVault: Sendable {
             }
             let counter = try first.cells[0].decode(Int64.self)
             let found = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64, digest: Data)? in
-                let cells = row.cells
-                guard let rowKey = try cells[1].decode(Data?.self) else { return nil }
-                return ([UInt8](rowKey), [UInt8](try cells[2].decode(Data.self)), try cells[3].decode(Int64.self), try cells[4].decode(Data.self))
+                guard let (rowKey, record, version) = try Self.vaultRow(row, from: 1) else { return nil }
+                return (rowKey, record, version, try row.cells[4].decode(Data.self))
             }
             return (counter, found)
         }
@@ -695,12 +689,17 @@ public final class PostgresVault: Sendable {
                 + "LEFT JOIN \(link.tables.vaultRows) AS r ON r.vault_id = $1\(condition)", binds, on: connection)
         guard let first = rows.first else { throw CofferError(.io, "the server sent no row for a read") }
         let serverNext = try Self.transactionID(first.cells[0])
-        let found = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64)? in
-            let cells = row.cells
-            guard let rowKey = try cells[1].decode(Data?.self) else { return nil }
-            return ([UInt8](rowKey), [UInt8](try cells[2].decode(Data.self)), try cells[3].decode(Int64.self))
-        }
-        return (serverNext, found)
+        return (serverNext, try rows.compactMap { try Self.vaultRow($0, from: 1) })
+    }
+
+    /// The vault row in columns `first`, `first + 1` and `first + 2` (key, record, version) of a
+    /// LEFT JOIN's result, or `nil` where the join found none.
+    private static func vaultRow(_ row: PostgresRow, from first: Int) throws
+        -> (rowKey: [UInt8], record: [UInt8], version: Int64)?
+    {
+        let cells = row.cells
+        guard let rowKey = try cells[first].decode(Data?.self) else { return nil }
+        return ([UInt8](rowKey), [UInt8](try cells[first + 1].decode(Data.self)), try cells[first + 2].decode(Int64.self))
     }
 
     /// A row at `version`, older than the `known` one this instance read, while the server did

@@ -64,7 +64,7 @@ final class PostgresLink: Sendable {
             } catch let failure as Failure {
                 // Only a connection lost mid-call is worth another try within the deadline; a
                 // server unreachable or silent for a whole deadline is reported at once.
-                if case .failed = failure.kind, failure.lost, idempotent, attempt == 1 { continue }
+                if failure.retriable, idempotent, attempt == 1 { continue }
                 throw translate(failure, write: !idempotent)
             }
         }
@@ -117,12 +117,23 @@ final class PostgresLink: Sendable {
             case noAnswer
             /// The server or the connection failed.
             case failed(any Error)
+            /// The connection closed while the call held it (the server stopped or crashed).
+            case closed
         }
         let kind: Kind
+        /// Whether a read may be run once more on another connection: its connection was lost
+        /// mid-call (not a whole deadline spent waiting).
+        var retriable: Bool {
+            switch kind {
+            case .closed: true
+            case .failed: lost
+            case .unavailable, .noAnswer: false
+            }
+        }
         /// Whether the connection is gone (as opposed to one statement refused).
         var lost: Bool {
             switch kind {
-            case .unavailable, .noAnswer: true
+            case .unavailable, .noAnswer, .closed: true
             case .failed(let error):
                 if let error = error as? PSQLError {
                     PostgresLink.isConnectionLoss(error)
@@ -146,6 +157,7 @@ final class PostgresLink: Sendable {
         case failed(any Error)
         case unavailable
         case noAnswer
+        case closed
     }
 
     private struct Abandoned: Error {}
@@ -200,6 +212,20 @@ final class PostgresLink: Sendable {
                         let _: EventLoopFuture<Void> = stalled.close()
                         verdict.settle(.noAnswer)
                     }
+                    // A connection that closes under the call (the server crashed or was
+                    // stopped) ends it at once. postgres-nio does not always fail a statement
+                    // in flight when its connection closes: a server stopped with
+                    // `pg_ctl -m immediate` left one waiting for the answer deadline (11 s).
+                    connection.closeFuture.whenComplete { _ in
+                        let closed = phase.withLock { phase -> Bool in
+                            guard case .running(let running) = phase, running === connection else { return false }
+                            phase = .finished
+                            return true
+                        }
+                        guard closed else { return }
+                        ClientRegistry.ended(client)
+                        verdict.settle(.closed)
+                    }
                     defer {
                         timer.disarm(answerDeadline)
                         // Whoever moves the phase out of `.running` (this, or the deadline closing
@@ -231,6 +257,7 @@ final class PostgresLink: Sendable {
             ClientRegistry.discard(client, for: configuration)
             throw Failure(kind: .unavailable(lastError: nil))
         case .noAnswer: throw Failure(kind: .noAnswer)
+        case .closed: throw Failure(kind: .closed)
         case .failed(let error as CofferError): throw error
         case .failed(let error as BodyError): throw error.error
         case .failed(let error): throw Failure(kind: .failed(error))
@@ -342,6 +369,12 @@ final class PostgresLink: Sendable {
                 write
                     ? "\(server) did not answer within \(limit) s and the connection was closed, \(unsure)"
                     : "\(server) did not answer within \(limit) s (unavailable); the connection was closed")
+        case .closed:
+            return CofferError(
+                .io,
+                write
+                    ? "the connection to \(server) closed before the write was acknowledged, \(unsure)"
+                    : "\(server) is unavailable: the connection closed")
         case .failed(let error):
             guard let error = error as? PSQLError else {
                 if PostgresLink.isPoolFailure(error) {

@@ -223,7 +223,8 @@ public final class Stored<Value: Sendable>: Sendable {
 
     /// Whether the value is being loaded in the background from a remote store
     /// (``AsyncPersistenceStrategy``): after the first read, which shows the initial value (or the
-    /// value this process last knew) at once, and while a change made elsewhere is fetched.
+    /// value this process last knew) at once, and while a change made elsewhere is fetched —
+    /// retries included, when the store could not be reached (``loadError`` says why meanwhile).
     /// Observable. `try await $x.load()` waits for the stored value instead.
     public var isLoading: Bool { cell.isLoading }
 

@@ -164,7 +164,14 @@ extension StoredCell {
         Offload.start { await self.backgroundLoad(strategy, key: key) }
     }
 
+    /// A load that failed because the store could not be reached (the server restarting, a
+    /// network cut) is tried again, every ``retryDelays`` step and then every last one, for as
+    /// long as the property is in use: the change it was loading has been reported once and will
+    /// not be reported again, so giving up would leave the property stale for good (with
+    /// `loadError` saying why, but never catching up). `isLoading` stays true meanwhile, and
+    /// `loadError` holds the last attempt's failure.
     private func backgroundLoad(_ strategy: any AsyncPersistenceStrategy, key: String) async {
+        var failures = 0
         while true {
             var failure: CofferError?
             do {
@@ -172,8 +179,9 @@ extension StoredCell {
             } catch {
                 failure = .wrapping(error, "loading \(backing)")
             }
+            let transient = failure.map { $0.code == .io || $0.code == .busy } ?? false
             let again = state.withLock { s -> Bool in
-                let again = s.reloadPending && !s.detached
+                let again = (s.reloadPending || transient) && !s.detached
                 s.reloadPending = false
                 if !again { s.isLoading = false }
                 return again
@@ -183,8 +191,19 @@ extension StoredCell {
                 statusDidChange()
                 return
             }
+            if transient {
+                statusDidChange()
+                let delays = Self.retryDelays
+                try? await Task.sleep(for: delays[min(failures, delays.count - 1)])
+                failures += 1
+            } else {
+                failures = 0
+            }
         }
     }
+
+    /// The waits between tries of a background load the store could not serve.
+    static var retryDelays: [Duration] { [.milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2)] }
 
     /// A reload after a change elsewhere, on a remote store: in the background, coalesced with
     /// one already running. Returns false for a local store (the caller reloads at once).

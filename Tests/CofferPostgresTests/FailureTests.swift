@@ -156,7 +156,10 @@ struct FailureTests {
     func restartMidStream() throws {
         let cluster = try PostgresTestCluster()
         defer { cluster.stop() }
-        let configuration = try Self.configuration(cluster)
+        var configuration = try Self.configuration(cluster)
+        // Deadlines far beyond the test's waits: a statement whose connection closed under it
+        // must end when it closes, not at the answer deadline (which it once did: 11 s).
+        configuration.timeout = 60
         let writer = PostgresKeyValueStrategy(configuration: configuration, suite: "stream")
         let vault = try PostgresVault.create(name: "stream", unlock: .key(testKey), configuration: configuration)
         // Two other instances follow a key of each.

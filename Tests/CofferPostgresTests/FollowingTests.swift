@@ -105,6 +105,36 @@ struct FollowingTests {
         #expect(said.allSatisfy { $0.contains(suite) }, "\(said)")
     }
 
+    @Test("A reload refused by the server is tried again by itself: the follower catches up with no further change")
+    func failedReloadRetried() async throws {
+        let cluster = try PostgresTestCluster()  // roles are the cluster's: a cluster of its own
+        defer { cluster.stop() }
+        try cluster.sql("CREATE ROLE follower LOGIN; GRANT USAGE, CREATE ON SCHEMA public TO follower;")
+        let writer = PostgresKeyValueStrategy(configuration: try PostgresConfiguration(url: cluster.url), suite: "s")
+        try await writer.set(1, for: "v")
+        try cluster.sql("GRANT SELECT ON coffer_kv, coffer_suites TO follower;")
+        let follower = PostgresKeyValueStrategy(
+            configuration: try PostgresConfiguration(url: "postgres://follower@127.0.0.1:\(cluster.port)/postgres?sslmode=disable"),
+            suite: "s")
+        let v = Stored(wrappedValue: 0, backed: .postgres(follower, key: "v"))
+        #expect(await Self.until { v.wrappedValue == 1 })
+
+        // The follower may still see which keys changed (the catch-up's columns) but not read a
+        // value: the change is reported once, and its reload fails.
+        try cluster.sql("REVOKE SELECT ON coffer_kv FROM follower; GRANT SELECT (suite, key, writer) ON coffer_kv TO follower;")
+        try await writer.set(2, for: "v")
+        #expect(await Self.until { v.loadError != nil }, "the reload did not fail")
+        #expect(v.wrappedValue == 1)
+        #expect(v.isLoading, "a reload still being tried says so")
+        let refusal = try #require(v.loadError)
+        #expect(refusal.code == .io && "\(refusal)".contains("permission denied"), "\(refusal)")
+
+        // Access given back, and nothing else written: the follower gets there by itself.
+        try cluster.sql("GRANT SELECT ON coffer_kv TO follower;")
+        #expect(await Self.until { v.wrappedValue == 2 }, "a failed reload was never tried again")
+        #expect(await Self.until { v.loadError == nil && !v.isLoading })
+    }
+
     @Test("A server restored from a backup (its transaction counter back): the follower rereads everything and follows on")
     func restoredServer() async throws {
         let cluster = try PostgresTestCluster()

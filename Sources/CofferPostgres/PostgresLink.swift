@@ -216,7 +216,7 @@ final class PostgresLink: Sendable {
                     // stopped) ends it at once. postgres-nio does not always fail a statement
                     // in flight when its connection closes: a server stopped with
                     // `pg_ctl -m immediate` left one waiting for the answer deadline (11 s).
-                    connection.closeFuture.whenComplete { _ in
+                    CloseWatch.begin(connection) {
                         let closed = phase.withLock { phase -> Bool in
                             guard case .running(let running) = phase, running === connection else { return false }
                             phase = .finished
@@ -227,6 +227,7 @@ final class PostgresLink: Sendable {
                         verdict.settle(.closed)
                     }
                     defer {
+                        CloseWatch.end(connection)
                         timer.disarm(answerDeadline)
                         // Whoever moves the phase out of `.running` (this, or the deadline closing
                         // a stalled connection) ends the count of calls holding one.
@@ -420,6 +421,37 @@ final class PostgresLink: Sendable {
                         : "\(server) is unavailable: \(reason)")
             }
             return CofferError(.io, "\(server) refused a statement: \(reason)")
+        }
+    }
+}
+
+/// What to do when a pooled connection closes under the call holding it: one callback on each
+/// connection's `closeFuture` for its whole life, not one per call (a pooled connection serves
+/// millions of calls, and each callback would be kept until the connection closes).
+enum CloseWatch {
+    private static let handlers = Locked<[ObjectIdentifier: (@Sendable () -> Void)?]>([:])
+
+    /// `handler` runs if `connection` closes before ``end(_:)``.
+    static func begin(_ connection: PostgresConnection, _ handler: @escaping @Sendable () -> Void) {
+        let id = ObjectIdentifier(connection)
+        let first = handlers.withLock { handlers -> Bool in
+            let first = handlers[id] == nil
+            handlers[id] = .some(handler)
+            return first
+        }
+        guard first else { return }
+        connection.closeFuture.whenComplete { _ in
+            // A closed connection is never handed out again: its entry goes with it.
+            let handler = handlers.withLock { $0.removeValue(forKey: id) } ?? nil
+            handler?()
+        }
+    }
+
+    /// The call is over: a later close is not its concern.
+    static func end(_ connection: PostgresConnection) {
+        handlers.withLock { handlers in
+            let id = ObjectIdentifier(connection)
+            if handlers[id] != nil { handlers[id] = .some(nil) }
         }
     }
 }

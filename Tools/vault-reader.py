@@ -139,7 +139,7 @@ def parse_header(copy: bytes):
     if struct.unpack_from("<I", copy, 2044)[0] != crc32c(copy[0:2044]) or copy[0:4] != b"CFVH":
         return None
     version, n, seq = struct.unpack_from("<HHQ", copy, 4)
-    if version != 1:
+    if version not in (1, 2):
         return "version"
     if not 1 <= n <= 8:
         return None
@@ -152,11 +152,19 @@ def parse_header(copy: bytes):
             if any(s):                               # slots n…7 are zero
                 return None
             continue
+        if s[0] == 4:                                # a recipient slot (version 2)
+            if any(s[1:8]) or any(s[120:128]):
+                return None
+            slots.append(dict(kind=4, ephemeral=s[8:40], recipient=s[40:72], wrapped=s[72:120],
+                              prefix=s[0:40]))
+            continue
         if s[0] not in (1, 2, 3) or any(s[1:8]) or any(s[112:128]):
             return None                              # assumption: what "slots parse" means
         ops, mem = struct.unpack_from("<QQ", s, 8)
         slots.append(dict(kind=s[0], ops=ops, mem=mem, salt=s[24:40], nonce=s[40:64],
                           wrapped=s[64:112], prefix=s[0:40]))
+    if version != (2 if any(sl["kind"] == 4 for sl in slots) else 1):
+        return None                                  # the version its slots call for
     return dict(seq=seq, vault_id=copy[16:32], epoch=copy[32:48], slots=slots,
                 mac=copy[1072:1104], mac_input=copy[0:1072])
 
@@ -167,7 +175,61 @@ def choose_header(area: bytes):
         return max(usable, key=lambda c: c["seq"])
     raise VaultError("unsupported vault version" if "version" in copies else "damaged header")
 
-SLOT_KIND = {"passphrase": 1, "keyFile": 2, "key": 3}
+SLOT_KIND = {"passphrase": 1, "keyFile": 2, "key": 3, "identity": 4}
+
+BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+
+def bech32_decode(text: str):
+    """(hrp, data bytes) of a Bech32 string as age writes them (BIP 173, no length limit)."""
+    if text.lower() != text and text.upper() != text:
+        raise VaultError("mixed case")
+    pos = text.rfind("1")
+    if pos < 1 or pos + 7 > len(text):
+        raise VaultError("no Bech32 separator")
+    hrp, lower = text[:pos], text.lower()
+    values = [BECH32.index(c) if c in BECH32 else -1 for c in lower[pos + 1:]]
+    if -1 in values:
+        raise VaultError("not a Bech32 character")
+    chk = 1
+    for v in [ord(c) >> 5 for c in hrp.lower()] + [0] + [ord(c) & 31 for c in hrp.lower()] + values:
+        top, chk = chk >> 25, (chk & 0x1ffffff) << 5 ^ v
+        for i, g in enumerate([0x3b6a57b2, 0x26508e6d, 0x1ea119fa, 0x3d4233dd, 0x2a1462b3]):
+            chk ^= g if (top >> i) & 1 else 0
+    if chk != 1:
+        raise VaultError("bad Bech32 checksum")
+    acc = bits = 0
+    out = bytearray()
+    for v in values[:-6]:
+        acc, bits = (acc << 5) | v, bits + 5
+        while bits >= 8:
+            bits -= 8
+            out.append((acc >> bits) & 0xff)
+    if bits >= 5 or (acc << (8 - bits)) & 0xff:
+        raise VaultError("bad Bech32 padding")
+    return hrp, bytes(out)
+
+def identity_secret(text: bytes) -> bytes:
+    """The X25519 secret key of the first AGE-SECRET-KEY-1… line of an identity file."""
+    for line in text.decode("ascii").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            hrp, key = bech32_decode(line)
+            if hrp != "AGE-SECRET-KEY-" or len(key) != 32:
+                raise VaultError("not an X25519 identity")
+            return key
+    raise VaultError("no identity in the file")
+
+def recipient_unwrap(slot, vault_id: bytes, secret: bytes):
+    """§2 "Recipient slot": the master key, or None when this identity does not open the slot."""
+    if slot["recipient"] != sodium.crypto_scalarmult_base(secret):
+        return None                                  # another recipient's slot
+    shared = sodium.crypto_scalarmult(secret, slot["ephemeral"])
+    if not any(shared):
+        return None                                  # E of small order: opens for nobody
+    kn = hashlib.blake2b(b"coffer-x25519-v1" + slot["ephemeral"] + slot["recipient"],
+                         digest_size=56, key=shared).digest()
+    ad = b"coffer vault key slot v1" + vault_id + slot["prefix"]
+    return aead_open(slot["wrapped"], ad, kn[32:], kn[:32])
 
 def slot_kek(slot, secret: bytes) -> bytes:
     """The key-encryption key of a slot, from the secret of that slot's kind."""
@@ -189,6 +251,11 @@ def unwrap_master(header, kind: str, secret: bytes, kdf_limit=DEFAULT_KDF_LIMIT)
     authenticates gives the master key. A slot above the ceiling is not run."""
     skipped = []
     for slot in header["slots"]:
+        if slot["kind"] == SLOT_KIND[kind] == 4:
+            master = recipient_unwrap(slot, header["vault_id"], secret)
+            if master is not None:
+                return master
+            continue
         if slot["kind"] == SLOT_KIND[kind]:
             if slot["kind"] == 1 and not (1 <= slot["ops"] <= 64 and 8192 <= slot["mem"] <= 4 << 30):
                 raise VaultError("refusing Argon2id parameters out of range")
@@ -332,6 +399,7 @@ def main(argv) -> int:
     g.add_argument("--passphrase-env", metavar="VAR")
     g.add_argument("--key-file", metavar="F")
     g.add_argument("--key-hex", metavar="H")
+    g.add_argument("--identity", metavar="F", help="an identity file (AGE-SECRET-KEY-1…)")
     p.add_argument("--show-secrets", action="store_true", help="also print secrets (hex)")
     p.add_argument("--kdf-limit", metavar="PASSES,BYTES",
                    help="most Argon2id work a passphrase slot may ask for (default 4,1073741824)")
@@ -357,8 +425,11 @@ def main(argv) -> int:
                 kind, secret = "keyFile", f.read()
         elif a.key_hex:
             kind, secret = "key", bytes.fromhex(a.key_hex)
+        elif a.identity:
+            with open(a.identity, "rb") as f:
+                kind, secret = "identity", identity_secret(f.read())
         else:
-            p.error("give one of --passphrase-env, --key-file, --key-hex")
+            p.error("give one of --passphrase-env, --key-file, --key-hex, --identity")
         items, records, _ = open_vault(a.vault, kind, secret, kdf_limit)
     except (VaultError, OSError, ValueError) as e:
         print(f"vault-reader: {e}", file=sys.stderr)

@@ -18,6 +18,8 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
         case keyFile(URL)
         case keyFileContents(SecureBytes)
         case key(SecureBytes)
+        case identityFile(URL)
+        case identities([X25519Identity])
     }
 
     /// The largest key file accepted, in bytes: 64 KiB. A key file is a few dozen random bytes;
@@ -63,12 +65,25 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
     /// A raw 32-byte key (from another keychain, an HSM, an environment secret).
     public static func key(_ key: SecureBytes) -> VaultUnlock { VaultUnlock(source: .key(key)) }
 
+    /// An identity file (`AGE-SECRET-KEY-1…` lines, as `coffer identity new` and `age-keygen`
+    /// write them): opens the recipient key slot of any identity in it. Read as a key file is
+    /// (see ``IdentityFile``). Given to `create` or `addKeySlot`, it adds a slot for each
+    /// identity's recipient.
+    public static func identity(_ url: URL) -> VaultUnlock { VaultUnlock(source: .identityFile(url)) }
+
+    /// Identities already read (``IdentityFile/parse(_:)``, ``X25519Identity/generate()``).
+    public static func identities(_ identities: [X25519Identity]) -> VaultUnlock {
+        VaultUnlock(source: .identities(identities))
+    }
+
     public var description: String {
         switch source {
         case .passphrase, .passphraseText: "VaultUnlock.passphrase(<redacted>)"
         case .keyFile(let url): "VaultUnlock.keyFile(\(url.path))"
         case .keyFileContents: "VaultUnlock.keyFileContents(<redacted>)"
         case .key: "VaultUnlock.key(<redacted>)"
+        case .identityFile(let url): "VaultUnlock.identity(\(url.path))"
+        case .identities(let identities): "VaultUnlock.identities(\(identities.map(\.recipient.description)))"
         }
     }
 
@@ -97,6 +112,12 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
                 throw CofferError(.invalidArgument, "a raw vault key must be 32 bytes (it is \(key.count))")
             }
             return .rawKey(key)
+        case .identityFile(let url):
+            let contents = try KeyFileReader.read(url.path, fileSystem: fileSystem, what: "identity file")
+            return .identities(try IdentityFile.parse(contents, path: url.path))
+        case .identities(let identities):
+            guard !identities.isEmpty else { throw CofferError(.invalidArgument, "no identity was given") }
+            return .identities(identities)
         }
     }
 }
@@ -123,6 +144,15 @@ public struct KeySlotInfo: Sendable, Codable, Equatable {
     public var opsLimit: UInt64?
     /// Argon2id's memory limit in bytes (passphrase slots).
     public var memLimitBytes: UInt64?
+    /// The recipient string (`age1…`) whose identity opens the slot (recipient slots).
+    public var recipient: String?
+
+    public init(kind: String, opsLimit: UInt64? = nil, memLimitBytes: UInt64? = nil, recipient: String? = nil) {
+        self.kind = kind
+        self.opsLimit = opsLimit
+        self.memLimitBytes = memLimitBytes
+        self.recipient = recipient
+    }
 }
 
 /// Counts from ``Vault/verify()``.
@@ -138,38 +168,38 @@ public struct VaultVerification: Sendable, Codable, Equatable {
 /// 3 GB file was read whole).
 enum KeyFileReader {
     /// The size rules every key (file or contents) must meet.
-    static func check(count: Int, path: String?) throws {
+    static func check(count: Int, path: String?, what: String = "key file") throws {
         guard count <= VaultUnlock.maximumKeyFileSize else {
             throw CofferError(
                 .limitExceeded,
-                "a key file may hold at most \(VaultUnlock.maximumKeyFileSize) bytes (it holds \(count))", path: path)
+                "a \(what) may hold at most \(VaultUnlock.maximumKeyFileSize) bytes (it holds \(count))", path: path)
         }
         guard count >= 32 else {
             throw CofferError(
-                .invalidArgument, "a key file must hold at least 32 bytes (it holds \(count))", path: path)
+                .invalidArgument, "a \(what) must hold at least 32 bytes (it holds \(count))", path: path)
         }
     }
 
     /// The whole content of the key file at `path` in guarded memory, or a thrown error.
-    static func read(_ path: String, fileSystem: any FileSystem) throws -> SecureBytes {
+    static func read(_ path: String, fileSystem: any FileSystem, what: String = "key file") throws -> SecureBytes {
         let live = fileSystem is LiveFileSystem
         let fd: Int32
         if live {
-            fd = try openLive(path)
+            fd = try openLive(path, what: what)
         } else {
             do {
                 fd = try fileSystem.openReadOnly(path)
             } catch let error as CofferError where error.errno == ENOENT_ {
-                throw CofferError(.notFound, "the key file does not exist", path: path)
+                throw CofferError(.notFound, "the \(what) does not exist", path: path)
             }
         }
         defer { fileSystem.close(fd) }
         let status = try fileSystem.fstat(fd)
-        if !live, status.isDirectory { throw notRegular(path) }
+        if !live, status.isDirectory { throw notRegular(path, what: what) }
         // The size is checked before anything is read or allocated; the read below is bounded
         // again in case the file grows in between.
         if status.size > Int64(VaultUnlock.maximumKeyFileSize) {
-            try check(count: Int(clamping: status.size), path: path)
+            try check(count: Int(clamping: status.size), path: path, what: what)
         }
         let capacity = VaultUnlock.maximumKeyFileSize + 1
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
@@ -181,7 +211,7 @@ enum KeyFileReader {
         // blocks or streams (/proc/kmsg) is never waited on; it holds 0 bytes and is refused.
         let count = try fileSystem.readFully(
             fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<Int(min(status.size, Int64(capacity)))]), at: 0)
-        try check(count: count, path: path)
+        try check(count: count, path: path, what: what)
         return try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: buffer[..<count])) }
     }
 
@@ -190,28 +220,28 @@ enum KeyFileReader {
     /// secret mount is a chain of links), and reading through a link writes nothing. `O_NONBLOCK`
     /// (opening a FIFO never waits for a writer), then only a regular file is kept, and made
     /// blocking again for the read.
-    private static func openLive(_ path: String) throws -> Int32 {
+    private static func openLive(_ path: String, what: String) throws -> Int32 {
         switch LiveFileSystem.openRegularFileForReading(path) {
         case .success(let fd):
             return fd
         case .failure(.open(let code)) where code == ENOENT_:
-            throw CofferError(.notFound, "the key file does not exist", path: path, errno: code)
+            throw CofferError(.notFound, "the \(what) does not exist", path: path, errno: code)
         case .failure(.open(let code)):
-            throw CofferError.io("open of the key file", path: path, errno: code)
+            throw CofferError.io("open of the \(what)", path: path, errno: code)
         case .failure(.fstat(let code)):
-            throw CofferError.io("fstat of the key file", path: path, errno: code)
+            throw CofferError.io("fstat of the \(what)", path: path, errno: code)
         case .failure(.notRegular):
-            throw notRegular(path)
+            throw notRegular(path, what: what)
         case .failure(.nulInPath):
-            throw CofferError(.invalidArgument, "a key file path must not contain a NUL byte", errno: EINVAL_)
+            throw CofferError(.invalidArgument, "a \(what) path must not contain a NUL byte", errno: EINVAL_)
         }
     }
 
-    private static func notRegular(_ path: String) -> CofferError {
+    private static func notRegular(_ path: String, what: String) -> CofferError {
         CofferError(
             .invalidArgument,
-            "the key file is not a regular file (a FIFO, pipe, socket, device or directory), so it is not read: "
-                + "to take a key from a pipe, read it and use VaultUnlock.keyFileContents",
+            "the \(what) is not a regular file (a FIFO, pipe, socket, device or directory), so it is not read: "
+                + "to take a key from a pipe, read it and pass its contents",
             path: path)
     }
 }

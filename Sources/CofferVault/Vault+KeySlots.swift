@@ -48,13 +48,34 @@ extension Vault {
     ///   opening with that passphrase needs a `kdfLimit` at least as high.
     public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
         try updateHeader { header, session in
-            guard header.slots.count < VaultHeader.maximumSlots else {
-                throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
-            }
             let material = try source.material(fileSystem: fs)
-            header.slots.append(
-                try KeySlotCrypto.makeSlot(wrapping: session.keys.master, source: material, kdf: kdf, vaultID: header.vaultID))
+            let added = try KeySlotCrypto.makeSlots(
+                wrapping: session.keys.master, source: material, kdf: kdf, vaultID: header.vaultID)
+            try Self.append(added, to: &header)
         }
+    }
+
+    /// Adds a key slot that the identity of `recipient` opens (`age1…`, from `coffer identity
+    /// new` or `age-keygen` on the machine that will open the vault): its secret never travels.
+    /// Header-only, crash-safe. Adding a recipient that already has a slot changes nothing.
+    public func addRecipient(_ recipient: X25519Recipient) throws {
+        try updateHeader { header, session in
+            guard !header.slots.contains(where: { $0.kind == .recipient && $0.recipientKey == recipient.publicKey }) else {
+                return
+            }
+            try Self.append(
+                [try KeySlotCrypto.makeRecipientSlot(wrapping: session.keys.master, recipient: recipient, vaultID: header.vaultID)],
+                to: &header)
+        }
+    }
+
+    private static func append(_ slots: [KeySlot], to header: inout VaultHeader) throws {
+        guard header.slots.count + slots.count <= VaultHeader.maximumSlots else {
+            throw CofferError(
+                .invalidArgument,
+                "a vault holds at most \(VaultHeader.maximumSlots) key slots (it has \(header.slots.count))")
+        }
+        header.slots += slots
     }
 
     /// Removes key slot `index` (see ``info()``). The last slot cannot be removed.
@@ -83,6 +104,19 @@ extension Vault {
     ) throws -> (key: SecureBytes, slot: Int) {
         let material = try unlock.material(fileSystem: fileSystem)
         let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
+        if case .identities(let identities) = material {
+            // The slot names its recipient: each identity tries only its own slots (one X25519
+            // each), whatever the number of slots.
+            for index in candidates {
+                for identity in identities where identity.recipient.publicKey == header.slots[index].recipientKey {
+                    if let key = try KeySlotCrypto.unwrapRecipient(header.slots[index], identity: identity, vaultID: header.vaultID) {
+                        return (key, index)
+                    }
+                }
+            }
+            let hint = candidates.isEmpty ? " (it has no recipient key slot)" : " (no key slot for its recipient opens)"
+            throw CofferError(.wrongKey, "the identity does not open this vault" + hint, path: path)
+        }
         // Parameters outside the format's own bounds are a malformed file, not a choice to
         // weigh against the limit: refused as before, whatever the other slots hold.
         for index in candidates where header.slots[index].kind == .passphrase {
@@ -112,6 +146,7 @@ extension Vault {
         case .passphrase: what = "the passphrase does not open this vault"
         case .keyFile: what = "the key file does not open this vault"
         case .rawKey: what = "the key does not open this vault"
+        case .identities: what = "the identity does not open this vault"
         }
         let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
         throw CofferError(.wrongKey, what + hint, path: path)

@@ -42,9 +42,12 @@ extension Vault {
         let master = try crypto { try SecureBytes.random(count: 32) }
         let keys = try VaultKeys(master: master)
         let vaultID = SecureRandom.bytes(count: 16)
-        let slot = try KeySlotCrypto.makeSlot(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        let slots = try KeySlotCrypto.makeSlots(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        guard slots.count <= VaultHeader.maximumSlots else {
+            throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
+        }
         var header = VaultHeader(
-            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: [slot], mac: [])
+            sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: slots, mac: [])
         header.mac = try keys.headerMAC(header)
         return (keys, header)
     }

@@ -258,13 +258,15 @@ public final class Vault: Sendable {
         }
         return try read { session in
             VaultInfo(
-                formatVersion: Int(VaultHeader.formatVersion),
+                formatVersion: Int(session.header.version),
                 keySlots: session.header.slots.map { slot in
                     switch slot.kind {
                     case .passphrase:
                         KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
                     case .keyFile: KeySlotInfo(kind: "keyFile")
                     case .rawKey: KeySlotInfo(kind: "key")
+                    case .recipient:
+                        KeySlotInfo(kind: "recipient", recipient: (try? X25519Recipient(publicKey: slot.recipientKey))?.description)
                     }
                 },
                 itemCount: session.entries.count,

@@ -12,8 +12,9 @@ struct CofferCommand: ParsableCommand {
             The vault is --vault, else $COFFER_VAULT, else $XDG_DATA_HOME/coffer/default.coffer, \
             else ~/.local/share/coffer/default.coffer.
 
-            It is unlocked with --key-file, else --passphrase-file, else $COFFER_PASSPHRASE, else \
-            a passphrase typed on the terminal (without echo). With none of these and no terminal, \
+            It is unlocked with --key-file, else --identity, else --passphrase-file, else \
+            $COFFER_PASSPHRASE, else $COFFER_IDENTITY (an identity file: see `coffer identity`), \
+            else a passphrase typed on the terminal (without echo). With none of these and no terminal, \
             coffer stops with a usage error instead of waiting. A passphrase file may end with one \
             newline, which is not part of the passphrase. A key file must be a regular file of 32 \
             bytes to 64 KiB (a link to one is followed; a FIFO or a device is refused, never waited on); \
@@ -26,7 +27,7 @@ struct CofferCommand: ParsableCommand {
             Another process using the same vault is waited for up to $COFFER_LOCK_TIMEOUT seconds \
             (default 5, at most 86400).
 
-            --vault, --key-file and --passphrase-file may also follow the command name.
+            --vault, --key-file, --identity and --passphrase-file may also follow the command name.
 
             Exit codes: 0 success, 1 other error, 2 usage (also a documented limit exceeded: a \
             name too long, a key file too large, a vault asking for more key-derivation work than \
@@ -44,7 +45,7 @@ struct CofferCommand: ParsableCommand {
         subcommands: [
             InitCommand.self, SetCommand.self, GetCommand.self, ListCommand.self, RemoveCommand.self,
             PasswdCommand.self, VerifyCommand.self, InfoCommand.self, CompactCommand.self, BenchCommand.self,
-            DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
+            SlotCommand.self, IdentityCommand.self, DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
         ]
     )
 

@@ -28,6 +28,13 @@ struct GlobalOptions: ParsableArguments {
     var keyFile: String?
 
     @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Unlock with an identity file (AGE-SECRET-KEY-1… lines, from `coffer identity new` or age-keygen): opens the vault's key slot for its recipient. Default: $COFFER_IDENTITY, when no key file or passphrase is given.",
+            valueName: "path"))
+    var identity: String?
+
+    @Option(
         name: .customLong("passphrase-file"),
         help: ArgumentHelp(
             "Read the passphrase from a file (one trailing newline is removed). Default: $COFFER_PASSPHRASE, else a prompt on the terminal.",
@@ -42,8 +49,8 @@ struct GlobalOptions: ParsableArguments {
     var store: String?
 
     func validate() throws {
-        if keyFile != nil && passphraseFile != nil {
-            throw ValidationError("use either --key-file or --passphrase-file, not both")
+        if [keyFile, passphraseFile, identity].compactMap({ $0 }).count > 1 {
+            throw ValidationError("use one of --key-file, --passphrase-file and --identity, not several")
         }
     }
 
@@ -113,8 +120,12 @@ struct GlobalOptions: ParsableArguments {
             }
             return .keyFile(URL(fileURLWithPath: keyFile))
         }
+        if let identity { return .identity(URL(fileURLWithPath: identity)) }
         if let passphraseFile { return .passphrase(try Input.passphraseFile(passphraseFile)) }
         if let passphrase = try Input.environment("COFFER_PASSPHRASE") { return .passphrase(passphrase) }
+        if let identity = environmentText("COFFER_IDENTITY"), !identity.isEmpty {
+            return .identity(URL(fileURLWithPath: identity))
+        }
         return .passphrase(
             try Input.prompt(
                 prompt, confirmation: confirm ? "Repeat the passphrase: " : nil, noSource: Self.noPassphraseSource))

@@ -19,6 +19,15 @@ enum Input {
     static let maximumPassphrase = 64 * 1024
     static let maximumSecret = 64 * 1024 * 1024
 
+    /// A new passphrase: from `file`, else `$COFFER_NEW_PASSPHRASE`, else the terminal (asked twice).
+    static func newPassphrase(file: String?) throws -> SecureBytes {
+        if let file { return try passphraseFile(file) }
+        if let fromEnvironment = try environment("COFFER_NEW_PASSPHRASE") { return fromEnvironment }
+        return try prompt(
+            "New passphrase: ", confirmation: "Repeat the new passphrase: ",
+            noSource: "no new passphrase given and no terminal to ask on: use --new-passphrase-file PATH or set COFFER_NEW_PASSPHRASE")
+    }
+
     /// A passphrase file's bytes with exactly one trailing `"\n"` removed, if there is one.
     ///
     /// `echo 'passphrase' > file` then works, while a passphrase that really ends in a newline

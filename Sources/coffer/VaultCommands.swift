@@ -63,6 +63,8 @@ struct InitCommand: ParsableCommand {
         let how =
             slot?.kind == "passphrase"
             ? "a passphrase (\(describeKDF(opsLimit: slot?.opsLimit, memLimitBytes: slot?.memLimitBytes)))"
+            : slot?.kind == "recipient"
+                ? "the identity of recipient \(slot?.recipient ?? "?")"
             : global.keyFile == GlobalOptions.standardInputKeyFile
                 ? "the key read from standard input" : "the key file \(global.keyFile ?? "")"
         writeOut("created vault \(url.path), unlocked by \(how)\n")
@@ -97,25 +99,7 @@ struct InitCommand: ParsableCommand {
 
     /// Writes 32 random bytes to a new file, `0600`, durably; never replaces an existing file.
     private func writeNewKeyFile(_ path: String) throws {
-        let key = try SecureBytes.random(count: 32)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw CLIError(.failure, "cannot create the key file \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        let written = key.withUnsafeBytes { writeAll(fd, $0) }
-        guard written, fsync(fd) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(path)
-            throw CLIError(.failure, "cannot write the key file \(path): \(reason)")
-        }
-        let directory = open(
-            (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
-            O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directory >= 0 {
-            fsync(directory)
-            close(directory)
-        }
+        try writeNewSecretFile(path, try SecureBytes.random(count: 32), what: "key file")
     }
 }
 
@@ -144,18 +128,7 @@ struct PasswdCommand: ParsableCommand {
 
     func run() throws {
         let vault = try root.global.openVault()
-        let new: SecureBytes
-        if let newPassphraseFile {
-            new = try Input.passphraseFile(newPassphraseFile)
-        } else if let fromEnvironment = try Input.environment("COFFER_NEW_PASSPHRASE") {
-            new = fromEnvironment
-        } else {
-            new = try Input.prompt(
-                "New passphrase: ", confirmation: "Repeat the new passphrase: ",
-                noSource:
-                    "no new passphrase given and no terminal to ask on: use --new-passphrase-file PATH or set COFFER_NEW_PASSPHRASE"
-            )
-        }
+        let new = try Input.newPassphrase(file: newPassphraseFile)
         try vault.changePassphrase(to: .passphrase(new), kdf: kdf?.parameters)
         writeOut("changed the passphrase of \(vault.url.path)\n")
     }
@@ -283,7 +256,8 @@ struct InfoCommand: ParsableCommand {
         var rows = [["vault", vault.url.path], ["format", "version \(info.formatVersion)"]]
         for (index, slot) in info.keySlots.enumerated() {
             let kdf = describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
-            rows.append(["key slot \(index)", kdf.isEmpty ? slot.kind : "\(slot.kind), \(kdf)"])
+            let detail = slot.recipient ?? kdf
+            rows.append(["key slot \(index)", detail.isEmpty ? slot.kind : "\(slot.kind), \(detail)"])
         }
         rows.append(["items", "\(info.itemCount)"])
         rows.append(["records", "\(info.recordCount) (\(info.recordCount - info.itemCount) superseded or removed)"])
@@ -365,5 +339,31 @@ struct DemoCommand: ParsableCommand {
 
     func run() throws {
         try Demo(directory: dir).run()
+    }
+}
+
+/// Writes `contents` to a new file at `path`, mode `0600`, durably (the file and its directory
+/// `fsync`ed); never replaces an existing file (`O_EXCL`), and removes what it made on failure.
+func writeNewSecretFile(_ path: String, _ contents: SecureBytes, what: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    guard fd >= 0 else {
+        let code = errno
+        if code == EEXIST {
+            throw CLIError(.failure, "a file already exists at \(path); refusing to overwrite it with a new \(what)")
+        }
+        throw CLIError(.failure, "cannot create the \(what) \(path): \(String(cString: strerror(code)))")
+    }
+    defer { close(fd) }
+    let written = contents.withUnsafeBytes { writeAll(fd, $0) }
+    guard written, fsync(fd) == 0 else {
+        let reason = String(cString: strerror(errno))
+        unlink(path)
+        throw CLIError(.failure, "cannot write the \(what) \(path): \(reason)")
+    }
+    let parent = (path as NSString).deletingLastPathComponent
+    let directory = open(parent.isEmpty ? "." : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    if directory >= 0 {
+        fsync(directory)
+        close(directory)
     }
 }

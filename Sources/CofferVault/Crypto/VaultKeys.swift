@@ -320,7 +320,17 @@ enum KeySlotCrypto {
         adPrefix + vaultID + slot.parameterBytes()
     }
 
-    /// A new slot wrapping `master` under `source`.
+    /// New slots wrapping `master` under `source`: one, or one per identity of an identity file.
+    static func makeSlots(
+        wrapping master: SecureBytes, source: UnlockMaterial, kdf: Argon2idParameters, vaultID: [UInt8]
+    ) throws -> [KeySlot] {
+        if case .identities(let identities) = source {
+            return try identities.map { try makeRecipientSlot(wrapping: master, recipient: $0.recipient, vaultID: vaultID) }
+        }
+        return [try makeSlot(wrapping: master, source: source, kdf: kdf, vaultID: vaultID)]
+    }
+
+    /// A new slot wrapping `master` under `source` (a passphrase, key file or raw key).
     static func makeSlot(
         wrapping master: SecureBytes, source: UnlockMaterial, kdf: Argon2idParameters, vaultID: [UInt8]
     ) throws -> KeySlot {
@@ -329,6 +339,7 @@ enum KeySlotCrypto {
         case .passphrase: kind = .passphrase
         case .keyFile: kind = .keyFile
         case .rawKey: kind = .rawKey
+        case .identities: throw CofferError(.invalidArgument, "a recipient slot is made from a recipient")
         }
         let parameters = kind == .passphrase ? try crypto { try kdf.validated() } : Argon2idParameters(opsLimit: 0, memLimitBytes: 0)
         var slot = KeySlot(
@@ -336,15 +347,68 @@ enum KeySlotCrypto {
             salt: SecureRandom.bytes(count: KeySlot.saltLength), nonce: SecureRandom.bytes(count: KeySlot.nonceLength),
             wrappedKey: [])
         let kek = try keyEncryptionKey(for: slot, source: source)
-        let ad = associatedData(vaultID: vaultID, slot: slot)
-        slot.wrappedKey = try crypto {
+        slot.wrappedKey = try wrap(master, key: kek, nonce: slot.nonce, associatedData: associatedData(vaultID: vaultID, slot: slot))
+        return slot
+    }
+
+    private static func wrap(_ master: SecureBytes, key: SecureBytes, nonce: [UInt8], associatedData: [UInt8]) throws -> [UInt8] {
+        try crypto {
             try master.withUnsafeBytes { m in
-                try slot.nonce.withUnsafeBytes { n in
-                    try ad.withUnsafeBytes { a in try XChaCha20Poly1305.seal(m, key: kek, nonce: n, associatedData: a) }
+                try nonce.withUnsafeBytes { n in
+                    try associatedData.withUnsafeBytes { a in try XChaCha20Poly1305.seal(m, key: key, nonce: n, associatedData: a) }
                 }
             }
         }
+    }
+
+    // MARK: Recipient slots (kind 4)
+
+    static let recipientContext: [UInt8] = Array("coffer-x25519-v1".utf8)
+
+    /// The key-encryption key (32 bytes) and nonce (24 bytes) of a recipient slot:
+    /// `BLAKE2b-448(key = X25519 shared secret, "coffer-x25519-v1" ‖ ephemeral ‖ recipient)`,
+    /// split 32 ‖ 24. Each slot has a fresh ephemeral key, so no key and nonce serve twice.
+    static func recipientWrapping(shared: SecureBytes, ephemeral: [UInt8], recipient: [UInt8]) throws
+        -> (key: SecureBytes, nonce: [UInt8])
+    {
+        var output = try crypto { try BLAKE2b.hash(recipientContext + ephemeral + recipient, key: shared, outputLength: 56) }
+        defer { SecureMemory.zero(&output) }
+        return (try crypto { try SecureBytes(copying: Array(output[0..<32])) }, Array(output[32..<56]))
+    }
+
+    /// A new slot wrapping `master` to `recipient`: an ephemeral X25519 key pair, made for this
+    /// slot and forgotten after, agrees a secret with the recipient's public key.
+    static func makeRecipientSlot(wrapping master: SecureBytes, recipient: X25519Recipient, vaultID: [UInt8]) throws
+        -> KeySlot
+    {
+        let ephemeralSecret = try crypto { try X25519.newSecretKey() }
+        let ephemeral = try crypto { try X25519.publicKey(for: ephemeralSecret) }
+        let shared = try crypto { try X25519.sharedSecret(ephemeralSecret, publicKey: recipient.publicKey) }
+        let (kek, nonce) = try recipientWrapping(shared: shared, ephemeral: ephemeral, recipient: recipient.publicKey)
+        var slot = KeySlot(kind: .recipient, wrappedKey: [], ephemeralKey: ephemeral, recipientKey: recipient.publicKey)
+        slot.wrappedKey = try wrap(master, key: kek, nonce: nonce, associatedData: associatedData(vaultID: vaultID, slot: slot))
         return slot
+    }
+
+    /// The master key, when `identity` opens recipient slot `slot`; `nil` when it does not.
+    static func unwrapRecipient(_ slot: KeySlot, identity: X25519Identity, vaultID: [UInt8]) throws -> SecureBytes? {
+        let shared: SecureBytes
+        do {
+            shared = try X25519.sharedSecret(identity.secretKey, publicKey: slot.ephemeralKey)
+        } catch let error as CryptoError where error.code == .invalidParameter {
+            return nil  // an ephemeral key of small order: a slot no identity opens
+        } catch {
+            throw translate(error)
+        }
+        let (kek, nonce) = try recipientWrapping(shared: shared, ephemeral: slot.ephemeralKey, recipient: slot.recipientKey)
+        do {
+            return try XChaCha20Poly1305.openSecure(
+                slot.wrappedKey, key: kek, nonce: nonce, associatedData: associatedData(vaultID: vaultID, slot: slot))
+        } catch let error as CryptoError where error.code == .authenticationFailed {
+            return nil
+        } catch {
+            throw translate(error)
+        }
     }
 
     /// The master key, when `source` opens `slot`; `nil` when it does not (a wrong passphrase or key).
@@ -366,12 +430,14 @@ enum UnlockMaterial {
     case passphrase(SecureBytes)
     case keyFile(SecureBytes)
     case rawKey(SecureBytes)
+    case identities([X25519Identity])
 
     var kind: KeySlotKind {
         switch self {
         case .passphrase: .passphrase
         case .keyFile: .keyFile
         case .rawKey: .rawKey
+        case .identities: .recipient
         }
     }
 }

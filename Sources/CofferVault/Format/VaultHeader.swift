@@ -10,7 +10,11 @@ package struct VaultHeader: Equatable {
     static let copySize = 2048
     static let areaSize = 2 * copySize
     static let magic: [UInt8] = Array("CFVH".utf8)
-    static let formatVersion: UInt16 = 1
+    /// The newest version this Coffer reads and writes. A header is written as version 1 unless
+    /// it holds a recipient slot (kind 4), which version 2 adds: a vault without one still opens
+    /// in a Coffer that knows version 1 only, and one with one is "unsupported" there, never
+    /// "damaged".
+    static let formatVersion: UInt16 = 2
     static let maximumSlots = 8
     static let slotsOffset = 48
     static let macOffset = slotsOffset + maximumSlots * KeySlot.size  // 1072
@@ -23,12 +27,15 @@ package struct VaultHeader: Equatable {
     var slots: [KeySlot]
     var mac: [UInt8]  // BLAKE2b-256 keyed with the header subkey over bytes [0, macOffset)
 
+    /// The version this header is written as: 2 when it holds a recipient slot, else 1.
+    var version: UInt16 { slots.contains { $0.kind == .recipient } ? 2 : 1 }
+
     /// The bytes the MAC covers, as this header encodes them (for a new MAC). A header read
     /// from a file is verified over its bytes as stored (``storedAuthenticatedBytes(of:)``);
     /// for every copy ``parse(copy:)`` accepts, the two are identical.
     func authenticatedBytes() -> [UInt8] {
         var bytes = Self.magic
-        appendLE(Self.formatVersion, to: &bytes)
+        appendLE(version, to: &bytes)
         appendLE(UInt16(slots.count), to: &bytes)
         appendLE(sequence, to: &bytes)
         bytes += vaultID
@@ -76,7 +83,7 @@ package struct VaultHeader: Equatable {
         }
         guard Array(b[0..<4]) == magic else { return .damaged("wrong magic bytes") }
         let version = UInt16(b[4]) | UInt16(b[5]) << 8
-        guard version == formatVersion else { return .unsupported(version) }
+        guard (1...formatVersion).contains(version) else { return .unsupported(version) }
         let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
         guard (1...maximumSlots).contains(count) else { return .damaged("slot count \(count) out of range") }
         var slots: [KeySlot] = []
@@ -95,6 +102,10 @@ package struct VaultHeader: Equatable {
         guard b[(slotsOffset + count * KeySlot.size)..<macOffset].allSatisfy({ $0 == 0 }) else {
             return .damaged("an unused key slot is not zero")
         }
+        // The version is the one its slots call for, so a header is its own re-encoding.
+        guard version == (slots.contains { $0.kind == .recipient } ? 2 : 1) else {
+            return .damaged("version \(version) does not match its key slots (version 2 is for a recipient slot)")
+        }
         guard b[(macOffset + macLength)..<crcOffset].allSatisfy({ $0 == 0 }) else {
             return .damaged("the reserved bytes after the MAC are not zero")
         }
@@ -110,6 +121,7 @@ enum KeySlotKind: UInt8 {
     case passphrase = 1  // Argon2id13 over the passphrase
     case keyFile = 2  // BLAKE2b-256 over a key file's bytes
     case rawKey = 3  // keyed BLAKE2b-256 under a 32-byte key
+    case recipient = 4  // X25519 with a recipient's public key (format version 2)
 }
 
 /// One 128-byte key slot: the master key wrapped under a key derived from one unlock source.
@@ -120,31 +132,46 @@ package struct KeySlot: Equatable {
     static let wrappedLength = 48  // 32-byte master key + 16-byte tag
 
     var kind: KeySlotKind
-    var opsLimit: UInt64
-    var memLimitBytes: UInt64
-    var salt: [UInt8]
-    var nonce: [UInt8]
+    var opsLimit: UInt64 = 0  // kind 1
+    var memLimitBytes: UInt64 = 0  // kind 1
+    var salt: [UInt8] = []  // kinds 1–3: 16 bytes
+    var nonce: [UInt8] = []  // kinds 1–3: 24 bytes (kind 4 derives its nonce)
     var wrappedKey: [UInt8]
+    /// Kind 4: the ephemeral X25519 public key of the wrapping (32 bytes).
+    var ephemeralKey: [UInt8] = []
+    /// Kind 4: the recipient's X25519 public key (32 bytes).
+    var recipientKey: [UInt8] = []
 
-    /// Bytes 0..<40 (kind, parameters, salt): bound into the wrapping's associated data.
+    /// Bytes 0..<40 (kind, then parameters and salt, or the ephemeral key): bound into the
+    /// wrapping's associated data.
     func parameterBytes() -> [UInt8] {
         var bytes: [UInt8] = [kind.rawValue] + [UInt8](repeating: 0, count: 7)
-        appendLE(opsLimit, to: &bytes)
-        appendLE(memLimitBytes, to: &bytes)
-        bytes += salt
+        if kind == .recipient {
+            bytes += ephemeralKey
+        } else {
+            appendLE(opsLimit, to: &bytes)
+            appendLE(memLimitBytes, to: &bytes)
+            bytes += salt
+        }
         return bytes
     }
 
     func bytes() -> [UInt8] {
-        var bytes = parameterBytes() + nonce + wrappedKey
+        var bytes = parameterBytes()
+        bytes += kind == .recipient ? recipientKey + wrappedKey : nonce + wrappedKey
         bytes += [UInt8](repeating: 0, count: Self.size - bytes.count)
         return bytes
     }
 
     package static func parse(_ bytes: ArraySlice<UInt8>) -> KeySlot? {
         let b = Array(bytes)
-        guard b.count == size, let kind = KeySlotKind(rawValue: b[0]) else { return nil }
-        guard b[1..<8].allSatisfy({ $0 == 0 }), b[112..<128].allSatisfy({ $0 == 0 }) else { return nil }
+        guard b.count == size, let kind = KeySlotKind(rawValue: b[0]), b[1..<8].allSatisfy({ $0 == 0 }) else { return nil }
+        if kind == .recipient {
+            guard b[120..<128].allSatisfy({ $0 == 0 }) else { return nil }
+            return KeySlot(
+                kind: kind, wrappedKey: Array(b[72..<120]), ephemeralKey: Array(b[8..<40]), recipientKey: Array(b[40..<72]))
+        }
+        guard b[112..<128].allSatisfy({ $0 == 0 }) else { return nil }
         return KeySlot(
             kind: kind, opsLimit: readLE64(b, 8), memLimitBytes: readLE64(b, 16), salt: Array(b[24..<40]),
             nonce: Array(b[40..<64]), wrappedKey: Array(b[64..<112]))

@@ -1,0 +1,77 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// `coffer identity` and `coffer slot`: a key pair per machine, and the key slots that name them.
+@Suite("coffer identities and key slots")
+struct IdentityTests {
+    @Test("identity new writes a 0600 file, prints only the recipient; identity show prints it again", .timeLimit(.minutes(10)))
+    func identityNewAndShow() throws {
+        let box = try Sandbox()
+        let file = box.path + "/keys/machine"
+        let made = try box.run(["identity", "new", "--output", file], vault: false, passphraseFile: false)
+        #expect(made.status == Exit.ok, "\(made)")
+        let recipient = made.out.trimmingCharacters(in: .newlines)
+        #expect(recipient.hasPrefix("age1") && recipient.count == 62, "\(made)")
+        var status = stat()
+        #expect(stat(file, &status) == 0 && status.st_mode & 0o777 == 0o600)
+        let contents = try String(contentsOfFile: file, encoding: .utf8)
+        let secretLine = try #require(contents.split(separator: "\n").first { $0.hasPrefix("AGE-SECRET-KEY-1") })
+        // The secret is in the file only: never on standard output or error.
+        #expect(!made.out.contains(secretLine) && !made.err.contains(secretLine))
+        #expect(contents.contains("# public key: \(recipient)"))
+        let shown = try box.run(["identity", "show", file], vault: false, passphraseFile: false)
+        #expect(shown.status == Exit.ok && shown.out == recipient + "\n", "\(shown)")
+        let piped = try box.run(["identity", "show", "-"], stdin: Array(contents.utf8), vault: false, passphraseFile: false)
+        #expect(piped.out == recipient + "\n", "\(piped)")
+        // Never overwritten; a bad file is named by line, never quoted.
+        let again = try box.run(["identity", "new", "--output", file], vault: false, passphraseFile: false)
+        #expect(again.status == Exit.failure && again.err.contains("refusing to overwrite"), "\(again)")
+        try box.write("# comment\nAGE-SECRET-KEY-1NOTVALIDATALL\n", to: box.path + "/bad")
+        let bad = try box.run(["identity", "show", box.path + "/bad"], vault: false, passphraseFile: false)
+        #expect(bad.status != Exit.ok && bad.err.contains("line 2") && !bad.err.contains("NOTVALID"), "\(bad)")
+        // The default place is under $XDG_CONFIG_HOME, and COFFER_IDENTITY overrides it.
+        let xdg = try box.run(
+            ["identity", "new"], environment: ["XDG_CONFIG_HOME": box.path + "/config"], vault: false, passphraseFile: false)
+        #expect(xdg.status == Exit.ok && FileManager.default.fileExists(atPath: box.path + "/config/coffer/identity"), "\(xdg)")
+    }
+
+    @Test("slot add --recipient lets that machine's identity open the vault; slot rm takes it away", .timeLimit(.minutes(10)))
+    func recipientSlotLifecycle() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("db.internal", "app", Array("hunter2".utf8))
+        let identity = box.path + "/machine.identity"
+        let made = try box.run(["identity", "new", "-o", identity], vault: false, passphraseFile: false)
+        let recipient = made.out.trimmingCharacters(in: .newlines)
+        // A recipient string with a typo is refused before any passphrase is asked for.
+        let typo = try box.run(["slot", "add", "--recipient", String(recipient.dropLast()) + "q"])
+        #expect(typo.status == Exit.usage && typo.err.contains("checksum"), "\(typo)")
+        let added = try box.run(["slot", "add", "--recipient", recipient])
+        #expect(added.status == Exit.ok, "\(added)")
+        let listed = try box.run(["slot", "list"])
+        #expect(listed.out.contains("recipient") && listed.out.contains(recipient), "\(listed)")
+        // The machine opens it with its identity file, by option or by COFFER_IDENTITY.
+        let byOption = try box.run(["--identity", identity, "get", "db.internal", "app"], passphraseFile: false)
+        #expect(byOption.status == Exit.ok && byOption.out == "hunter2", "\(byOption)")
+        let byEnvironment = try box.run(
+            ["get", "db.internal", "app"], environment: ["COFFER_IDENTITY": identity], passphraseFile: false)
+        #expect(byEnvironment.status == Exit.ok && byEnvironment.out == "hunter2", "\(byEnvironment)")
+        let info = try box.run(["info"])
+        #expect(info.out.contains("version 2") && info.out.contains(recipient), "\(info)")
+        // Removed by its recipient string: the identity opens nothing now (exit 4).
+        let removed = try box.run(["slot", "rm", recipient])
+        #expect(removed.status == Exit.ok, "\(removed)")
+        let refused = try box.run(["--identity", identity, "get", "db.internal", "app"], passphraseFile: false)
+        #expect(refused.status == Exit.wrongKey, "\(refused)")
+        #expect(try box.run(["slot", "list", "--json"]).out.contains("\"passphrase\""))
+        // The last slot is never removed.
+        let last = try box.run(["slot", "rm", "0"])
+        #expect(last.status != Exit.ok && last.err.contains("last key slot"), "\(last)")
+    }
+}

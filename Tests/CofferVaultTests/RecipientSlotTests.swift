@@ -1,0 +1,157 @@
+import CofferCore
+import CofferCrypto
+import CofferJournal
+@testable import CofferVault
+import Foundation
+import Testing
+
+/// Key slots for a recipient (an X25519 identity's public key, `age1…`): docs/FORMAT.md §2,
+/// "Recipient slot".
+@Suite("Vault: recipient key slots")
+struct RecipientSlotTests {
+    @Test("An identity added by its recipient string opens every item; the file says version 2 and names the recipient")
+    func addedRecipientOpens() throws {
+        let dir = try Scratch("recipient")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        for i in 0..<20 { try vault.set("secret \(i)", service: "svc", account: "a\(i)") }
+        #expect(try vault.info().formatVersion == 1)
+        // The machine makes its identity and sends only the recipient string.
+        let machine = try X25519Identity.generate()
+        let sent = machine.recipient.description
+        try vault.addRecipient(try X25519Recipient(parsing: sent))
+        try vault.addRecipient(try X25519Recipient(parsing: sent))  // twice: one slot
+        let info = try vault.info()
+        #expect(info.formatVersion == 2)
+        #expect(info.keySlots.map(\.kind) == ["passphrase", "recipient"])
+        #expect(info.keySlots[1].recipient == sent)
+        let opened = try Vault.open(at: url, unlock: .identities([machine]))
+        #expect(try Snapshot(of: opened) == Snapshot(of: vault))
+        // The passphrase still works; another identity does not, and is told why.
+        #expect(try Vault.open(at: url, unlock: .passphrase("pw")).string(service: "svc", account: "a3") == "secret 3")
+        let stranger = try X25519Identity.generate()
+        let refused = expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .identities([stranger])) }
+        #expect("\(refused.map { String(describing: $0) } ?? "")".contains("no key slot for its recipient"))
+        // An identity file holding several identities: the one with a slot opens it.
+        #expect(try Vault.open(at: url, unlock: .identities([stranger, machine])).string(service: "svc", account: "a0") == "secret 0")
+    }
+
+    @Test("A removed recipient opens nothing more; the header goes back to version 1")
+    func removedRecipient() throws {
+        let dir = try Scratch("recipient-rm")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        try vault.set("x", service: "s", account: "a")
+        let machine = try X25519Identity.generate()
+        try vault.addRecipient(machine.recipient)
+        _ = try Vault.open(at: url, unlock: .identities([machine]))
+        try vault.removeKeySlot(at: 1)
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .identities([machine])) }
+        #expect(try vault.info().formatVersion == 1)
+    }
+
+    @Test("A vault made for an identity file opens with that file, in Coffer and in the independent reader")
+    func createdForIdentityFile() throws {
+        let dir = try Scratch("recipient-file")
+        let url = dir.url("v")
+        let identity = try X25519Identity.generate()
+        let identityURL = dir.url("identity")
+        try Data(try identity.fileContents().withUnsafeBytes { Array($0) }).write(to: identityURL)
+        let vault = try Vault.create(at: url, unlock: .identity(identityURL))
+        try vault.set("s1", service: "svc", account: "a", label: "La")
+        try vault.flush()
+        #expect(try vault.info().keySlots.map(\.recipient) == [identity.recipient.description])
+        #expect(try Vault.open(at: url, unlock: .identity(identityURL)).string(service: "svc", account: "a") == "s1")
+        #expect("\(VaultUnlock.identity(identityURL))" == "VaultUnlock.identity(\(identityURL.path))")
+        #expect(!"\(VaultUnlock.identities([identity]))".contains("AGE-SECRET-KEY"))
+
+        // docs/FORMAT.md is enough to open it: Tools/vault-reader.py (Python, PyNaCl).
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, url.path, "--identity", identityURL.path, "--show-secrets"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = Pipe()
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(text == "svc\ta\tLa\t7331\n")
+    }
+
+    @Test("A header whose version does not match its slots, or a recipient slot with stray bytes, is damaged")
+    func headerRules() throws {
+        let dir = try Scratch("recipient-header")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        try vault.addRecipient(try X25519Identity.generate().recipient)
+        let bytes = try readBytes(url)
+        let copy = Array(bytes[32..<(32 + VaultHeader.copySize)])
+        guard case .header(let header) = VaultHeader.parse(copy: copy[...]) else {
+            Issue.record("the written header does not parse")
+            return
+        }
+        #expect(header.version == 2)
+        // Re-encoded byte for byte.
+        #expect(header.copyBytes() == copy)
+        func resealed(_ change: (inout [UInt8]) -> Void) -> [UInt8] {
+            var altered = copy
+            change(&altered)
+            let crc = CRC32C.checksum(Array(altered[0..<VaultHeader.crcOffset]))
+            withUnsafeBytes(of: crc.littleEndian) { altered.replaceSubrange(VaultHeader.crcOffset..<(VaultHeader.crcOffset + 4), with: $0) }
+            return altered
+        }
+        // Version 1 with a recipient slot: damaged, not silently read.
+        guard case .damaged = VaultHeader.parse(copy: resealed { $0[4] = 1 }[...]) else {
+            Issue.record("a version 1 header with a recipient slot was accepted")
+            return
+        }
+        // Version 3: unsupported (a newer Coffer's), never damaged.
+        guard case .unsupported(3) = VaultHeader.parse(copy: resealed { $0[4] = 3 }[...]) else {
+            Issue.record("version 3 was not reported as unsupported")
+            return
+        }
+        // A byte set in the recipient slot's zero tail.
+        let slot1 = VaultHeader.slotsOffset + KeySlot.size
+        guard case .damaged = VaultHeader.parse(copy: resealed { $0[slot1 + 125] = 1 }[...]) else {
+            Issue.record("a recipient slot with a non-zero tail was accepted")
+            return
+        }
+    }
+
+    @Test("A recipient slot's recipient changed in the file opens for nobody (the header MAC and the key derivation bind it)")
+    func alteredRecipient() throws {
+        let dir = try Scratch("recipient-altered")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        let machine = try X25519Identity.generate()
+        let attacker = try X25519Identity.generate()
+        try vault.addRecipient(machine.recipient)
+        // Someone with write access puts their own public key in the slot (both copies, CRCs fixed).
+        var bytes = try readBytes(url)
+        for copy in 0..<2 {
+            let base = 32 + copy * VaultHeader.copySize
+            let field = base + VaultHeader.slotsOffset + KeySlot.size + 40
+            bytes.replaceSubrange(field..<(field + 32), with: attacker.recipient.publicKey)
+            let crc = CRC32C.checksum(Array(bytes[base..<(base + VaultHeader.crcOffset)]))
+            withUnsafeBytes(of: crc.littleEndian) {
+                bytes.replaceSubrange((base + VaultHeader.crcOffset)..<(base + VaultHeader.crcOffset + 4), with: $0)
+            }
+        }
+        try writeBytes(bytes, to: url)
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .identities([attacker])) }
+        expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .identities([machine])) }
+    }
+
+    @Test("Eight slots at most: the ninth is refused and nothing changes")
+    func slotLimit() throws {
+        let dir = try Scratch("recipient-limit")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        for _ in 0..<7 { try vault.addRecipient(try X25519Identity.generate().recipient) }
+        expectError(.invalidArgument) { try vault.addRecipient(try X25519Identity.generate().recipient) }
+        #expect(try vault.info().keySlots.count == 8)
+    }
+}

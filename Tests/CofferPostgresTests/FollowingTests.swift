@@ -44,7 +44,14 @@ struct FollowingTests {
         try await fast.set(0, for: "b")
         let a = Stored(wrappedValue: -1, backed: .postgres(follower, key: "a"))
         let b = Stored(wrappedValue: -1, backed: .postgres(follower, key: "b"))
-        #expect(await Self.until { a.wrappedValue == 0 && b.wrappedValue == 0 })
+        // A hang guard, not a speed target: in a full run on 2 cores this test has waited over
+        // 20 s here twice (every test of that run took 200 s; alone it takes 1 s), so the wait
+        // is long and the failure says what the loads were doing.
+        let loaded = await Self.until(90) { a.wrappedValue == 0 && b.wrappedValue == 0 }
+        let state =
+            "a: \(a.wrappedValue), loading \(a.isLoading), \(String(describing: a.loadError)); "
+            + "b: \(b.wrappedValue), loading \(b.isLoading), \(String(describing: b.loadError))"
+        #expect(loaded, "\(state)")
 
         // The slow writer's transaction has its id (its row is locked) and waits inside `update`…
         let entered = Protected(false)

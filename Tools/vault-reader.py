@@ -208,22 +208,28 @@ def bech32_decode(text: str):
         raise VaultError("bad Bech32 padding")
     return hrp, bytes(out)
 
-def identity_secret(text: bytes) -> bytes:
-    """The X25519 secret key of the first AGE-SECRET-KEY-1… line of an identity file."""
-    for line in text.decode("ascii").splitlines():
-        line = line.strip()
+def identity_secrets(text: bytes) -> list:
+    """The X25519 secret keys of the AGE-SECRET-KEY-1… lines of an identity file."""
+    keys = []
+    for line in text.decode("ascii").split("\n"):
+        line = line.strip(" \t\r")
         if line and not line.startswith("#"):
             hrp, key = bech32_decode(line)
             if hrp != "AGE-SECRET-KEY-" or len(key) != 32:
                 raise VaultError("not an X25519 identity")
-            return key
-    raise VaultError("no identity in the file")
+            keys.append(key)
+    if not keys:
+        raise VaultError("no identity in the file")
+    return keys
 
 def recipient_unwrap(slot, vault_id: bytes, secret: bytes):
     """§2 "Recipient slot": the master key, or None when this identity does not open the slot."""
     if slot["recipient"] != sodium.crypto_scalarmult_base(secret):
         return None                                  # another recipient's slot
-    shared = sodium.crypto_scalarmult(secret, slot["ephemeral"])
+    try:
+        shared = sodium.crypto_scalarmult(secret, slot["ephemeral"])
+    except Exception:                                # PyNaCl raises on an all-zero result
+        return None
     if not any(shared):
         return None                                  # E of small order: opens for nobody
     kn = hashlib.blake2b(b"coffer-x25519-v1" + slot["ephemeral"] + slot["recipient"],
@@ -251,10 +257,11 @@ def unwrap_master(header, kind: str, secret: bytes, kdf_limit=DEFAULT_KDF_LIMIT)
     authenticates gives the master key. A slot above the ceiling is not run."""
     skipped = []
     for slot in header["slots"]:
-        if slot["kind"] == SLOT_KIND[kind] == 4:
-            master = recipient_unwrap(slot, header["vault_id"], secret)
-            if master is not None:
-                return master
+        if slot["kind"] == SLOT_KIND[kind] == 4:             # secret: every identity of the file
+            for key in secret:
+                master = recipient_unwrap(slot, header["vault_id"], key)
+                if master is not None:
+                    return master
             continue
         if slot["kind"] == SLOT_KIND[kind]:
             if slot["kind"] == 1 and not (1 <= slot["ops"] <= 64 and 8192 <= slot["mem"] <= 4 << 30):
@@ -427,7 +434,7 @@ def main(argv) -> int:
             kind, secret = "key", bytes.fromhex(a.key_hex)
         elif a.identity:
             with open(a.identity, "rb") as f:
-                kind, secret = "identity", identity_secret(f.read())
+                kind, secret = "identity", identity_secrets(f.read())
         else:
             p.error("give one of --passphrase-env, --key-file, --key-hex, --identity")
         items, records, _ = open_vault(a.vault, kind, secret, kdf_limit)

@@ -143,7 +143,9 @@ public final class X25519Identity: Sendable, CustomStringConvertible, CustomRefl
 
     /// `AGE-SECRET-KEY-1…` as ASCII bytes, in guarded memory.
     public func encoded() throws -> SecureBytes {
-        var text = secretKey.withUnsafeBytes { Bech32.encode(hrp: Self.hrp, data: Array($0)) }
+        var key = secretKey.withUnsafeBytes { Array($0) }
+        defer { SecureMemory.zero(&key) }
+        var text = Bech32.encode(hrp: Self.hrp, data: key)
         defer { SecureMemory.zero(&text) }
         return try SecureBytes(copying: text)
     }
@@ -153,6 +155,7 @@ public final class X25519Identity: Sendable, CustomStringConvertible, CustomRefl
     public func fileContents(created: Date = Date()) throws -> SecureBytes {
         let stamp = created.ISO8601Format()
         var text = Array("# created: \(stamp)\n# public key: \(recipient)\n".utf8)
+        text.reserveCapacity(text.count + 128)  // no reallocation leaves a copy of the secret behind
         defer { SecureMemory.zero(&text) }
         try encoded().withUnsafeBytes { text.append(contentsOf: $0) }
         text.append(UInt8(ascii: "\n"))

@@ -62,14 +62,20 @@ package enum Bech32 {
         let lowerHRP = hrp.map { (65...90).contains($0) ? $0 + 32 : $0 }
         var groups = convert(data, from: 8, to: 5, pad: true)!
         defer { SecureMemory.zero(&groups) }
-        var checked = expand(lowerHRP) + groups + [0, 0, 0, 0, 0, 0]
+        var checked = expand(lowerHRP)
+        checked.reserveCapacity(checked.count + groups.count + 6)
+        checked += groups
+        checked += [0, 0, 0, 0, 0, 0]
         defer { SecureMemory.zero(&checked) }
         let check = polymod(checked) ^ 1
         var output = lowerHRP + [UInt8(ascii: "1")]
         output.reserveCapacity(output.count + groups.count + 6)
         for group in groups { output.append(charset[Int(group)]) }
         for i in 0..<6 { output.append(charset[Int((check >> UInt32(5 * (5 - i))) & 31)]) }
-        if upper { output = output.map { (97...122).contains($0) ? $0 - 32 : $0 } }
+        if upper {
+            // In place: no lower-case copy of what may be a secret is left behind.
+            for i in output.indices where (97...122).contains(output[i]) { output[i] -= 32 }
+        }
         return output
     }
 
@@ -100,7 +106,9 @@ package enum Bech32 {
             groups.append(UInt8(Self.values[Int(lower)]))
         }
         let lowerHRP = hrp.map { (65...90).contains($0) ? $0 + 32 : $0 }
-        var checked = expand(lowerHRP) + groups
+        var checked = expand(lowerHRP)
+        checked.reserveCapacity(checked.count + groups.count)
+        checked += groups
         defer { SecureMemory.zero(&checked) }
         guard polymod(checked) == 1 else { throw .checksum }
         var payload = Array(groups[..<(groups.count - 6)])

@@ -58,18 +58,29 @@ extension Vault {
     /// Adds a key slot that the identity of `recipient` opens (`age1…`, from `coffer identity
     /// new` or `age-keygen` on the machine that will open the vault): its secret never travels.
     /// Header-only, crash-safe. Adding a recipient that already has a slot changes nothing.
-    public func addRecipient(_ recipient: X25519Recipient) throws {
+    /// - Returns: whether a slot was added (false: the recipient had one already).
+    @discardableResult
+    public func addRecipient(_ recipient: X25519Recipient) throws -> Bool {
+        var added = false
         try updateHeader { header, session in
-            guard !header.slots.contains(where: { $0.kind == .recipient && $0.recipientKey == recipient.publicKey }) else {
-                return
-            }
+            guard !Self.hasSlot(for: recipient.publicKey, in: header) else { return }
+            added = true
             try Self.append(
                 [try KeySlotCrypto.makeRecipientSlot(wrapping: session.keys.master, recipient: recipient, vaultID: header.vaultID)],
                 to: &header)
         }
+        return added
+    }
+
+    static func hasSlot(for recipientKey: [UInt8], in header: VaultHeader) -> Bool {
+        header.slots.contains { $0.kind == .recipient && $0.recipientKey == recipientKey }
     }
 
     private static func append(_ slots: [KeySlot], to header: inout VaultHeader) throws {
+        // A recipient already named keeps its one slot (an identity file listing one key twice,
+        // or a recipient added before): two slots for one identity would only confuse removal.
+        var seen = Set(header.slots.filter { $0.kind == .recipient }.map(\.recipientKey))
+        let slots = slots.filter { $0.kind != .recipient || seen.insert($0.recipientKey).inserted }
         guard header.slots.count + slots.count <= VaultHeader.maximumSlots else {
             throw CofferError(
                 .invalidArgument,
@@ -88,8 +99,35 @@ extension Vault {
                 throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault")
             }
             header.slots.remove(at: index)
-            if session.unlockedSlot == index { session.unlockedSlot = 0 }
+            if session.unlockedSlot == index {
+                session.unlockedSlot = 0
+            } else if session.unlockedSlot > index {
+                session.unlockedSlot -= 1
+            }
         }
+    }
+
+    /// Removes every key slot for `recipient`, in one header change (so no slot change made
+    /// meanwhile can make it remove another slot). The last slot is never removed.
+    /// - Returns: how many slots were removed (0 when the vault has none for `recipient`).
+    @discardableResult
+    public func removeRecipient(_ recipient: X25519Recipient) throws -> Int {
+        var removed = 0
+        try updateHeader { header, session in
+            let matching = header.slots.indices.filter {
+                header.slots[$0].kind == .recipient && header.slots[$0].recipientKey == recipient.publicKey
+            }
+            guard !matching.isEmpty else { return }
+            guard matching.count < header.slots.count else {
+                throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault")
+            }
+            let unlocked = session.unlockedSlot
+            header.slots = header.slots.indices.filter { !matching.contains($0) }.map { header.slots[$0] }
+            session.unlockedSlot =
+                matching.contains(unlocked) ? 0 : unlocked - matching.filter { $0 < unlocked }.count
+            removed = matching.count
+        }
+        return removed
     }
 
     /// The master key, when `unlock` opens a key slot of `header`.

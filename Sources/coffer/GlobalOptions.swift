@@ -96,7 +96,23 @@ struct GlobalOptions: ParsableArguments {
     static let standardInputKeyFile = "-"
 
     static let noPassphraseSource =
-        "no passphrase given and no terminal to ask on: use --passphrase-file PATH or --key-file PATH, or set COFFER_PASSPHRASE"
+        "no passphrase given and no terminal to ask on: use --passphrase-file PATH, --key-file PATH or --identity PATH, "
+        + "or set COFFER_PASSPHRASE or COFFER_IDENTITY"
+
+    /// A usage error (exit 2) when `path` does not exist or is not a regular file: said before
+    /// anything is opened, as for a key file.
+    static func checkRegularFile(_ path: String, what: String, option: String) throws {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            if errno == ENOENT { throw CLIError.usage("the \(what) \(quotedName(path)) (\(option)) does not exist") }
+            throw CLIError(.failure, "cannot use the \(what) \(quotedName(path)): \(String(cString: strerror(errno)))")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw CLIError.usage(
+                "the \(what) \(quotedName(path)) is not a regular file, which coffer does not read (it could wait forever): "
+                    + "to pass one through a pipe, use --identity - and standard input")
+        }
+    }
 
     /// What unlocks the vault: `--key-file`, `--passphrase-file`, `$COFFER_PASSPHRASE`, or the
     /// terminal (asked twice when `confirm`).
@@ -120,10 +136,19 @@ struct GlobalOptions: ParsableArguments {
             }
             return .keyFile(URL(fileURLWithPath: keyFile))
         }
-        if let identity { return .identity(URL(fileURLWithPath: identity)) }
+        if let identity {
+            if identity == Self.standardInputKeyFile {
+                return .identities(try IdentityFile.parse(try Input.keyFromStandardInput()))
+            }
+            try Self.checkRegularFile(identity, what: "identity file", option: "--identity")
+            return .identity(URL(fileURLWithPath: identity))
+        }
         if let passphraseFile { return .passphrase(try Input.passphraseFile(passphraseFile)) }
         if let passphrase = try Input.environment("COFFER_PASSPHRASE") { return .passphrase(passphrase) }
-        if let identity = environmentText("COFFER_IDENTITY"), !identity.isEmpty {
+        // Not for a new vault: a variable set for everyday use must not decide, unseen, who can
+        // open the vault `init` makes (--identity says so explicitly).
+        if !confirm, let identity = environmentText("COFFER_IDENTITY"), !identity.isEmpty {
+            try Self.checkRegularFile(identity, what: "identity file", option: "COFFER_IDENTITY")
             return .identity(URL(fileURLWithPath: identity))
         }
         return .passphrase(

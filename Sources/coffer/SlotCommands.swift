@@ -87,6 +87,9 @@ struct SlotAddCommand: ParsableCommand {
     func validate() throws {
         let chosen = [recipient != nil, passphrase, newKeyFile != nil].filter { $0 }.count
         guard chosen == 1 else { throw ValidationError("give exactly one of --recipient, --passphrase and --new-key-file") }
+        if newPassphraseFile != nil && !passphrase {
+            throw ValidationError("--new-passphrase-file goes with --passphrase")
+        }
     }
 
     func run() throws {
@@ -100,8 +103,11 @@ struct SlotAddCommand: ParsableCommand {
         }
         let vault = try root.global.openVault()
         if let parsed {
-            try vault.addRecipient(parsed)
-            writeOut("added a key slot for recipient \(parsed) to \(vault.url.path)\n")
+            if try vault.addRecipient(parsed) {
+                writeOut("added a key slot for recipient \(parsed) to \(vault.url.path)\n")
+            } else {
+                writeOut("recipient \(parsed) already has a key slot in \(vault.url.path); nothing changed\n")
+            }
         } else if passphrase {
             try vault.addKeySlot(.passphrase(try Input.newPassphrase(file: newPassphraseFile)), kdf: kdf.parameters)
             writeOut("added a passphrase slot to \(vault.url.path)\n")
@@ -124,19 +130,19 @@ struct SlotRemoveCommand: ParsableCommand {
     @Argument(help: "The slot's number, or the recipient string (age1…) of a recipient slot.") var which: String
 
     func run() throws {
-        let vault = try root.global.openVault()
-        let index: Int
-        if let number = Int(which) {
-            index = number
-        } else if let recipient = X25519Recipient(which) {
-            guard let found = try vault.info().keySlots.firstIndex(where: { $0.recipient == recipient.description }) else {
-                throw CLIError(.notFound, "the vault has no key slot for recipient \(recipient)")
-            }
-            index = found
-        } else {
+        let recipient = Int(which) == nil ? X25519Recipient(which) : nil
+        guard Int(which) != nil || recipient != nil else {
             throw CLIError.usage("SLOT is a slot number (see `coffer slot list`) or a recipient string (age1…)")
         }
-        try vault.removeKeySlot(at: index)
-        writeOut("removed key slot \(index) from \(vault.url.path)\n")
+        let vault = try root.global.openVault()
+        if let recipient {
+            // Found and removed under one lock: a slot change made meanwhile cannot shift it.
+            let removed = try vault.removeRecipient(recipient)
+            guard removed > 0 else { throw CLIError(.notFound, "the vault has no key slot for recipient \(recipient)") }
+            writeOut("removed the key slot for recipient \(recipient) from \(vault.url.path)\n")
+        } else if let index = Int(which) {
+            try vault.removeKeySlot(at: index)
+            writeOut("removed key slot \(index) from \(vault.url.path)\n")
+        }
     }
 }

@@ -50,7 +50,7 @@ struct IdentityTests {
         let made = try box.run(["identity", "new", "-o", identity], vault: false, passphraseFile: false)
         let recipient = made.out.trimmingCharacters(in: .newlines)
         // A recipient string with a typo is refused before any passphrase is asked for.
-        let typo = try box.run(["slot", "add", "--recipient", String(recipient.dropLast()) + "q"])
+        let typo = try box.run(["slot", "add", "--recipient", String(recipient.dropLast()) + (recipient.hasSuffix("q") ? "p" : "q")])
         #expect(typo.status == Exit.usage && typo.err.contains("checksum"), "\(typo)")
         let added = try box.run(["slot", "add", "--recipient", recipient])
         #expect(added.status == Exit.ok, "\(added)")
@@ -70,7 +70,27 @@ struct IdentityTests {
         let refused = try box.run(["--identity", identity, "get", "db.internal", "app"], passphraseFile: false)
         #expect(refused.status == Exit.wrongKey, "\(refused)")
         #expect(try box.run(["slot", "list", "--json"]).out.contains("\"passphrase\""))
+        // A missing identity file is a usage error (2), said before anything is opened.
+        let missing = try box.run(["--identity", box.path + "/nope", "list"], passphraseFile: false)
+        #expect(missing.status == Exit.usage && missing.err.contains("does not exist"), "\(missing)")
+        // The identity on standard input.
+        let readd = try box.run(["slot", "add", "--recipient", recipient])
+        #expect(readd.status == Exit.ok, "\(readd)")
+        let again = try box.run(["slot", "add", "--recipient", recipient])
+        #expect(again.out.contains("already has a key slot"), "\(again)")
+        let piped = try box.run(
+            ["--identity", "-", "get", "db.internal", "app"], stdin: Array(try String(contentsOfFile: identity, encoding: .utf8).utf8),
+            passphraseFile: false)
+        #expect(piped.status == Exit.ok && piped.out == "hunter2", "\(piped)")
+        // COFFER_IDENTITY set for everyday use does not decide who can open a new vault.
+        // (Without a terminal it asks for a passphrase source instead.)
+        let fresh = try box.run(
+            ["--vault", box.path + "/fresh.coffer", "init"], environment: ["COFFER_IDENTITY": identity], vault: false,
+            passphraseFile: false)
+        #expect(fresh.status == Exit.usage && fresh.err.contains("--identity PATH"), "\(fresh)")
+        #expect(!FileManager.default.fileExists(atPath: box.path + "/fresh.coffer"))
         // The last slot is never removed.
+        #expect(try box.run(["slot", "rm", recipient]).status == Exit.ok)
         let last = try box.run(["slot", "rm", "0"])
         #expect(last.status != Exit.ok && last.err.contains("last key slot"), "\(last)")
     }

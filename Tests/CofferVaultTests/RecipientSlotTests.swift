@@ -145,6 +145,30 @@ struct RecipientSlotTests {
         expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .identities([machine])) }
     }
 
+    @Test("removeRecipient removes every slot of the recipient under one lock; a repeated identity makes one slot")
+    func removeRecipientEverywhere() throws {
+        let dir = try Scratch("recipient-remove-all")
+        let url = dir.url("v")
+        let machine = try X25519Identity.generate()
+        // An identity file naming one key twice: one slot.
+        let vault = try Vault.create(at: url, unlock: .identities([machine, machine]))
+        #expect(try vault.info().keySlots.count == 1)
+        try vault.addKeySlot(.passphrase("pw"), kdf: fastKDF)
+        try vault.addKeySlot(.identities([machine]))  // already there: nothing added
+        #expect(try vault.info().keySlots.map(\.kind) == ["recipient", "passphrase"])
+        #expect(try vault.addRecipient(machine.recipient) == false)
+        #expect(try vault.removeRecipient(machine.recipient) == 1)
+        #expect(try vault.info().keySlots.map(\.kind) == ["passphrase"])
+        #expect(try vault.removeRecipient(machine.recipient) == 0)
+        // The vault that opened by the removed slot still works in this process (its key is in
+        // memory: removal is not revocation), and the passphrase opens it.
+        try vault.set("after", service: "s", account: "a")
+        #expect(try Vault.open(at: url, unlock: .passphrase("pw")).string(service: "s", account: "a") == "after")
+        // The last slot is never removed.
+        let only = try Vault.create(at: dir.url("w"), unlock: .identities([machine]))
+        expectError(.invalidArgument) { try only.removeRecipient(machine.recipient) }
+    }
+
     @Test("Eight slots at most: the ninth is refused and nothing changes")
     func slotLimit() throws {
         let dir = try Scratch("recipient-limit")

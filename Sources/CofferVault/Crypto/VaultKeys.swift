@@ -325,7 +325,10 @@ enum KeySlotCrypto {
         wrapping master: SecureBytes, source: UnlockMaterial, kdf: Argon2idParameters, vaultID: [UInt8]
     ) throws -> [KeySlot] {
         if case .identities(let identities) = source {
-            return try identities.map { try makeRecipientSlot(wrapping: master, recipient: $0.recipient, vaultID: vaultID) }
+            var seen = Set<[UInt8]>()
+            return try identities.filter { seen.insert($0.recipient.publicKey).inserted }.map {
+                try makeRecipientSlot(wrapping: master, recipient: $0.recipient, vaultID: vaultID)
+            }
         }
         return [try makeSlot(wrapping: master, source: source, kdf: kdf, vaultID: vaultID)]
     }
@@ -373,7 +376,10 @@ enum KeySlotCrypto {
     {
         var output = try crypto { try BLAKE2b.hash(recipientContext + ephemeral + recipient, key: shared, outputLength: 56) }
         defer { SecureMemory.zero(&output) }
-        return (try crypto { try SecureBytes(copying: Array(output[0..<32])) }, Array(output[32..<56]))
+        let key = try output.withUnsafeBytes { bytes in
+            try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[0..<32])) }
+        }
+        return (key, Array(output[32..<56]))
     }
 
     /// A new slot wrapping `master` to `recipient`: an ephemeral X25519 key pair, made for this

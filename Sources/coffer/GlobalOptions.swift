@@ -99,18 +99,23 @@ struct GlobalOptions: ParsableArguments {
         "no passphrase given and no terminal to ask on: use --passphrase-file PATH, --key-file PATH or --identity PATH, "
         + "or set COFFER_PASSPHRASE or COFFER_IDENTITY"
 
-    /// A usage error (exit 2) when `path` does not exist or is not a regular file: said before
-    /// anything is opened, as for a key file.
+    /// A usage error (exit 2) when the key or identity file at `path` does not exist or is not a
+    /// regular file, said before anything is opened; `option` is the flag whose `-` form reads
+    /// standard input instead.
     static func checkRegularFile(_ path: String, what: String, option: String) throws {
         var status = stat()
         guard stat(path, &status) == 0 else {
-            if errno == ENOENT { throw CLIError.usage("the \(what) \(quotedName(path)) (\(option)) does not exist") }
+            if errno == ENOENT { throw CLIError.usage("the \(what) \(quotedName(path)) does not exist") }
             throw CLIError(.failure, "cannot use the \(what) \(quotedName(path)): \(String(cString: strerror(errno)))")
         }
-        guard status.st_mode & S_IFMT == S_IFREG else {
+        let type = status.st_mode & S_IFMT
+        guard type == S_IFREG else {
+            // `--key-file <(command)` lands here (/dev/fd/63 is a pipe): say what works.
+            let kind = type == S_IFDIR ? "a directory" : type == S_IFIFO ? "a pipe or FIFO" : "not a regular file"
             throw CLIError.usage(
-                "the \(what) \(quotedName(path)) is not a regular file, which coffer does not read (it could wait forever): "
-                    + "to pass one through a pipe, use --identity - and standard input")
+                "the \(what) \(quotedName(path)) is \(kind), which coffer does not read (it could wait forever): "
+                    + "to give it through a pipe, use \(option) - and send it to standard input, "
+                    + "for example: command | coffer \(option) - …")
         }
     }
 
@@ -119,21 +124,7 @@ struct GlobalOptions: ParsableArguments {
     func unlock(prompt: String, confirm: Bool = false) throws -> VaultUnlock {
         if let keyFile {
             if keyFile == Self.standardInputKeyFile { return .keyFileContents(try Input.keyFromStandardInput()) }
-            var status = stat()
-            guard stat(keyFile, &status) == 0 else {
-                if errno == ENOENT { throw CLIError.usage("the key file \(quotedName(keyFile)) does not exist") }
-                let reason = String(cString: strerror(errno))
-                throw CLIError(.failure, "cannot use the key file \(quotedName(keyFile)): \(reason)")
-            }
-            let type = status.st_mode & S_IFMT
-            guard type == S_IFREG else {
-                // `--key-file <(command)` lands here (/dev/fd/63 is a pipe): say what works.
-                let what = type == S_IFDIR ? "a directory" : type == S_IFIFO ? "a pipe or FIFO" : "not a regular file"
-                throw CLIError.usage(
-                    "the key file \(quotedName(keyFile)) is \(what), which coffer does not read (it could wait forever): "
-                        + "to give the key through a pipe, use --key-file - and send the key to standard input, "
-                        + "for example: command | coffer --key-file - …")
-            }
+            try Self.checkRegularFile(keyFile, what: "key file", option: "--key-file")
             return .keyFile(URL(fileURLWithPath: keyFile))
         }
         if let identity {
@@ -148,7 +139,7 @@ struct GlobalOptions: ParsableArguments {
         // Not for a new vault: a variable set for everyday use must not decide, unseen, who can
         // open the vault `init` makes (--identity says so explicitly).
         if !confirm, let identity = environmentText("COFFER_IDENTITY"), !identity.isEmpty {
-            try Self.checkRegularFile(identity, what: "identity file", option: "COFFER_IDENTITY")
+            try Self.checkRegularFile(identity, what: "identity file (COFFER_IDENTITY)", option: "--identity")
             return .identity(URL(fileURLWithPath: identity))
         }
         return .passphrase(

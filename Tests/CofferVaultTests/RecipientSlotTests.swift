@@ -66,18 +66,8 @@ struct RecipientSlotTests {
         #expect(!"\(VaultUnlock.identities([identity]))".contains("AGE-SECRET-KEY"))
 
         // docs/FORMAT.md is enough to open it: Tools/vault-reader.py (Python, PyNaCl).
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, url.path, "--identity", identityURL.path, "--show-secrets"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = Pipe()
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        let (status, text) = try runVaultReader([url.path, "--identity", identityURL.path, "--show-secrets"])
+        #expect(status == 0)
         #expect(text == "svc\ta\tLa\t7331\n")
     }
 

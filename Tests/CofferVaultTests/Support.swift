@@ -43,3 +43,21 @@ func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
     }
     return false
 }
+
+/// Runs `Tools/vault-reader.py` (the independent reader, written from docs/FORMAT.md alone)
+/// with `arguments`: its exit status and standard output (and standard error, when
+/// `mergingErrors`). Exit 77 means its dependencies (PyNaCl) are missing.
+func runVaultReader(_ arguments: [String], mergingErrors: Bool = false) throws -> (status: Int32, output: String) {
+    let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", script.path] + arguments
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = mergingErrors ? output : Pipe()
+    try process.run()
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, text)
+}

@@ -96,20 +96,9 @@ struct VaultVectorTests {
     /// The independent reader (written from docs/FORMAT.md alone) agrees, when Python with
     /// PyNaCl is available; `make test` installs it.
     @Test func independentReaderAgrees() throws {
-        let script = Self.directory.deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Tools/vault-reader.py")
-        guard FileManager.default.fileExists(atPath: script.path) else { return }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, "--check-vectors", Self.directory.path]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let (status, text) = try runVaultReader(["--check-vectors", Self.directory.path], mergingErrors: true)
         // Exit 77: the reader's dependencies are missing on this machine.
-        if process.terminationStatus == 77 { return }
-        #expect(process.terminationStatus == 0, "vault-reader.py: \(text.suffix(2000))")
+        if status == 77 { return }
+        #expect(status == 0, "vault-reader.py: \(text.suffix(2000))")
     }
 }

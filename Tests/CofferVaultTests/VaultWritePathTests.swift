@@ -126,9 +126,6 @@ struct VaultWritePathTests {
     /// A vault written by this code reads the same in the independent reader (Tools/vault-reader.py,
     /// written from docs/FORMAT.md alone), when Python with PyNaCl is available.
     @Test func independentReaderReadsWhatIsWritten() throws {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Tools/vault-reader.py")
-        guard FileManager.default.fileExists(atPath: script.path) else { return }
         let dir = try Scratch("reader")
         let url = dir.url("v")
         let keyBytes = (0..<32).map { UInt8($0) }
@@ -141,20 +138,10 @@ struct VaultWritePathTests {
             .remove(service: "svc", account: "b"),
         ])
         try vault.flush()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", script.path, url.path, "--key-hex", keyBytes.map { String(format: "%02x", $0) }.joined(),
-            "--show-secrets",
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = Pipe()
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        if process.terminationStatus == 77 { return }
-        #expect(process.terminationStatus == 0)
+        let (status, text) = try runVaultReader(
+            [url.path, "--key-hex", keyBytes.map { String(format: "%02x", $0) }.joined(), "--show-secrets"])
+        if status == 77 { return }
+        #expect(status == 0)
         let lines = Set(text.split(separator: "\n").map(String.init))
         #expect(lines == ["svc\ta\tLa\t" + "7332", "svc\tc\t\t07"])
     }

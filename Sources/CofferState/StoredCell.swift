@@ -50,6 +50,8 @@ final class StoredCell<Value: Sendable>: Sendable {
         var forceSave = false
         /// Callers of `flush` waiting for the writer to store a version (or fail).
         var flushWaiters: [(version: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+        /// The first load of a local store runs on this gate's thread: others wait for it.
+        var firstLoad: FirstLoadGate?
     }
 
     /// Where the value persists (the backing of the property that created the cell).
@@ -417,14 +419,31 @@ final class StoredCell<Value: Sendable>: Sendable {
                 if start { startBackgroundLoad(remote, key: key) }
                 return
             }
+            // One thread loads; the others that read first wait for its result rather than read
+            // the store again (a vault decrypts on every load). A local store answers in
+            // microseconds, so the wait is as short as the lock it replaces; the state lock is
+            // not held, so writes and reads of loaded cells go on. The loading thread itself
+            // (a strategy that reads this property while loading it) never waits for itself.
+            let gate = mutate { s -> FirstLoadGate?? in
+                if s.loaded { return .some(nil) }
+                if let gate = s.firstLoad { return gate.isOwnedByCurrentThread ? nil : .some(gate) }
+                s.firstLoad = FirstLoadGate()
+                return nil
+            }
+            if case .some(let running) = gate {
+                running?.wait()
+                return
+            }
             let loaded: Result<Value?, CofferError>
             do {
                 loaded = .success(try strategy.load(key).map { try decodeValue($0, as: strategy.valueEncoding) })
             } catch {
                 loaded = .failure(.wrapping(error, "loading \(backing)"))
             }
-            mutate { s in
-                guard !s.loaded else { return }
+            let finished = mutate { s -> FirstLoadGate? in
+                let gate = s.firstLoad
+                s.firstLoad = nil
+                guard !s.loaded else { return gate }
                 s.loaded = true
                 switch loaded {
                 case .success(let value?): s.value = value
@@ -433,7 +452,9 @@ final class StoredCell<Value: Sendable>: Sendable {
                     s.error = error
                     s.loadError = error
                 }
+                return gate
             }
+            finished?.open()
         }
     }
 
@@ -730,5 +751,30 @@ extension StoredCell: RegisteredCell, OutsideChangeReceiver {
             return s.subscription
         }
         if let subscription { ChangeRouter.unsubscribe(subscription) }
+    }
+}
+
+/// The first load of a cell from a local store, for the threads that wait for it.
+final class FirstLoadGate: @unchecked Sendable {
+    // @unchecked Sendable: `isOpen` is guarded by `condition`; `owner` never changes.
+    private let condition = NSCondition()
+    private var isOpen = false
+    private let owner = pthread_self()
+
+    /// Whether the calling thread is the one loading.
+    var isOwnedByCurrentThread: Bool { pthread_equal(owner, pthread_self()) != 0 }
+
+    /// Waits until the load has stored its result.
+    func wait() {
+        condition.lock()
+        while !isOpen { condition.wait() }
+        condition.unlock()
+    }
+
+    func open() {
+        condition.lock()
+        isOpen = true
+        condition.broadcast()
+        condition.unlock()
     }
 }

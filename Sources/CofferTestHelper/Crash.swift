@@ -45,7 +45,9 @@ func rawKey(hex: String) throws -> SecureBytes {
 
 /// `crash-vault PATH KEYHEX`: like crash-kv on a vault (created with the raw key when missing):
 /// commit i is one `apply` of items (crash, k<i mod 64>), (crash, x) and (crash, last) = "<i>".
-func crashVault(path: String, keyHex: String) throws -> Never {
+/// With `rotate`, the master key is rotated (every item re-sealed, the slots re-wrapped)
+/// after every second commit instead of compacting after every seventh.
+func crashVault(path: String, keyHex: String, rotate: Bool = false) throws -> Never {
     let url = URL(fileURLWithPath: path)
     let key = try rawKey(hex: keyHex)
     let vault =
@@ -62,7 +64,11 @@ func crashVault(path: String, keyHex: String) throws -> Never {
             .set(service: "crash", account: "last", secret: Array("\(i)".utf8), label: nil, comment: nil),
         ])
         say("ack \(i)")
-        if i % 7 == 6 { try vault.compact() }
+        if rotate {
+            if i % 2 == 1 { try vault.rotate() }
+        } else if i % 7 == 6 {
+            try vault.compact()
+        }
         i += 1
     }
 }
@@ -163,6 +169,7 @@ func reliabilityCommand(_ arguments: [String]) throws {
     switch arguments[1] {
     case "crash-kv": try crashKeyValue(directory: argument(2), suite: argument(3))
     case "crash-vault": try crashVault(path: argument(2), keyHex: argument(3))
+    case "crash-vault-rotate": try crashVault(path: argument(2), keyHex: argument(3), rotate: true)
     case "vault-increment": try vaultIncrement(path: argument(2), keyHex: argument(3), times: Int(argument(4)) ?? 0)
     case "vault-read-loop": try vaultReadLoop(path: argument(2), keyHex: argument(3), until: Int(argument(4)) ?? 0)
     case "secure-overread": secureOverread()

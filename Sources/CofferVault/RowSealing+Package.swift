@@ -36,7 +36,7 @@ package final class RowSealing: Sendable {
     /// A new vault: a random master key wrapped in one key slot for `unlock`, and the header
     /// copy (2,048 bytes, the file vault's layout, MAC and checksum) that holds the slot.
     package static func create(unlock: VaultUnlock, kdf: Argon2idParameters, name: String) throws -> (RowSealing, header: [UInt8]) {
-        let (keys, header) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
+        let (keys, header, _) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
         return (try RowSealing(vaultID: header.vaultID, keys: keys, name: name), header.copyBytes())
     }
 
@@ -55,7 +55,7 @@ package final class RowSealing: Sendable {
         case .damaged(let why): throw CofferError(.corrupted, "the vault header is damaged: \(why)", path: name)
         }
         let fileSystem = LiveFileSystem()
-        let (master, _) = try Vault.unwrapMaster(
+        let (master, _, _) = try Vault.unwrapMaster(
             header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
         let keys = try VaultKeys(master: master)
         try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)

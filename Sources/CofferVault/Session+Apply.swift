@@ -20,8 +20,12 @@ extension Session {
         if changes.reset {
             // Another process compacted the file: a new epoch, so a new chain from its start.
             let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
-            try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
-            adopt(header)
+            do {
+                try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
+                adopt(header)
+            } catch let error as CofferError where error.code == .corrupted && header.vaultID == self.header.vaultID {
+                try followRotation(to: header, copy: copy, macFailure: error)
+            }
             chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
             entries.removeAll()
             recordCount = 0
@@ -32,6 +36,28 @@ extension Session {
         outside.collecting = outside.tracking && !outside.all
         defer { outside.collecting = false }
         try apply(changes.records)
+    }
+
+    /// The file was rewritten with a header this session's keys do not authenticate: the same
+    /// vault, so another process rotated its master key (``Vault/rotate(removing:removingRecipients:keeping:)``),
+    /// or the header was altered. What opened this session's slot opens the new header's copy of
+    /// it when the slot was kept: the keys change and the session goes on. When it was removed,
+    /// `.wrongKey`: this instance was revoked. When a slot opens but the MAC still fails, the
+    /// header was altered: `macFailure`.
+    private mutating func followRotation(to header: VaultHeader, copy: Int, macFailure: CofferError) throws {
+        guard let opener else { throw macFailure }
+        guard let (master, slot) = try opener.unwrap(header) else {
+            throw CofferError(
+                .wrongKey,
+                "the vault's master key was rotated by another process, and no key slot that this instance's key "
+                    + "opens remains (it was removed, or the header was altered): this instance was revoked",
+                path: journal.path)
+        }
+        let rotated = try VaultKeys(master: master)
+        try Vault.verifyMAC(journal.headerArea, copy: copy, keys: rotated, path: journal.path)
+        keys = rotated
+        self.header = header
+        unlockedSlot = slot
     }
 
     /// Authenticates and applies records in order, advancing the chain. With

@@ -7,9 +7,13 @@ import Foundation
 /// An unlocked vault's state: the open journal, the keys and the index of sealed records.
 struct Session: Sendable {
     var journal: Journal
-    let keys: VaultKeys
+    /// The keys of the master key. They change only with a rotation (here or in another process).
+    var keys: VaultKeys
     var header: VaultHeader
     var unlockedSlot: Int
+    /// What opened ``unlockedSlot``: a rotation made elsewhere is followed with it. `nil` for a
+    /// session that cannot follow one (a vault opened for `verify`).
+    var opener: SlotOpener?
     var chain: ChainValue
     var entries: [ItemKey: Entry] = [:]
     var recordCount = 0
@@ -23,11 +27,12 @@ struct Session: Sendable {
     /// opened again.
     var failure: CofferError?
 
-    init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int) throws {
+    init(journal: Journal, keys: VaultKeys, header: VaultHeader, unlockedSlot: Int, opener: SlotOpener?) throws {
         self.journal = journal
         self.keys = keys
         self.header = header
         self.unlockedSlot = unlockedSlot
+        self.opener = opener
         self.chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
     }
 
@@ -197,12 +202,28 @@ struct Session: Sendable {
     /// file holds now (reread: see ``reloadHeader()``) and its sequence + 1. Call under the
     /// write lock, after applying the journal's changes.
     mutating func compact() throws {
+        try compact(rekeying: nil)
+    }
+
+    /// A new master key for a rotation: its keys, and the header's slots wrapping it (made from
+    /// the header the file holds now, passed in).
+    typealias Rekeying = (VaultHeader) throws -> (keys: VaultKeys, slots: [KeySlot], unlockedSlot: Int)
+
+    /// ``compact()``, and with `rekeying` a rotation: every live item re-sealed under the new
+    /// keys, the header's slots replaced, in the same one atomic rewrite of the file (so the
+    /// old vault or the new one is on disk at every moment, never a mix).
+    mutating func compact(rekeying: Rekeying?) throws {
         try reloadHeader()
         var header = self.header
+        var newKeys = keys
+        var newSlot = unlockedSlot
+        if let rekeying {
+            (newKeys, header.slots, newSlot) = try rekeying(header)
+        }
         header.sequence += 1
         header.epoch = SecureRandom.bytes(count: 16)
-        header.mac = try keys.headerMAC(header)
-        var next = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
+        header.mac = try newKeys.headerMAC(header)
+        var next = try Session(journal: journal, keys: newKeys, header: header, unlockedSlot: newSlot, opener: opener)
         var payloads: [Data] = []
         for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
@@ -211,7 +232,7 @@ struct Session: Sendable {
                 let why = plaintext.withUnsafeBytes { VaultRecordBody.invalidity($0) }
                 throw CofferError(.corrupted, "a vault record authenticated but \(why)", path: journal.path)
             }
-            let payload = try RecordCipher.seal(plaintext, keys: keys, vaultID: header.vaultID, chain: next.chain)
+            let payload = try RecordCipher.seal(plaintext, keys: newKeys, vaultID: header.vaultID, chain: next.chain)
             try next.index(body, payload: payload)
             payloads.append(Data(payload))
         }

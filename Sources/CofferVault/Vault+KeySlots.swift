@@ -139,8 +139,14 @@ extension Vault {
     static func unwrapMaster(
         _ header: VaultHeader, unlock: VaultUnlock, kdfLimit: Argon2idParameters, fileSystem: any FileSystem,
         path: String
-    ) throws -> (key: SecureBytes, slot: Int) {
-        let material = try unlock.material(fileSystem: fileSystem)
+    ) throws -> (key: SecureBytes, slot: Int, opener: SlotOpener) {
+        try unwrapMaster(
+            header, material: try unlock.material(fileSystem: fileSystem), kdfLimit: kdfLimit, path: path)
+    }
+
+    static func unwrapMaster(
+        _ header: VaultHeader, material: UnlockMaterial, kdfLimit: Argon2idParameters, path: String
+    ) throws -> (key: SecureBytes, slot: Int, opener: SlotOpener) {
         let candidates = header.slots.indices.filter { header.slots[$0].kind == material.kind }
         if case .identities(let identities) = material {
             // The slot names its recipient: each identity tries only its own slots (one X25519
@@ -148,7 +154,7 @@ extension Vault {
             for index in candidates {
                 for identity in identities where identity.recipient.publicKey == header.slots[index].recipientKey {
                     if let key = try KeySlotCrypto.unwrapRecipient(header.slots[index], identity: identity, vaultID: header.vaultID) {
-                        return (key, index)
+                        return (key, index, .identities(identities))
                     }
                 }
             }
@@ -162,8 +168,10 @@ extension Vault {
         }
         let tried = candidates.filter { header.slots[$0].isWithin(kdfLimit) }
         for index in tried {
-            if let key = try KeySlotCrypto.unwrap(header.slots[index], source: material, vaultID: header.vaultID) {
-                return (key, index)
+            let slot = header.slots[index]
+            let kek = try KeySlotCrypto.keyEncryptionKey(for: slot, source: material)
+            if let key = try KeySlotCrypto.unwrap(slot, kek: kek, vaultID: header.vaultID) {
+                return (key, index, .slotKey(kind: slot.kind, salt: slot.salt, kek: kek))
             }
         }
         if let over = candidates.first(where: { !header.slots[$0].isWithin(kdfLimit) }) {

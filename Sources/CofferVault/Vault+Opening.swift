@@ -20,13 +20,13 @@ extension Vault {
         at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
         lockTimeout: Duration = .seconds(10), fileSystem: any FileSystem = LiveFileSystem()
     ) throws -> Vault {
-        let (keys, header) = try newKeys(unlock: unlock, kdf: kdf, fileSystem: fileSystem)
+        let (keys, header, opener) = try newKeys(unlock: unlock, kdf: kdf, fileSystem: fileSystem)
         try DurableIO.ensureDirectory(DurableIO.parentDirectory(of: url.path), fileSystem: fileSystem)
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
         let (journal, _) = try Journal.open(
             path: url.path, options: options, fileSystem: fileSystem, create: .createNew,
             initialHeaderArea: header.areaBytes())
-        let session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0)
+        let session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: 0, opener: opener)
         return Vault(
             url: url, fileSystem: fileSystem, options: options, kdfLimit: defaultKDFLimit.raised(to: kdf),
             session: session)
@@ -37,19 +37,28 @@ extension Vault {
     /// row store (``RowSealing``) both begin here.
     static func newKeys(
         unlock: VaultUnlock, kdf: Argon2idParameters, fileSystem: any FileSystem
-    ) throws -> (VaultKeys, VaultHeader) {
+    ) throws -> (VaultKeys, VaultHeader, SlotOpener) {
         let material = try unlock.material(fileSystem: fileSystem)
         let master = try crypto { try SecureBytes.random(count: 32) }
         let keys = try VaultKeys(master: master)
         let vaultID = SecureRandom.bytes(count: 16)
-        let slots = try KeySlotCrypto.makeSlots(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+        let slots: [KeySlot]
+        let opener: SlotOpener
+        if case .identities(let identities) = material {
+            slots = try KeySlotCrypto.makeSlots(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+            opener = .identities(identities)
+        } else {
+            let (slot, kek) = try KeySlotCrypto.makeSlotKeepingKEK(wrapping: master, source: material, kdf: kdf, vaultID: vaultID)
+            slots = [slot]
+            opener = .slotKey(kind: slot.kind, salt: slot.salt, kek: kek)
+        }
         guard slots.count <= VaultHeader.maximumSlots else {
             throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
         }
         var header = VaultHeader(
             sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: slots, mac: [])
         header.mac = try keys.headerMAC(header)
-        return (keys, header)
+        return (keys, header, opener)
     }
 
     /// Opens and unlocks an existing vault, authenticating every record.
@@ -126,9 +135,8 @@ extension Vault {
         }
         let area = Array(image[Journal.fileHeaderSize..<(Journal.fileHeaderSize + VaultHeader.areaSize)])
         let (header, copy) = try selectHeader(area, path: url.path)
-        let keys = try VaultKeys(
-            master: try unwrapMaster(header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
-                .key)
+        let unwrapped = try unwrapMaster(header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
+        let keys = try VaultKeys(master: unwrapped.key)
         try verifyMAC(area, copy: copy, keys: keys, path: url.path)
         wipe(&image)
         // Frames: the journal keeps every intact commit (and sets the damaged file aside).
@@ -141,7 +149,7 @@ extension Vault {
         try verifyMAC(journal.headerArea, copy: openedCopy, keys: keys, path: url.path)
         // Records: keep those that authenticate in chain order; a record that fails is skipped,
         // and the chain still advances over its tag, so an intact record after it verifies.
-        var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0)
+        var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0, opener: unwrapped.opener)
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
             let aside = try DurableIO.damagedCopyPath(for: realPath, suffix: "-records", fileSystem: fileSystem)
@@ -169,11 +177,12 @@ extension Vault {
             path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
         do {
             let (header, copy) = try selectHeader(journal.headerArea, path: url.path)
-            let (master, unlockedSlot) = try unwrapMaster(
+            let (master, unlockedSlot, opener) = try unwrapMaster(
                 header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
             let keys = try VaultKeys(master: master)
             try verifyMAC(journal.headerArea, copy: copy, keys: keys, path: url.path)
-            var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot)
+            var session = try Session(
+                journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot, opener: opener)
             try session.apply(records)
             return session
         } catch var error as CofferError where error.code == .corrupted && error.offset != nil {

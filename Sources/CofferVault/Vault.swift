@@ -285,7 +285,7 @@ public final class Vault: Sendable {
             defer { try? journal.close() }
             let (header, copy) = try Self.selectHeader(journal.headerArea, path: url.path)
             try Self.verifyMAC(journal.headerArea, copy: copy, keys: live.keys, path: url.path)
-            var fresh = try Session(journal: journal, keys: live.keys, header: header, unlockedSlot: 0)
+            var fresh = try Session(journal: journal, keys: live.keys, header: header, unlockedSlot: 0, opener: nil)
             try fresh.apply(records)
             return VaultVerification(records: fresh.recordCount, items: fresh.entries.count)
         }

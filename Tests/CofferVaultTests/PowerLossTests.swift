@@ -310,6 +310,20 @@ struct PowerLossTests {
                 return { try vault.changePassphrase(to: "new") }
             },
             read: { fs, recovery in try vaultRead(fs, passphrases: ["old", "new"], recovery: recovery) }),
+        Scenario(
+            // Before: "other" opens (read tries it first). After: its slot is gone, "old" opens
+            // a vault whose every item was re-sealed under a new master key.
+            name: "vault rotation removing a slot",
+            setUp: { fs in
+                try vaultSetUp(fs)
+                try Vault.open(at: vaultURL, unlock: .passphrase("old"), fileSystem: fs)
+                    .addKeySlot(.passphrase("other"), kdf: fastKDF)
+            },
+            operation: { fs in
+                let vault = try vaultOpen(fs)
+                return { try vault.rotate(removing: [1]) }
+            },
+            read: { fs, recovery in try vaultRead(fs, passphrases: ["other", "old"], recovery: recovery) }),
     ]
 
     /// Contents before and after the operation, and its number of points, from an uncut run.

@@ -12,11 +12,26 @@ struct VaultCrashLoopTests {
     static let keyHex = String(repeating: "5a", count: 32)
 
     @Test func killNineWhileCommittingLosesNothing() throws {
-        let dir = try Scratch("vault-crash")
+        try crashLoop(rotating: false)
+    }
+
+    /// The same loop, rotating the master key after every second commit: the vault opens with
+    /// the raw key and with the identity of its recipient slot after every kill, to the last
+    /// acknowledged commit or the one in flight — the old vault or the new, never a mix.
+    @Test func killNineWhileRotatingLosesNothing() throws {
+        try crashLoop(rotating: true)
+    }
+
+    func crashLoop(rotating: Bool) throws {
+        let dir = try Scratch(rotating ? "vault-crash-rotate" : "vault-crash")
         let url = dir.url("crash.coffer")
         let key = try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))
-        _ = try Vault.create(at: url, unlock: .key(key))
-        let figures = try runCrashLoop(["crash-vault", url.path, Self.keyHex], directory: dir.path) {
+        let identity = try X25519Identity(secretKey: try SecureBytes(copying: [UInt8](repeating: 0x17, count: 32)))
+        let created = try Vault.create(at: url, unlock: .key(key))
+        if rotating { try created.addRecipient(identity.recipient) }
+        created.lock()
+        let command = rotating ? "crash-vault-rotate" : "crash-vault"
+        let figures = try runCrashLoop([command, url.path, Self.keyHex], directory: dir.path) {
             try Vault.open(at: url, unlock: .key(key), lockTimeout: .seconds(0.05))
         } newest: { vault in
             try vault.string(service: "crash", account: "last").flatMap { Int($0) } ?? -1
@@ -40,8 +55,13 @@ struct VaultCrashLoopTests {
                 #expect(try vault.data(service: "crash", account: "x").map(Array.init) == crashValue(found))
             }
             #expect(Set(try vault.items().map(\.account)) == expected, "iteration \(iteration)")
+            if rotating {
+                let byIdentity = try Vault.open(at: url, unlock: .identities([identity]), lockTimeout: .seconds(0.05))
+                #expect(try byIdentity.string(service: "crash", account: "last") == vault.string(service: "crash", account: "last"))
+                byIdentity.lock()
+            }
             vault.lock()
         }
-        print("RELIABILITY kill -9 loop, vault: \(figures)")
+        print("RELIABILITY kill -9 loop, vault\(rotating ? " rotating its key" : ""): \(figures)")
     }
 }

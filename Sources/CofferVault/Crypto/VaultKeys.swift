@@ -337,6 +337,14 @@ enum KeySlotCrypto {
     static func makeSlot(
         wrapping master: SecureBytes, source: UnlockMaterial, kdf: Argon2idParameters, vaultID: [UInt8]
     ) throws -> KeySlot {
+        try makeSlotKeepingKEK(wrapping: master, source: source, kdf: kdf, vaultID: vaultID).slot
+    }
+
+    /// ``makeSlot(wrapping:source:kdf:vaultID:)``, and the slot's key-encryption key (for a
+    /// ``SlotOpener``: a new vault follows a rotation made elsewhere without asking again).
+    static func makeSlotKeepingKEK(
+        wrapping master: SecureBytes, source: UnlockMaterial, kdf: Argon2idParameters, vaultID: [UInt8]
+    ) throws -> (slot: KeySlot, kek: SecureBytes) {
         let kind: KeySlotKind
         switch source {
         case .passphrase: kind = .passphrase
@@ -351,7 +359,17 @@ enum KeySlotCrypto {
             wrappedKey: [])
         let kek = try keyEncryptionKey(for: slot, source: source)
         slot.wrappedKey = try wrap(master, key: kek, nonce: slot.nonce, associatedData: associatedData(vaultID: vaultID, slot: slot))
-        return slot
+        return (slot, kek)
+    }
+
+    /// `slot` (a passphrase, key-file or raw-key slot) wrapping `master` instead: the same kind,
+    /// parameters and salt, so the same secret opens it with the same key-encryption key
+    /// `kek`, and a new nonce. A rotation re-wraps the slots it keeps this way.
+    static func rewrap(_ slot: KeySlot, master: SecureBytes, kek: SecureBytes, vaultID: [UInt8]) throws -> KeySlot {
+        var next = slot
+        next.nonce = SecureRandom.bytes(count: KeySlot.nonceLength)
+        next.wrappedKey = try wrap(master, key: kek, nonce: next.nonce, associatedData: associatedData(vaultID: vaultID, slot: next))
+        return next
     }
 
     private static func wrap(_ master: SecureBytes, key: SecureBytes, nonce: [UInt8], associatedData: [UInt8]) throws -> [UInt8] {
@@ -419,7 +437,11 @@ enum KeySlotCrypto {
 
     /// The master key, when `source` opens `slot`; `nil` when it does not (a wrong passphrase or key).
     static func unwrap(_ slot: KeySlot, source: UnlockMaterial, vaultID: [UInt8]) throws -> SecureBytes? {
-        let kek = try keyEncryptionKey(for: slot, source: source)
+        try unwrap(slot, kek: try keyEncryptionKey(for: slot, source: source), vaultID: vaultID)
+    }
+
+    /// The master key, when the key-encryption key `kek` opens `slot` (kinds 1–3).
+    static func unwrap(_ slot: KeySlot, kek: SecureBytes, vaultID: [UInt8]) throws -> SecureBytes? {
         let ad = associatedData(vaultID: vaultID, slot: slot)
         do {
             return try XChaCha20Poly1305.openSecure(slot.wrappedKey, key: kek, nonce: slot.nonce, associatedData: ad)

@@ -122,6 +122,16 @@ enum KeySlotKind: UInt8 {
     case keyFile = 2  // BLAKE2b-256 over a key file's bytes
     case rawKey = 3  // keyed BLAKE2b-256 under a 32-byte key
     case recipient = 4  // X25519 with a recipient's public key (format version 2)
+
+    /// As ``KeySlotInfo/kind`` names it.
+    var name: String {
+        switch self {
+        case .passphrase: "passphrase"
+        case .keyFile: "keyFile"
+        case .rawKey: "key"
+        case .recipient: "recipient"
+        }
+    }
 }
 
 /// One 128-byte key slot: the master key wrapped under a key derived from one unlock source.

@@ -77,6 +77,21 @@ public final class PostgresVault: Sendable {
     /// Whether ``lock()`` was called.
     public var isLocked: Bool { keys.withLock { $0 == nil } }
 
+    /// Takes the keys of a rotation or a slot change (never after ``lock()``).
+    func replaceKeys(_ next: RowSealing) {
+        let old = keys.withLock { keys -> RowSealing? in
+            guard keys != nil else { return nil }
+            defer { keys = next }
+            return keys
+        }
+        withExtendedLifetime(old) {}  // released (and wiped) outside the lock
+    }
+
+    /// Forgets the row versions read: after a rotation, rows have new keys and versions.
+    func forgetReads() {
+        newestVersions.withLock { $0 = [:] }
+    }
+
     /// Accepts rows older than this instance has read (after an operator's logical restore, or
     /// a rollback they confirm was theirs): reads stop failing with ``CofferError/Code/rolledBack``
     /// and observers reread everything. A restore from a backup or a failover is accepted without
@@ -242,6 +257,10 @@ public final class PostgresVault: Sendable {
 
     /// Every item (of `service`, when given), sorted by service then account. Opens every row.
     public func items(service: String? = nil) async throws -> [VaultItem] {
+        try await withCurrentKeys { try await self.itemsOnce(service: service) }
+    }
+
+    private func itemsOnce(service: String?) async throws -> [VaultItem] {
         let sealing = try sealing
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
@@ -251,7 +270,7 @@ public final class PostgresVault: Sendable {
         let known = newestVersions.withLock { $0 }
         let link = link
         let (serverNext, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
-            try await self.readRows("", binds, on: connection)
+            try await self.readRows("", binds, sealing: sealing, on: connection)
         }
         // A row older than this instance has read: the server restored (accepted), or rolled
         // back by SQL (refused).
@@ -292,13 +311,19 @@ public final class PostgresVault: Sendable {
     public func update(service: String, account: String, _ transform: @escaping @Sendable (Data?) throws -> Data?)
         async throws
     {
+        try await withCurrentKeys { try await self.updateOnce(service: service, account: account, transform) }
+    }
+
+    private func updateOnce(service: String, account: String, _ transform: @escaping @Sendable (Data?) throws -> Data?)
+        async throws
+    {
         try checkNames(service: service, account: account)
         let sealing = try sealing
         let rowKey = try sealing.rowKey(service: service, account: account)
         let (link, channel) = (link, channel)
         let version = try await link.transaction { connection -> ((Int64, UInt64)?, commit: Bool) in
-            let (version, writer) = try await self.bumpVersion(on: connection)
-            let current = try await self.currentBody(rowKey, on: connection)
+            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
+            let current = try await self.currentBody(rowKey, sealing: sealing, on: connection)
             var old: Data?
             var existing: VaultItem?
             if case .put(let item, var secret)? = current {
@@ -314,7 +339,7 @@ public final class PostgresVault: Sendable {
             if let next {
                 record = try self.seal(
                     service: service, account: account, secret: next, label: nil, comment: nil, existing: existing,
-                    rowKey: rowKey, version: version)
+                    rowKey: rowKey, version: version, sealing: sealing)
             } else if existing != nil {
                 record = try sealing.sealDelete(service: service, account: account, rowKey: rowKey, version: version)
             } else {
@@ -333,6 +358,12 @@ public final class PostgresVault: Sendable {
         async throws
     {
         guard !changes.isEmpty else { return }
+        try await withCurrentKeys { try await self.commitOnce(changes, inspect: inspect) }
+    }
+
+    private func commitOnce(_ changes: [VaultChange], inspect: @escaping @Sendable (VaultChange, VaultItem?) -> Void)
+        async throws
+    {
         let sealing = try sealing
         var planned: [(change: VaultChange, rowKey: [UInt8])] = []
         for change in changes {
@@ -345,13 +376,13 @@ public final class PostgresVault: Sendable {
         let steps = planned
         let (link, channel) = (link, channel)
         let (version, writer, written) = try await link.transaction { connection -> ((Int64, UInt64, [[UInt8]]), commit: Bool) in
-            let (version, writer) = try await self.bumpVersion(on: connection)
+            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
             var written: [[UInt8]] = []
             for (change, rowKey) in steps {
                 var existing: VaultItem?
                 var damaged = false
                 do {
-                    if case .put(let item, var secret)? = try await self.currentBody(rowKey, on: connection) {
+                    if case .put(let item, var secret)? = try await self.currentBody(rowKey, sealing: sealing, on: connection) {
                         existing = item
                         secret.withUnsafeMutableBytes { zero($0) }
                     }
@@ -366,7 +397,7 @@ public final class PostgresVault: Sendable {
                 case .set(let service, let account, let secret, let label, let comment):
                     record = try self.seal(
                         service: service, account: account, secret: Data(secret), label: label, comment: comment,
-                        existing: existing, rowKey: rowKey, version: version)
+                        existing: existing, rowKey: rowKey, version: version, sealing: sealing)
                 case .remove(let service, let account):
                     guard existing != nil || damaged else { continue }
                     record = try sealing.sealDelete(
@@ -468,17 +499,26 @@ public final class PostgresVault: Sendable {
             try binds.append(Data(vaultID))
             binds.append(since)
             let horizon = self.serverHorizon.withLock { $0 }
-            let (counter, serverNext, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
+            let (counter, serverNext, epoch, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
                 let rows = try await link.run(
-                    "SELECT v.version, pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version "
+                    "SELECT v.version, pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version, "
+                        + "\(Self.epochSQL.replacingOccurrences(of: "header", with: "v.header")) "
                         + "FROM \(link.tables.vaults) AS v LEFT JOIN \(link.tables.vaultRows) AS r "
                         + "ON r.vault_id = v.vault_id AND r.version > $2 WHERE v.vault_id = $1",
                     binds, on: connection)
                 // No row: the vault was removed (its calls say so); nothing changed to report.
-                guard let first = rows.first else { return (since, UInt64?.none, [(rowKey: [UInt8], record: [UInt8], version: Int64)]()) }
+                guard let first = rows.first else {
+                    return (since, UInt64?.none, Data?.none, [(rowKey: [UInt8], record: [UInt8], version: Int64)]())
+                }
                 let counter = try first.cells[0].decode(Int64.self)
                 let serverNext: UInt64? = try Self.transactionID(first.cells[1])
-                return (counter, serverNext, try rows.compactMap { try Self.vaultRow($0, from: 2) })
+                return (counter, serverNext, try first.cells[5].decode(Data?.self), try rows.compactMap { try Self.vaultRow($0, from: 2) })
+            }
+            // Rotated (by another instance): follow it, and everyone rereads — or, revoked,
+            // rereads and is told `.wrongKey`, keeping what it had.
+            if let epoch, [UInt8](epoch) != sealing.epoch {
+                _ = try? await self.follow()
+                return (counter, [], true)
             }
             let restored = serverNext.map { self.acceptIfRestored($0, before: horizon) } ?? false
             let beyond = rows.filter { $0.version > counter }.count
@@ -541,18 +581,25 @@ public final class PostgresVault: Sendable {
     /// another row or vault, sealed under another vault name, naming another item than their row
     /// key, or carrying a version beyond the vault's counter (inserted by hand). Reads only.
     public func verify() async throws -> Verification {
+        try await withCurrentKeys { try await self.verifyOnce() }
+    }
+
+    private func verifyOnce() async throws -> Verification {
         let sealing = try sealing
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         let link = link
         let (counter, rows) = try await link.withConnection(idempotent: true) { [binds] connection in
             let rows = try await link.run(
-                "SELECT v.version, r.row_key, r.record, r.version, sha256(r.record) FROM \(link.tables.vaults) AS v "
+                "SELECT v.version, r.row_key, r.record, r.version, sha256(r.record), "
+                    + "\(Self.epochSQL.replacingOccurrences(of: "header", with: "v.header")) FROM \(link.tables.vaults) AS v "
                     + "LEFT JOIN \(link.tables.vaultRows) AS r ON r.vault_id = v.vault_id WHERE v.vault_id = $1",
                 binds, on: connection)
             guard let first = rows.first else {
                 throw CofferError(.notFound, "the vault was removed from the database", path: self.name)
             }
+            // Rows sealed under keys this instance no longer has are never called damaged.
+            try self.checkEpoch(try first.cells[5].decode(Data?.self), sealing: sealing)
             let counter = try first.cells[0].decode(Int64.self)
             let found = try rows.compactMap { row -> (rowKey: [UInt8], record: [UInt8], version: Int64, digest: Data)? in
                 guard let (rowKey, record, version) = try Self.vaultRow(row, from: 1) else { return nil }
@@ -634,10 +681,15 @@ public final class PostgresVault: Sendable {
 
     private func body(service: String, account: String) async throws -> VaultRecordBody? {
         try checkNames(service: service, account: account)
+        return try await withCurrentKeys { try await self.bodyOnce(service: service, account: account) }
+    }
+
+    private func bodyOnce(service: String, account: String) async throws -> VaultRecordBody? {
+        let sealing = try sealing
         let rowKey = try sealing.rowKey(service: service, account: account)
         guard
             let body = try await link.withConnection(idempotent: true, { connection in
-                try await self.currentBody(rowKey, on: connection)
+                try await self.currentBody(rowKey, sealing: sealing, on: connection)
             })
         else { return nil }
         switch body {
@@ -651,14 +703,15 @@ public final class PostgresVault: Sendable {
     }
 
     /// The row's body (inside a write transaction, the vault's version row is locked).
-    private func currentBody(_ rowKey: [UInt8], on connection: PostgresConnection) async throws -> VaultRecordBody? {
-        let sealing = try sealing
+    private func currentBody(_ rowKey: [UInt8], sealing: RowSealing, on connection: PostgresConnection) async throws
+        -> VaultRecordBody?
+    {
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         try binds.append(Data(rowKey))
         let horizon = serverHorizon.withLock { $0 }
         let known = newestVersions.withLock { $0[rowKey] }
-        let (serverNext, rows) = try await readRows(" AND r.row_key = $2", binds, on: connection)
+        let (serverNext, rows) = try await readRows(" AND r.row_key = $2", binds, sealing: sealing, on: connection)
         let restored = acceptIfRestored(serverNext, before: horizon)
         guard let (_, record, version) = rows.first else {
             if known != nil, !restored {
@@ -681,13 +734,18 @@ public final class PostgresVault: Sendable {
     /// Callers read the horizon *before* the newest versions they know: a restore found
     /// meanwhile forgets those versions before it lowers the horizon, so a caller either sees
     /// the old horizon (and the restore) or the versions already forgotten.
-    private func readRows(_ condition: String, _ binds: PostgresBindings, on connection: PostgresConnection) async throws
-        -> (serverNext: UInt64, rows: [(rowKey: [UInt8], record: [UInt8], version: Int64)])
-    {
+    ///
+    /// The same statement reads the header's epoch: rows sealed under other keys than
+    /// `sealing`'s (the vault was rotated) are never opened with them (``StaleKeys``).
+    private func readRows(
+        _ condition: String, _ binds: PostgresBindings, sealing: RowSealing, on connection: PostgresConnection
+    ) async throws -> (serverNext: UInt64, rows: [(rowKey: [UInt8], record: [UInt8], version: Int64)]) {
         let rows = try await link.run(
-            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version FROM (SELECT 1) AS one "
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text, r.row_key, r.record, r.version, "
+                + "(SELECT \(Self.epochSQL) FROM \(link.tables.vaults) WHERE vault_id = $1) FROM (SELECT 1) AS one "
                 + "LEFT JOIN \(link.tables.vaultRows) AS r ON r.vault_id = $1\(condition)", binds, on: connection)
         guard let first = rows.first else { throw CofferError(.io, "the server sent no row for a read") }
+        try checkEpoch(try first.cells[4].decode(Data?.self), sealing: sealing)
         let serverNext = try Self.transactionID(first.cells[0])
         return (serverNext, try rows.compactMap { try Self.vaultRow($0, from: 1) })
     }
@@ -754,9 +812,8 @@ public final class PostgresVault: Sendable {
 
     private func seal(
         service: String, account: String, secret: Data, label: String?, comment: String?, existing: VaultItem?,
-        rowKey: [UInt8], version: Int64
+        rowKey: [UInt8], version: Int64, sealing: RowSealing
     ) throws -> [UInt8] {
-        let sealing = try sealing
         let now = Date()
         return try secret.withUnsafeBytes { secret in
             try sealing.sealPut(
@@ -776,7 +833,7 @@ public final class PostgresVault: Sendable {
     /// Only after the commit: until then the server's snapshots may end below the id (PostgreSQL
     /// 14 and later end them after the newest *completed* transaction), and a check made inside
     /// the writing transaction would take that for a restore.
-    private func wrote(_ rowKeys: [[UInt8]], _ version: Int64, writer: UInt64) {
+    func wrote(_ rowKeys: [[UInt8]], _ version: Int64, writer: UInt64) {
         serverHorizon.withLock { $0 = max($0, writer + 1) }
         newestVersions.withLock { newest in
             for rowKey in rowKeys { newest[rowKey] = max(newest[rowKey] ?? 0, version) }
@@ -786,16 +843,21 @@ public final class PostgresVault: Sendable {
 
     /// Raises the vault's counter (locking its row to the commit) and returns the new version and
     /// the writing transaction's id.
-    private func bumpVersion(on connection: PostgresConnection) async throws -> (version: Int64, writer: UInt64) {
+    /// With the row locked, the header's epoch is checked: a write sealed under keys the vault
+    /// no longer has (it was rotated) is never made (``StaleKeys``).
+    func bumpVersion(sealing: RowSealing, on connection: PostgresConnection) async throws
+        -> (version: Int64, writer: UInt64)
+    {
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         let rows = try await link.run(
             "UPDATE \(link.tables.vaults) SET version = version + 1 WHERE vault_id = $1 "
-                + "RETURNING version, pg_current_xact_id()::text", binds,
+                + "RETURNING version, pg_current_xact_id()::text, \(Self.epochSQL)", binds,
             on: connection)
         guard let row = rows.first else {
             throw CofferError(.notFound, "the vault was removed from the database", path: name)
         }
+        try checkEpoch(try row.cells[2].decode(Data?.self), sealing: sealing)
         return (try row.cells[0].decode(Int64.self), try Self.transactionID(row.cells[1]))
     }
 

@@ -16,7 +16,9 @@ import CofferVault
 //   CofferTestHelper pg-follow URL kv|vault NAME KEY [SECONDS]
 //       prints "ready", then "value <v>" each time the property (a String, key KEY of the suite,
 //       or account KEY of service "fleet" of the vault) changes, until SECONDS (default 30) pass
-//       or standard input closes. With COFFER_FLEET_KEY_FILE set, the vault unlocks with that key file.
+//       or standard input closes. With COFFER_FLEET_KEY_FILE set, the vault unlocks with that key file;
+//       with COFFER_FLEET_IDENTITY_FILE, with that identity file. A line "status" on standard input
+//       prints "status <value> <code of loadError, or none>".
 
 /// Runs a `pg-…` command; `false` when the helper was built without the `Postgres` trait.
 func postgresCommand(_ arguments: [String]) throws {
@@ -29,6 +31,8 @@ func postgresCommand(_ arguments: [String]) throws {
     let unlock: VaultUnlock =
         if let path = ProcessInfo.processInfo.environment["COFFER_FLEET_KEY_FILE"] {
             .keyFile(URL(fileURLWithPath: path))
+        } else if let path = ProcessInfo.processInfo.environment["COFFER_FLEET_IDENTITY_FILE"] {
+            .identity(URL(fileURLWithPath: path))
         } else {
             .key(try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32)))
         }
@@ -61,7 +65,10 @@ func postgresCommand(_ arguments: [String]) throws {
             for await value in values { say("value \(value)") }
         }
         Thread.detachNewThread {
-            _ = readLine()  // the parent closes standard input to stop the child
+            // The parent closes standard input to stop the child.
+            while let line = readLine(), line == "status" {
+                say("status \(property.wrappedValue) \(property.loadError.map { "\($0.code)" } ?? "none")")
+            }
             done.signal()
         }
         _ = done.wait(timeout: .now() + seconds)

@@ -21,14 +21,28 @@ package final class RowSealing: Sendable {
     private let bindingKey: SecureBytes
     /// The vault's name as the database lists it, bound into every record written.
     private let name: [UInt8]
+    /// The header these keys belong to.
+    private let header: VaultHeader
+    /// What opened this instance's key slot: a rotation made elsewhere is followed with it.
+    private let opener: SlotOpener?
+    private let nameText: String
 
     /// The length of a row key.
     package static let rowKeyLength = 32
 
-    private init(vaultID: [UInt8], keys: VaultKeys, name: String) throws {
+    /// The header's epoch (16 bytes, at ``epochRange`` of the header copy): a rotation gives the
+    /// header a new one, so a different epoch in the database means new keys.
+    package var epoch: [UInt8] { header.epoch }
+    /// Where the epoch lies in a header copy (docs/FORMAT.md §2): bytes 32..<48.
+    package static let epochRange = 32..<48
+
+    private init(vaultID: [UInt8], keys: VaultKeys, name: String, header: VaultHeader, opener: SlotOpener?) throws {
         self.vaultID = vaultID
         self.keys = keys
         self.name = Array(name.utf8)
+        self.nameText = name
+        self.header = header
+        self.opener = opener
         rowKeyKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 4, context: "CFVrowky", length: 32) }
         bindingKey = try crypto { try KeyDerivation.deriveSubkey(from: keys.master, id: 5, context: "CFVrowbd", length: 32) }
     }
@@ -36,8 +50,11 @@ package final class RowSealing: Sendable {
     /// A new vault: a random master key wrapped in one key slot for `unlock`, and the header
     /// copy (2,048 bytes, the file vault's layout, MAC and checksum) that holds the slot.
     package static func create(unlock: VaultUnlock, kdf: Argon2idParameters, name: String) throws -> (RowSealing, header: [UInt8]) {
-        let (keys, header, _) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
-        return (try RowSealing(vaultID: header.vaultID, keys: keys, name: name), header.copyBytes())
+        let (keys, header, opener) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
+        return (
+            try RowSealing(vaultID: header.vaultID, keys: keys, name: name, header: header, opener: opener),
+            header.copyBytes()
+        )
     }
 
     /// Unlocks a vault from its stored header copy, as `Vault.open` does: the slots within
@@ -47,19 +64,137 @@ package final class RowSealing: Sendable {
     package static func unlock(
         header bytes: [UInt8], unlock: VaultUnlock, kdfLimit: Argon2idParameters, name: String
     ) throws -> RowSealing {
-        let header: VaultHeader
+        let header = try parseHeader(bytes, name: name)
+        let fileSystem = LiveFileSystem()
+        let (master, _, opener) = try Vault.unwrapMaster(
+            header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
+        let keys = try VaultKeys(master: master)
+        try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)
+        return try RowSealing(vaultID: header.vaultID, keys: keys, name: name, header: header, opener: opener)
+    }
+
+    private static func parseHeader(_ bytes: [UInt8], name: String) throws -> VaultHeader {
         switch VaultHeader.parse(copy: bytes[...]) {
-        case .header(let parsed): header = parsed
+        case .header(let parsed): return parsed
         case .unsupported(let version):
             throw CofferError(.unsupportedVersion, "the vault header has format version \(version)", path: name)
         case .damaged(let why): throw CofferError(.corrupted, "the vault header is damaged: \(why)", path: name)
         }
-        let fileSystem = LiveFileSystem()
-        let (master, _, _) = try Vault.unwrapMaster(
-            header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
-        let keys = try VaultKeys(master: master)
-        try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)
-        return try RowSealing(vaultID: header.vaultID, keys: keys, name: name)
+    }
+
+    // MARK: Key slots and rotation
+
+    /// The key slots, as ``Vault/info()`` lists them.
+    package var keySlots: [KeySlotInfo] { header.slots.map(Vault.slotInfo) }
+
+    /// The header version this header is written as (1, or 2 with a recipient slot).
+    package var formatVersion: Int { Int(header.version) }
+
+    /// The keys of `bytes`, the vault's header as the database holds it now: `self` (with that
+    /// header) when these keys authenticate it — only its slots changed —, new keys when the
+    /// master key was rotated and what opened this instance's slot opens one of the new header,
+    /// `nil` when no slot of it does (this instance's slot was removed: it is revoked).
+    /// - Throws: `.corrupted` when the header is damaged, is another vault's, or fails
+    ///   authentication under the keys its slot gives.
+    package func following(header bytes: [UInt8]) throws -> RowSealing? {
+        let next = try Self.parseHeader(bytes, name: nameText)
+        guard next.vaultID == vaultID else {
+            throw CofferError(.corrupted, "the vault's header now belongs to another vault", path: nameText)
+        }
+        let macFailure: CofferError
+        do {
+            try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: nameText)
+            return try RowSealing(vaultID: vaultID, keys: keys, name: nameText, header: next, opener: opener)
+        } catch let error as CofferError where error.code == .corrupted {
+            macFailure = error
+        }
+        guard let opener else { throw macFailure }
+        guard let (master, _) = try opener.unwrap(next) else { return nil }
+        let rotated = try VaultKeys(master: master)
+        try Vault.verifyMAC(bytes, copy: 0, keys: rotated, path: nameText)
+        return try RowSealing(vaultID: vaultID, keys: rotated, name: nameText, header: next, opener: opener)
+    }
+
+    /// What opens the slots `secrets` open in this header (a passphrase runs Argon2id: call it
+    /// off the cooperative pool), for ``rotated(removing:removingRecipients:keeping:)``.
+    package func slotKeys(for secrets: [VaultUnlock], kdfLimit: Argon2idParameters) throws -> [SlotKey] {
+        var keys: [SlotKey] = []
+        for secret in secrets {
+            let material = try secret.material(fileSystem: LiveFileSystem())
+            if case .identities = material { continue }
+            keys.append(SlotKey(opener: try Vault.unwrapMaster(header, material: material, kdfLimit: kdfLimit, path: nameText).opener))
+        }
+        return keys
+    }
+
+    /// What opens one key slot (from ``slotKeys(for:kdfLimit:)``). Opaque.
+    package struct SlotKey: Sendable {
+        let opener: SlotOpener
+    }
+
+    /// A rotation of this header (see `Vault.rotate`): new keys, and the new header copy, whose
+    /// slots are every slot but the removed ones, re-wrapped. Nothing is written here.
+    package func rotated(
+        removing slots: Set<Int>, removingRecipients recipients: [X25519Recipient], keeping: [SlotKey]
+    ) throws -> (sealing: RowSealing, header: [UInt8], rotation: VaultRotation) {
+        let plan = try Vault.rotationPlan(
+            header, removing: slots, removingRecipients: recipients,
+            openers: (opener.map { [$0] } ?? []) + keeping.map(\.opener), path: nameText)
+        var next = header
+        next.slots = plan.slots
+        next.sequence += 1
+        next.epoch = SecureRandom.bytes(count: 16)
+        next.mac = try plan.keys.headerMAC(next)
+        let sealing = try RowSealing(vaultID: vaultID, keys: plan.keys, name: nameText, header: next, opener: opener)
+        let rotation = VaultRotation(
+            keptSlots: plan.slots.count, removedSlots: header.slots.count - plan.slots.count, items: 0)
+        return (sealing, next.copyBytes(), rotation)
+    }
+
+    /// The header with a slot change (the same keys and epoch; the sequence + 1), and its keys.
+    package func changingSlots(_ change: SlotChange) throws -> (sealing: RowSealing, header: [UInt8], changed: Int) {
+        var next = header
+        var changed = 0
+        switch change {
+        case .addRecipient(let recipient):
+            if !Vault.hasSlot(for: recipient.publicKey, in: next) {
+                try Vault.append(
+                    [try KeySlotCrypto.makeRecipientSlot(wrapping: keys.master, recipient: recipient, vaultID: vaultID)],
+                    to: &next)
+                changed = 1
+            }
+        case .add(let secret, let kdf):
+            let material = try secret.material(fileSystem: LiveFileSystem())
+            try Vault.append(
+                try KeySlotCrypto.makeSlots(wrapping: keys.master, source: material, kdf: kdf, vaultID: vaultID), to: &next)
+            changed = next.slots.count - header.slots.count
+        case .remove(let index):
+            guard next.slots.indices.contains(index) else {
+                throw CofferError(.invalidArgument, "there is no key slot \(index)", path: nameText)
+            }
+            next.slots.remove(at: index)
+            changed = 1
+        case .removeRecipient(let recipient):
+            let before = next.slots.count
+            next.slots.removeAll { $0.kind == .recipient && $0.recipientKey == recipient.publicKey }
+            changed = before - next.slots.count
+        }
+        guard !next.slots.isEmpty else {
+            throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault", path: nameText)
+        }
+        guard changed > 0 else { return (self, header.copyBytes(), 0) }
+        next.sequence += 1
+        next.mac = try keys.headerMAC(next)
+        return (try RowSealing(vaultID: vaultID, keys: keys, name: nameText, header: next, opener: opener), next.copyBytes(), changed)
+    }
+
+    /// A change of the key slots (``changingSlots(_:)``).
+    package enum SlotChange: Sendable {
+        case addRecipient(X25519Recipient)
+        /// A passphrase, key-file, raw-key or identity-file slot.
+        case add(VaultUnlock, kdf: Argon2idParameters)
+        case remove(Int)
+        case removeRecipient(X25519Recipient)
     }
 
     /// `limit`, raised where `kdf` asks for more (what `VaultConfiguration` allows on open).

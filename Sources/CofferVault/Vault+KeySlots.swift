@@ -76,7 +76,7 @@ extension Vault {
         header.slots.contains { $0.kind == .recipient && $0.recipientKey == recipientKey }
     }
 
-    private static func append(_ slots: [KeySlot], to header: inout VaultHeader) throws {
+    static func append(_ slots: [KeySlot], to header: inout VaultHeader) throws {
         // A recipient already named keeps its one slot (an identity file listing one key twice,
         // or a recipient added before): two slots for one identity would only confuse removal.
         var seen = Set(header.slots.filter { $0.kind == .recipient }.map(\.recipientKey))

@@ -11,6 +11,12 @@ public struct VaultRotation: Sendable, Codable, Equatable {
     public var removedSlots: Int
     /// Items re-sealed under the new key.
     public var items: Int
+
+    public init(keptSlots: Int, removedSlots: Int, items: Int) {
+        self.keptSlots = keptSlots
+        self.removedSlots = removedSlots
+        self.items = items
+    }
 }
 
 extension Vault {

@@ -246,6 +246,18 @@ public final class Vault: Sendable {
 
     // MARK: - Maintenance
 
+    /// One slot as ``info()`` lists it.
+    static func slotInfo(_ slot: KeySlot) -> KeySlotInfo {
+        switch slot.kind {
+        case .passphrase:
+            KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
+        case .keyFile: KeySlotInfo(kind: "keyFile")
+        case .rawKey: KeySlotInfo(kind: "key")
+        case .recipient:
+            KeySlotInfo(kind: "recipient", recipient: (try? X25519Recipient(publicKey: slot.recipientKey))?.description)
+        }
+    }
+
     /// Format, key slots and sizes. Nothing secret.
     ///
     /// The key slots are read from the file, so a passphrase change or a slot added or removed
@@ -259,16 +271,7 @@ public final class Vault: Sendable {
         return try read { session in
             VaultInfo(
                 formatVersion: Int(session.header.version),
-                keySlots: session.header.slots.map { slot in
-                    switch slot.kind {
-                    case .passphrase:
-                        KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
-                    case .keyFile: KeySlotInfo(kind: "keyFile")
-                    case .rawKey: KeySlotInfo(kind: "key")
-                    case .recipient:
-                        KeySlotInfo(kind: "recipient", recipient: (try? X25519Recipient(publicKey: slot.recipientKey))?.description)
-                    }
-                },
+                keySlots: session.header.slots.map(Self.slotInfo),
                 itemCount: session.entries.count,
                 fileSize: session.journal.dataEnd, recordCount: session.recordCount)
         }

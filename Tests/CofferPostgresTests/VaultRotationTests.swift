@@ -1,0 +1,137 @@
+#if Postgres
+import CofferCore
+import CofferCrypto
+import CofferPostgres
+import CofferState
+import CofferTesting
+import CofferVault
+import Foundation
+import Testing
+
+/// Key slots and rotation of a PostgreSQL vault while the fleet runs (docs/SECURITY.md, "Rotation").
+@Suite("PostgreSQL vault: key slots and rotation")
+struct VaultRotationTests {
+    @Test("Rotation while instances run: the kept ones follow (properties too), the revoked one gets .wrongKey and keeps its values")
+    func rotationInProcess() async throws {
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vrotate")
+        let admin = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        for i in 0..<25 { try await admin.set("secret \(i)", service: "svc", account: "a\(i)", label: "L\(i)") }
+        try await admin.remove(service: "svc", account: "a24")
+        let kept = try X25519Identity.generate()
+        let revoked = try X25519Identity.generate()
+        #expect(try await admin.addRecipient(kept.recipient))
+        #expect(try await admin.addRecipient(kept.recipient) == false)
+        #expect(try await admin.addRecipient(revoked.recipient))
+        let slots = try await admin.keySlots()
+        #expect(slots.map(\.kind) == ["key", "recipient", "recipient"])
+        #expect(slots[2].recipient == revoked.recipient.description)
+
+        let keptMachine = try await PostgresVault.open(name: name, unlock: .identities([kept]), configuration: configuration)
+        let revokedMachine = try await PostgresVault.open(name: name, unlock: .identities([revoked]), configuration: configuration)
+        let keptMode = Stored(wrappedValue: "", backed: .vault(keptMachine, service: "fleet", account: "mode"))
+        let revokedMode = Stored(wrappedValue: "", backed: .vault(revokedMachine, service: "fleet", account: "mode"))
+        try await admin.set("before", service: "fleet", account: "mode")
+        #expect(await FollowingTests.until { keptMode.wrappedValue == "before" && revokedMode.wrappedValue == "before" })
+
+        let rotation = try await admin.rotate(removingRecipients: [revoked.recipient])
+        #expect(rotation == VaultRotation(keptSlots: 2, removedSlots: 1, items: 25))
+        try await admin.set("after", service: "fleet", account: "mode")
+
+        // The kept machine's property follows through the rotation; its calls work.
+        #expect(await FollowingTests.until { keptMode.wrappedValue == "after" }, "\(String(describing: keptMode.loadError))")
+        #expect(try await keptMachine.string(service: "svc", account: "a3") == "secret 3")
+        try await keptMachine.set("from the kept machine", service: "svc", account: "k")
+        #expect(try await admin.string(service: "svc", account: "k") == "from the kept machine")
+        // The revoked one: .wrongKey, its property keeps the value it had.
+        let error = await #expect(throws: CofferError.self) { _ = try await revokedMachine.string(service: "svc", account: "a3") }
+        #expect(error?.code == .wrongKey)
+        #expect("\(error.map { String(describing: $0) } ?? "")".contains("revoked"))
+        await #expect(throws: CofferError.self) { try await revokedMachine.set("x", service: "svc", account: "z") }
+        #expect(await FollowingTests.until { revokedMode.loadError?.code == .wrongKey }, "\(String(describing: revokedMode.loadError))")
+        #expect(revokedMode.wrappedValue == "before")
+        await #expect(throws: CofferError.self) {
+            _ = try await PostgresVault.open(name: name, unlock: .identities([revoked]), configuration: configuration)
+        }
+        // Every row authenticates under the new keys; the removed item stays removed.
+        let report = try await admin.verify()
+        #expect(report.damaged.isEmpty)
+        #expect(report.intact == 26)
+        #expect(try await admin.items(service: "svc").count == 25)
+        #expect(try await admin.string(service: "svc", account: "a24") == nil)
+        let fresh = try await PostgresVault.open(name: name, unlock: .identities([kept]), configuration: configuration)
+        #expect(try await fresh.string(service: "fleet", account: "mode") == "after")
+    }
+
+    @Test("Slot changes on a PostgreSQL vault: passphrase added and removed, a slot without its secret refused for rotation")
+    func slotChanges() async throws {
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vslots")
+        let vault = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        try await vault.set("v", service: "svc", account: "a")
+        try await vault.addKeySlot(.passphrase("pw"), kdf: .interactive)
+        let byPassphrase = try await PostgresVault.open(name: name, unlock: .passphrase("pw"), configuration: configuration)
+        #expect(try await byPassphrase.string(service: "svc", account: "a") == "v")
+        // The passphrase user cannot re-wrap the raw-key slot without the key: refused, nothing changed.
+        let refused = await #expect(throws: CofferError.self) { try await byPassphrase.rotate() }
+        #expect(refused?.code == .invalidArgument)
+        #expect("\(refused.map { String(describing: $0) } ?? "")".contains("key slot 0 (key)"))
+        #expect(try await vault.string(service: "svc", account: "a") == "v")
+        // With it, kept.
+        #expect(try await byPassphrase.rotate(keeping: [.key(testKey)]).keptSlots == 2)
+        #expect(try await vault.string(service: "svc", account: "a") == "v")
+        // Removing the passphrase slot (no rotation): the passphrase opens nothing more.
+        try await vault.removeKeySlot(at: 1)
+        await #expect(throws: CofferError.self) {
+            _ = try await PostgresVault.open(name: name, unlock: .passphrase("pw"), configuration: configuration)
+        }
+        await #expect(throws: CofferError.self) { try await vault.removeKeySlot(at: 0) }
+        #expect(try await vault.keySlots().map(\.kind) == ["key"])
+    }
+
+    @Test("Three processes follow a PostgreSQL vault through a rotation to the last value; the one whose slot was removed reports .wrongKey")
+    func threeProcesses() throws {
+        let url = try PostgresTestCluster.shared.url
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vrotate3")
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-pg-rotate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let admin = try PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        let identities = try (0..<3).map { _ in try X25519Identity.generate() }
+        var files: [String] = []
+        for (index, identity) in identities.enumerated() {
+            try admin.addRecipient(identity.recipient)
+            let file = dir.appendingPathComponent("identity\(index)")
+            try Data(try identity.fileContents().withUnsafeBytes { Array($0) }).write(to: file)
+            files.append(file.path)
+        }
+        try admin.set("v0", service: "fleet", account: "mode")
+        let children = try files.map {
+            try HelperChild(["pg-follow", url, "vault", name, "mode", "120"], environment: ["COFFER_FLEET_IDENTITY_FILE": $0])
+        }
+        for child in children {
+            #expect(child.readLine() == "ready")
+            #expect(child.readLine() == "value v0")
+        }
+        try admin.rotate(removingRecipients: [identities[2].recipient])
+        for i in 1...3 { try admin.set("v\(i)", service: "fleet", account: "mode") }
+        for child in children.prefix(2) {
+            while let line = child.readLine(), line != "value v3" {}  // v1 and v2 may be skipped
+            child.say("status")
+            #expect(child.readLine() == "status v3 none")
+        }
+        // The revoked process: still v0 in memory, and .wrongKey ("wrong passphrase or key").
+        let revoked = children[2]
+        var status: String?
+        for _ in 0..<200 {
+            revoked.say("status")
+            status = revoked.readLine()
+            if status == "status v0 wrong passphrase or key" { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(status == "status v0 wrong passphrase or key")
+        for child in children { #expect(child.wait() == 0) }
+    }
+}
+#endif

@@ -23,6 +23,9 @@ extension PostgresVault {
 
     /// Thrown inside a call that found a header epoch other than its keys': the call is made
     /// again after ``follow()``.
+    /// Rows per INSERT of a rotation (2 binds each, well under PostgreSQL's 65,535).
+    static let rowsPerInsert = 500
+
     struct StaleKeys: Error {
         /// ``StaleKeys``, thrown inside a call on a connection: handed back as it is (not as an
         /// unexpected reply), after the transaction is rolled back.
@@ -66,7 +69,7 @@ extension PostgresVault {
                 path: name)
         }
         let changed = next.epoch != current.epoch
-        replaceKeys(next)
+        replaceKeys(next, replacing: current)
         if changed {
             // Row keys are the old keys' hashes: what was read under them says nothing now.
             forgetReads()
@@ -151,11 +154,12 @@ extension PostgresVault {
     /// One slot change, made on the header as the database holds it under its row lock.
     @discardableResult
     private func changeSlots(_ change: RowSealing.SlotChange) async throws -> Int {
-        // A passphrase slot's Argon2id runs before the row is locked, on Coffer's threads: the
-        // slot is made against the keys, which a rotation meanwhile would change (then the
-        // transaction sees a new epoch, and the change is made again).
+        // A new slot is made before the row is locked, on Coffer's threads (a passphrase runs
+        // Argon2id): it wraps the keys this instance holds, which a rotation meanwhile would
+        // change (then the transaction sees a new epoch, and the slot is made again).
         try await withCurrentKeys {
             let sealing = try self.sealing
+            let prepared = try await Offload.run { try sealing.prepare(change) }
             let link = link
             let vaultID = vaultID
             let result = try await link.transaction { connection -> ((RowSealing, Int)?, commit: Bool) in
@@ -169,7 +173,7 @@ extension PostgresVault {
                 guard let current = try sealing.following(header: [UInt8](stored)), current.epoch == sealing.epoch else {
                     throw StaleKeys.insideCall
                 }
-                let (next, header, changed) = try await Offload.run { try current.changingSlots(change) }
+                let (next, header, changed) = try current.changingSlots(prepared)
                 guard changed > 0 else { return (nil, false) }
                 var update = PostgresBindings()
                 try update.append(Data(header))
@@ -179,7 +183,7 @@ extension PostgresVault {
                 return ((next, changed), true)
             }
             guard let (next, changed) = result else { return 0 }
-            self.replaceKeys(next)
+            self.replaceKeys(next, replacing: sealing)
             return changed
         }
     }
@@ -201,7 +205,9 @@ extension PostgresVault {
         removing slots: Set<Int> = [], removingRecipients recipients: [X25519Recipient] = [],
         keeping secrets: [VaultUnlock] = [], kdfLimit: Argon2idParameters = Vault.defaultKDFLimit
     ) async throws -> VaultRotation {
-        try await withCurrentKeys {
+        // The header as it is now, so the secrets to keep are matched against its slots.
+        try await follow()
+        return try await withCurrentKeys {
             let sealing = try self.sealing
             let keeping = try await Offload.run { try sealing.slotKeys(for: secrets, kdfLimit: kdfLimit) }
             let (link, vaultID, channel) = (link, vaultID, channel)
@@ -220,6 +226,7 @@ extension PostgresVault {
                     "DELETE FROM \(link.tables.vaultRows) WHERE vault_id = $1 RETURNING row_key, record, version",
                     binds, on: connection)
                 var rowKeys: [[UInt8]] = []
+                var sealedRows: [(rowKey: [UInt8], record: [UInt8])] = []
                 for row in rows {
                     let rowKey = [UInt8](try row.cells[0].decode(Data.self))
                     let record = [UInt8](try row.cells[1].decode(Data.self))
@@ -245,15 +252,25 @@ extension PostgresVault {
                             created: item.created, modified: item.modified, secret: bytes, rowKey: newKey,
                             version: version)
                     }
+                    sealedRows.append((newKey, sealed))
+                    rowKeys.append(newKey)
+                }
+                // Several hundred rows per statement: one round trip each, not one per item.
+                for start in stride(from: 0, to: sealedRows.count, by: Self.rowsPerInsert) {
+                    let chunk = sealedRows[start..<min(start + Self.rowsPerInsert, sealedRows.count)]
                     var insert = PostgresBindings()
                     try insert.append(Data(vaultID))
-                    try insert.append(Data(newKey))
-                    try insert.append(Data(sealed))
                     insert.append(version)
+                    var values: [String] = []
+                    for (offset, row) in chunk.enumerated() {
+                        try insert.append(Data(row.rowKey))
+                        try insert.append(Data(row.record))
+                        values.append("($1, $\(3 + 2 * offset), $\(4 + 2 * offset), $2)")
+                    }
                     try await link.run(
-                        "INSERT INTO \(link.tables.vaultRows) (vault_id, row_key, record, version) VALUES ($1, $2, $3, $4)",
+                        "INSERT INTO \(link.tables.vaultRows) (vault_id, row_key, record, version) VALUES "
+                            + values.joined(separator: ", "),
                         insert, on: connection)
-                    rowKeys.append(newKey)
                 }
                 var update = PostgresBindings()
                 try update.append(Data(header))
@@ -264,7 +281,7 @@ extension PostgresVault {
                 rotation.items = rowKeys.count
                 return ((next, rotation, version, writer, rowKeys), true)
             }
-            self.replaceKeys(next)
+            self.replaceKeys(next, replacing: sealing)
             self.forgetReads()
             self.wrote(rowKeys, version, writer: writer)
             return rotation

@@ -77,12 +77,14 @@ public final class PostgresVault: Sendable {
     /// Whether ``lock()`` was called.
     public var isLocked: Bool { keys.withLock { $0 == nil } }
 
-    /// Takes the keys of a rotation or a slot change (never after ``lock()``).
-    func replaceKeys(_ next: RowSealing) {
+    /// Takes the keys of a rotation or a slot change, in place of `current` (the keys the change
+    /// was made from): when another call replaced those meanwhile, or after ``lock()``, nothing
+    /// changes (a later call finds the epoch it needs and follows again), so keys never go back.
+    func replaceKeys(_ next: RowSealing, replacing current: RowSealing) {
         let old = keys.withLock { keys -> RowSealing? in
-            guard keys != nil else { return nil }
+            guard let held = keys, held === current else { return nil }
             defer { keys = next }
-            return keys
+            return held
         }
         withExtendedLifetime(old) {}  // released (and wiped) outside the lock
     }

@@ -109,6 +109,16 @@ package final class RowSealing: Sendable {
             macFailure = error
         }
         guard let opener else { throw macFailure }
+        // Only forward (see `Session.followRotation`): an older header put back may hold the
+        // keys a rotation took away from a revoked party.
+        guard next.sequence > header.sequence else {
+            throw CofferError(
+                .corrupted,
+                "the vault's header was replaced by an older one (sequence \(next.sequence), after \(header.sequence) "
+                    + "was read) under keys this vault no longer has: an old header put back, which would bring back "
+                    + "keys a rotation removed; refusing it",
+                path: nameText)
+        }
         guard let (master, _) = try opener.unwrap(next) else { return nil }
         let rotated = try VaultKeys(master: master)
         try Vault.verifyMAC(bytes, copy: 0, keys: rotated, path: nameText)
@@ -147,26 +157,54 @@ package final class RowSealing: Sendable {
         next.mac = try plan.keys.headerMAC(next)
         let sealing = try RowSealing(vaultID: vaultID, keys: plan.keys, name: nameText, header: next, opener: opener)
         let rotation = VaultRotation(
-            keptSlots: plan.slots.count, removedSlots: header.slots.count - plan.slots.count, items: 0)
+            keptSlots: plan.slots.count, removedSlots: header.slots.count - plan.slots.count, items: 0,
+            removed: header.slots.indices.filter { !plan.kept.contains($0) }.map { Vault.slotInfo(header.slots[$0]) })
         return (sealing, next.copyBytes(), rotation)
     }
 
-    /// The header with a slot change (the same keys and epoch; the sequence + 1), and its keys.
-    package func changingSlots(_ change: SlotChange) throws -> (sealing: RowSealing, header: [UInt8], changed: Int) {
-        var next = header
-        var changed = 0
+    /// The slots a change adds, made now (a passphrase runs Argon2id: call it off the cooperative
+    /// pool, and before any row is locked), for ``changingSlots(_:)`` with the same keys.
+    package func prepare(_ change: SlotChange) throws -> PreparedSlotChange {
         switch change {
         case .addRecipient(let recipient):
-            if !Vault.hasSlot(for: recipient.publicKey, in: next) {
-                try Vault.append(
-                    [try KeySlotCrypto.makeRecipientSlot(wrapping: keys.master, recipient: recipient, vaultID: vaultID)],
-                    to: &next)
-                changed = 1
-            }
+            return PreparedSlotChange(
+                change: .add([try KeySlotCrypto.makeRecipientSlot(wrapping: keys.master, recipient: recipient, vaultID: vaultID)]),
+                epoch: header.epoch)
         case .add(let secret, let kdf):
             let material = try secret.material(fileSystem: LiveFileSystem())
-            try Vault.append(
-                try KeySlotCrypto.makeSlots(wrapping: keys.master, source: material, kdf: kdf, vaultID: vaultID), to: &next)
+            return PreparedSlotChange(
+                change: .add(try KeySlotCrypto.makeSlots(wrapping: keys.master, source: material, kdf: kdf, vaultID: vaultID)),
+                epoch: header.epoch)
+        case .remove(let index): return PreparedSlotChange(change: .remove(index), epoch: header.epoch)
+        case .removeRecipient(let recipient): return PreparedSlotChange(change: .removeRecipient(recipient), epoch: header.epoch)
+        }
+    }
+
+    /// A slot change with its new slots made (``prepare(_:)``). Opaque.
+    package struct PreparedSlotChange: Sendable {
+        enum Change {
+            case add([KeySlot])
+            case remove(Int)
+            case removeRecipient(X25519Recipient)
+        }
+        let change: Change
+        /// The epoch of the keys the slots wrap.
+        let epoch: [UInt8]
+    }
+
+    /// The header with a prepared slot change (the same keys and epoch; the sequence + 1), and
+    /// its keys. Cheap: no KDF.
+    /// - Throws: `.invalidArgument` (no such slot, the last slot); `.wrongKey` when the change
+    ///   was prepared under other keys (a rotation came between: prepare it again).
+    package func changingSlots(_ prepared: PreparedSlotChange) throws -> (sealing: RowSealing, header: [UInt8], changed: Int) {
+        guard prepared.epoch == header.epoch else {
+            throw CofferError(.wrongKey, "the key slots were prepared under keys the vault no longer has", path: nameText)
+        }
+        var next = header
+        var changed = 0
+        switch prepared.change {
+        case .add(let slots):
+            try Vault.append(slots, to: &next)
             changed = next.slots.count - header.slots.count
         case .remove(let index):
             guard next.slots.indices.contains(index) else {

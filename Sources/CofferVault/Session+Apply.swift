@@ -44,8 +44,20 @@ extension Session {
     /// it when the slot was kept: the keys change and the session goes on. When it was removed,
     /// `.wrongKey`: this instance was revoked. When a slot opens but the MAC still fails, the
     /// header was altered: `macFailure`.
+    ///
+    /// Only forward: a header whose sequence is not above this session's is an older one put
+    /// back (an old copy of the file, restored or planted): its keys may be the ones a rotation
+    /// took away from a revoked party, so it is refused as altered, never followed.
     private mutating func followRotation(to header: VaultHeader, copy: Int, macFailure: CofferError) throws {
         guard let opener else { throw macFailure }
+        guard header.sequence > self.header.sequence else {
+            throw CofferError(
+                .corrupted,
+                "the vault file was replaced by one with an older header (sequence \(header.sequence), after "
+                    + "\(self.header.sequence) was read) under keys this vault no longer has: an old copy put back, "
+                    + "which would bring back keys a rotation removed; refusing it",
+                path: journal.path)
+        }
         guard let (master, slot) = try opener.unwrap(header) else {
             throw CofferError(
                 .wrongKey,

@@ -33,8 +33,14 @@ extension Vault {
             }
             let old = header.slots[target]
             let parameters = kdf ?? Argon2idParameters(opsLimit: old.opsLimit, memLimitBytes: old.memLimitBytes)
-            header.slots[target] = try KeySlotCrypto.makeSlot(
+            let (slot, kek) = try KeySlotCrypto.makeSlotKeepingKEK(
                 wrapping: session.keys.master, source: material, kdf: parameters, vaultID: header.vaultID)
+            header.slots[target] = slot
+            // This session's own slot: what opens it now is the new passphrase's key (a rotation
+            // made later, here or elsewhere, is followed with it).
+            if session.opener?.opens(old) == true {
+                session.opener = .slotKey(kind: slot.kind, salt: slot.salt, kek: kek)
+            }
         }
     }
 

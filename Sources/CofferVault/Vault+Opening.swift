@@ -149,7 +149,8 @@ extension Vault {
         try verifyMAC(journal.headerArea, copy: openedCopy, keys: keys, path: url.path)
         // Records: keep those that authenticate in chain order; a record that fails is skipped,
         // and the chain still advances over its tag, so an intact record after it verifies.
-        var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: 0, opener: unwrapped.opener)
+        let slot = opened.slots.firstIndex { unwrapped.opener.opens($0) } ?? 0
+        var session = try Session(journal: journal, keys: keys, header: opened, unlockedSlot: slot, opener: unwrapped.opener)
         let skipped = try session.apply(records, skippingFailures: true)
         if skipped > 0 {
             let aside = try DurableIO.damagedCopyPath(for: realPath, suffix: "-records", fileSystem: fileSystem)

@@ -11,11 +11,15 @@ public struct VaultRotation: Sendable, Codable, Equatable {
     public var removedSlots: Int
     /// Items re-sealed under the new key.
     public var items: Int
+    /// The slots removed, as ``Vault/info()`` listed them (the recipient of a recipient slot):
+    /// what was revoked, to check against what was meant.
+    public var removed: [KeySlotInfo]
 
-    public init(keptSlots: Int, removedSlots: Int, items: Int) {
+    public init(keptSlots: Int, removedSlots: Int, items: Int, removed: [KeySlotInfo] = []) {
         self.keptSlots = keptSlots
         self.removedSlots = removedSlots
         self.items = items
+        self.removed = removed
     }
 }
 
@@ -50,8 +54,14 @@ extension Vault {
         removing slots: Set<Int> = [], removingRecipients recipients: [X25519Recipient] = [],
         keeping secrets: [VaultUnlock] = []
     ) throws -> VaultRotation {
-        // The secrets' slot keys first, with no lock held (a passphrase runs Argon2id).
-        let header = try withSession { $0.header }
+        // The secrets' slot keys first, with no lock held (a passphrase runs Argon2id), against
+        // the header as the file holds it now (a slot added meanwhile by another process).
+        let header = try withSession { live in
+            let changes = try live.journal.refresh()
+            if !changes.isEmpty { try live.apply(changes) }
+            _ = try live.reloadHeader()
+            return live.header
+        }
         var openers: [SlotOpener] = []
         for secret in secrets {
             let material = try secret.material(fileSystem: fs)
@@ -61,7 +71,6 @@ extension Vault {
         var rotation = VaultRotation(keptSlots: 0, removedSlots: 0, items: 0)
         try withSession { live in
             let own = live.opener
-            let ownSlot = live.unlockedSlot
             let path = url.path
             try live.journal.withWriteLock { changes in
                 try live.apply(changes)
@@ -71,7 +80,10 @@ extension Vault {
                         openers: (own.map { [$0] } ?? []) + openers, path: path)
                     rotation.keptSlots = plan.slots.count
                     rotation.removedSlots = current.slots.count - plan.slots.count
-                    let unlocked = plan.kept.firstIndex(of: ownSlot) ?? 0
+                    rotation.removed = current.slots.indices.filter { !plan.kept.contains($0) }.map { Self.slotInfo(current.slots[$0]) }
+                    // The slot this session opened, found again by what opened it (indices of the
+                    // header read under the lock may differ from those it was unlocked with).
+                    let unlocked = own.flatMap { own in plan.slots.firstIndex { own.opens($0) } } ?? 0
                     return (plan.keys, plan.slots, unlocked)
                 }
                 rotation.items = live.entries.count

@@ -282,7 +282,11 @@ public final class Vault: Sendable {
     /// - Throws: ``CofferError/Code/corrupted`` at the first failure, with its byte offset.
     public func verify() throws -> VaultVerification {
         try state.withLock { session in
-            guard let live = session else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
+            // What other processes did first: a rotation made elsewhere changes the keys.
+            let changes = try session!.journal.refresh()
+            if !changes.isEmpty { try session!.apply(changes) }
+            let live = session!
             let (journal, records) = try Journal.open(
                 path: url.path, options: options, fileSystem: fs, create: .openExisting)
             defer { try? journal.close() }

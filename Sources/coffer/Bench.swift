@@ -24,6 +24,9 @@
 //                             buffers: crypto_aead_xchacha20poly1305_ietf_encrypt plus a length check
 //   keyvalue.open.10k         open a 10,000-key suite and read one key (then close)
 //   vault.open.10k            open a 10,000-item vault with a raw key (no KDF), read one secret
+//   vault.open.identity       open a one-item vault with an X25519 identity (a recipient slot), read the item
+//   vault.rotate.10k          `Vault.rotate()` of a 10,000-item vault: new master key, every item
+//                             re-sealed, the file rewritten (one op per run)
 //   kdf.interactive           Argon2id at the interactive preset (one passphrase unlock's KDF)
 //   kdf.moderate              Argon2id at the moderate preset
 //   keyvalue.change.latency, vault.change.latency, watch.idle.1000keys   see BenchChange.swift
@@ -115,7 +118,7 @@ struct BenchSuite {
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
         "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
-        "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
+        "vault.open.identity", "vault.rotate.10k", "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
     ]
 
     /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
@@ -135,6 +138,7 @@ struct BenchSuite {
             (["keyvalue.write.durable", "keyvalue.write.durable.exclusive", "vault.write.durable", "peer.fsync.floor"], durableWrites),
             (["vault.seal.1MiB", "peer.libsodium.seal.1MiB"], seal1MiB),
             (["keyvalue.open.10k", "vault.open.10k"], opens10k),
+            (["vault.open.identity", "vault.rotate.10k"], keySlots),
             (["kdf.interactive", "kdf.moderate"], kdf),
             (["keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys"], changeLatency),
         ]
@@ -369,6 +373,47 @@ struct BenchSuite {
             }
         }
         return try runner.measureGroup([keyValue, vault].filter { selected.contains($0.name) })
+    }
+
+    // MARK: - Identities and rotation
+
+    private func keySlots(_ selected: [String]) throws -> [BenchResult] {
+        var results: [BenchResult] = []
+        if selected.contains("vault.open.identity") {
+            // A vault with a raw-key slot and a recipient slot; opened with the identity: one
+            // X25519 and the slot's AEAD where a passphrase would run Argon2id.
+            let identity = try X25519Identity.generate()
+            let url = directory.appendingPathComponent("identity.coffervault")
+            do {
+                let vault = try Vault.create(at: url, unlock: .key(try SecureBytes.random(count: 32)))
+                try vault.set(Data(repeating: 0x5A, count: 32), service: "bench", account: "probe")
+                try vault.addRecipient(identity.recipient)
+            }
+            let open = BenchSpec(name: "vault.open.identity", maxIterations: 10_000) { n in
+                try sumOfReads(n) {
+                    try Vault.open(at: url, unlock: .identities([identity])).data(service: "bench", account: "probe")?.count ?? 0
+                }
+            }
+            results += try runner.measureGroup([open])
+        }
+        if selected.contains("vault.rotate.10k") {
+            let key = try SecureBytes.random(count: 32)
+            let url = directory.appendingPathComponent("rotate10k.coffervault")
+            let vault = try Vault.create(at: url, unlock: .key(key), durability: .coalesced)
+            let secret = [UInt8](repeating: 0x5A, count: 32)
+            for start in stride(from: 0, to: 10_000, by: 1000) {
+                try vault.apply(
+                    (start..<(start + 1000)).map { i in
+                        .set(service: "bench", account: "item-\(i)", secret: secret, label: nil, comment: nil)
+                    })
+            }
+            try vault.flush()
+            results.append(
+                try runner.measureSingle("vault.rotate.10k") {
+                    UInt64(try vault.rotate().items)
+                })
+        }
+        return results
     }
 
     // MARK: - Argon2id

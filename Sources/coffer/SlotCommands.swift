@@ -3,7 +3,7 @@ import Coffer
 import CofferCrypto
 import Foundation
 
-/// `coffer slot`: the key slots of a file vault — who and what can open it.
+/// `coffer slot`: the key slots of a vault (a file, or PostgreSQL with `--store`) — who and what can open it.
 struct SlotCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "slot",
@@ -11,12 +11,14 @@ struct SlotCommand: ParsableCommand {
         discussion: """
             Each key slot wraps the vault's key for one way of opening it: a passphrase, a key \
             file, a raw key, or a recipient (the age1… string of an identity, from `coffer \
-            identity new` or age-keygen on the machine that will open the vault). A file vault \
-            holds at most 8 slots. Changing slots rewrites only the header, crash-safely.
+            identity new` or age-keygen on the machine that will open the vault). A vault holds \
+            at most 8 slots. Changing slots rewrites only the header, crash-safely (on \
+            PostgreSQL, in one transaction; every instance sees it at once). With --store, the \
+            PostgreSQL vault's slots.
 
             Removing a slot stops that passphrase, key or identity from opening the vault from \
-            now on; it does not take back the vault's key from whoever opened it before (see \
-            SECURITY.md).
+            now on; it does not take back the vault's key from whoever opened it before: \
+            `coffer rotate --remove-slot SLOT` does (see SECURITY.md).
 
             Examples:
               coffer slot list
@@ -36,8 +38,7 @@ struct SlotListCommand: ParsableCommand {
     @Flag(help: "Print JSON.") var json = false
 
     func run() throws {
-        let vault = try root.global.openVault()
-        let slots = try vault.info().keySlots
+        let slots = try root.global.openKeySlotStore().keySlots()
         if json {
             struct Row: Encodable {
                 var slot: Int
@@ -101,19 +102,19 @@ struct SlotAddCommand: ParsableCommand {
                 throw CLIError.usage("--recipient: \(error.message)")
             }
         }
-        let vault = try root.global.openVault()
+        let vault = try root.global.openKeySlotStore()
         if let parsed {
             if try vault.addRecipient(parsed) {
-                writeOut("added a key slot for recipient \(parsed) to \(vault.url.path)\n")
+                writeOut("added a key slot for recipient \(parsed) to \(vault.location)\n")
             } else {
-                writeOut("recipient \(parsed) already has a key slot in \(vault.url.path); nothing changed\n")
+                writeOut("recipient \(parsed) already has a key slot in \(vault.location); nothing changed\n")
             }
         } else if passphrase {
             try vault.addKeySlot(.passphrase(try Input.newPassphrase(file: newPassphraseFile)), kdf: kdf.parameters)
-            writeOut("added a passphrase slot to \(vault.url.path)\n")
+            writeOut("added a passphrase slot to \(vault.location)\n")
         } else if let newKeyFile {
-            try vault.addKeySlot(.keyFile(URL(fileURLWithPath: newKeyFile)))
-            writeOut("added a key file slot to \(vault.url.path)\n")
+            try vault.addKeySlot(.keyFile(URL(fileURLWithPath: newKeyFile)), kdf: .moderate)  // no KDF for a key file
+            writeOut("added a key file slot to \(vault.location)\n")
         }
     }
 }
@@ -134,15 +135,15 @@ struct SlotRemoveCommand: ParsableCommand {
         guard Int(which) != nil || recipient != nil else {
             throw CLIError.usage("SLOT is a slot number (see `coffer slot list`) or a recipient string (age1…)")
         }
-        let vault = try root.global.openVault()
+        let vault = try root.global.openKeySlotStore()
         if let recipient {
             // Found and removed under one lock: a slot change made meanwhile cannot shift it.
             let removed = try vault.removeRecipient(recipient)
             guard removed > 0 else { throw CLIError(.notFound, "the vault has no key slot for recipient \(recipient)") }
-            writeOut("removed the key slot for recipient \(recipient) from \(vault.url.path)\n")
+            writeOut("removed the key slot for recipient \(recipient) from \(vault.location)\n")
         } else if let index = Int(which) {
             try vault.removeKeySlot(at: index)
-            writeOut("removed key slot \(index) from \(vault.url.path)\n")
+            writeOut("removed key slot \(index) from \(vault.location)\n")
         }
     }
 }

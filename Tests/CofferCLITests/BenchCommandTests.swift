@@ -11,7 +11,8 @@ struct BenchCommandTests {
         "peer.userdefaults.read", "peer.userdefaults.write",
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
         "vault.write", "vault.write.durable", "vault.read", "peer.fsync.floor",
-        "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
+        "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k", "vault.open.identity",
+        "vault.rotate.10k",
         "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
     ]
 

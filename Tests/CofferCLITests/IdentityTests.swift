@@ -94,4 +94,47 @@ struct IdentityTests {
         let last = try box.run(["slot", "rm", "0"])
         #expect(last.status != Exit.ok && last.err.contains("last key slot"), "\(last)")
     }
+
+    @Test("rotate --remove-slot revokes a machine; a key-file slot without its file is refused, naming it, and nothing changes", .timeLimit(.minutes(10)))
+    func rotateRevokes() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("db.internal", "app", Array("hunter2".utf8))
+        var recipients: [String] = []
+        for name in ["kept", "revoked"] {
+            let made = try box.run(["identity", "new", "-o", box.path + "/\(name).identity"], vault: false, passphraseFile: false)
+            recipients.append(made.out.trimmingCharacters(in: .newlines))
+            #expect(try box.run(["slot", "add", "--recipient", recipients.last!]).status == Exit.ok)
+        }
+        try box.write(String(repeating: "k", count: 40), to: box.path + "/backup.key")
+        #expect(try box.run(["slot", "add", "--new-key-file", box.path + "/backup.key"]).status == Exit.ok)
+        let vaultBefore = try Data(contentsOf: URL(fileURLWithPath: box.vault))
+        // The key-file slot cannot be re-wrapped without its file: refused, named, unchanged.
+        let refused = try box.run(["rotate", "--remove-slot", recipients[1]])
+        #expect(refused.status == Exit.usage && refused.err.contains("key slot 3 (keyFile)"), "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.vault)) == vaultBefore)
+        // A recipient with no slot is refused before anything changes.
+        let unknown = try box.run(["rotate", "--remove-slot", "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"])
+        #expect(unknown.status == Exit.notFound, "\(unknown)")
+        let bad = try box.run(["rotate", "--remove-slot", "machine-b"])
+        #expect(bad.status == Exit.usage, "\(bad)")
+        // Keeping the key file, removing the revoked machine.
+        let rotated = try box.run(["rotate", "--remove-slot", recipients[1], "--keep-key-file", box.path + "/backup.key"])
+        #expect(rotated.status == Exit.ok && rotated.out.contains("1 item re-sealed, 3 slots kept, 1 removed"), "\(rotated)")
+        #expect(rotated.out.contains("removed: recipient \(recipients[1])"), "\(rotated)")
+        let revoked = try box.run(["--identity", box.path + "/revoked.identity", "get", "db.internal", "app"], passphraseFile: false)
+        #expect(revoked.status == Exit.wrongKey, "\(revoked)")
+        for unlock in [["--identity", box.path + "/kept.identity"], ["--key-file", box.path + "/backup.key"]] {
+            let opened = try box.run(unlock + ["get", "db.internal", "app"], passphraseFile: false)
+            #expect(opened.status == Exit.ok && opened.out == "hunter2", "\(opened)")
+        }
+        #expect(try box.run(["get", "db.internal", "app"]).out == "hunter2")
+        // --json, and removing by number.
+        let json = try box.run(["rotate", "--remove-slot", "2", "--json"])
+        #expect(json.status == Exit.ok, "\(json)")
+        let object = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
+        #expect(object?["removedSlots"] as? Int == 1 && object?["keptSlots"] as? Int == 2, "\(json)")
+        let keyFile = try box.run(["--key-file", box.path + "/backup.key", "get", "db.internal", "app"], passphraseFile: false)
+        #expect(keyFile.status == Exit.wrongKey, "\(keyFile)")
+    }
 }

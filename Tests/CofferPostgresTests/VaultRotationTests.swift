@@ -16,6 +16,8 @@ struct VaultRotationTests {
         let configuration = try sharedConfiguration()
         let name = uniqueName("vrotate")
         let admin = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        // More rows than one INSERT of the rotation carries (500).
+        try await admin.apply((0..<1_200).map { .set(service: "bulk", account: "b\($0)", secret: Array("\($0)".utf8), label: nil, comment: nil) })
         for i in 0..<25 { try await admin.set("secret \(i)", service: "svc", account: "a\(i)", label: "L\(i)") }
         try await admin.remove(service: "svc", account: "a24")
         let kept = try X25519Identity.generate()
@@ -35,7 +37,8 @@ struct VaultRotationTests {
         #expect(await FollowingTests.until { keptMode.wrappedValue == "before" && revokedMode.wrappedValue == "before" })
 
         let rotation = try await admin.rotate(removingRecipients: [revoked.recipient])
-        #expect(rotation == VaultRotation(keptSlots: 2, removedSlots: 1, items: 25))
+        #expect(rotation.keptSlots == 2 && rotation.removedSlots == 1 && rotation.items == 1_225)
+        #expect(rotation.removed.map(\.recipient) == [revoked.recipient.description])
         try await admin.set("after", service: "fleet", account: "mode")
 
         // The kept machine's property follows through the rotation; its calls work.
@@ -56,11 +59,35 @@ struct VaultRotationTests {
         // Every row authenticates under the new keys; the removed item stays removed.
         let report = try await admin.verify()
         #expect(report.damaged.isEmpty)
-        #expect(report.intact == 26)
+        #expect(report.intact == 1_226)
+        #expect(try await keptMachine.string(service: "bulk", account: "b1199") == "1199")
         #expect(try await admin.items(service: "svc").count == 25)
         #expect(try await admin.string(service: "svc", account: "a24") == nil)
         let fresh = try await PostgresVault.open(name: name, unlock: .identities([kept]), configuration: configuration)
         #expect(try await fresh.string(service: "fleet", account: "mode") == "after")
+    }
+
+    @Test("The old header put back by SQL after a rotation: instances refuse it as altered, never follow back to the old keys")
+    func oldHeaderPutBack() async throws {
+        let cluster = try PostgresTestCluster.shared
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vheader")
+        let admin = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        let identity = try X25519Identity.generate()
+        try await admin.addRecipient(identity.recipient)
+        let machine = try await PostgresVault.open(name: name, unlock: .identities([identity]), configuration: configuration)
+        try await admin.set("v1", service: "svc", account: "a")
+        let id = try VaultSecurityTests.vaultID(name, cluster)
+        let oldHeader = try cluster.sql("SELECT encode(header, 'hex') FROM coffer_vaults WHERE name = '\(name)'")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        try await admin.rotate()
+        try await admin.set("v2", service: "svc", account: "a")
+        #expect(try await machine.string(service: "svc", account: "a") == "v2")
+        // What a revoked machine that kept the old header (and the old keys) could write back.
+        try cluster.sql("UPDATE coffer_vaults SET header = '\\x\(oldHeader)' WHERE vault_id = '\\x\(id)'")
+        let refused = await #expect(throws: CofferError.self) { _ = try await machine.string(service: "svc", account: "a") }
+        #expect(refused?.code == .corrupted, "\(String(describing: refused))")
+        await #expect(throws: CofferError.self) { try await machine.set("x", service: "svc", account: "b") }
     }
 
     @Test("Slot changes on a PostgreSQL vault: passphrase added and removed, a slot without its secret refused for rotation")

@@ -168,4 +168,46 @@ struct RecipientSlotTests {
         expectError(.invalidArgument) { try vault.addRecipient(try X25519Identity.generate().recipient) }
         #expect(try vault.info().keySlots.count == 8)
     }
+
+    /// `Vectors/recipient_slot.json`, computed by `Vectors/recipient_slot.py` from docs/FORMAT.md
+    /// with PyNaCl and hashlib (not from this code): the slot Coffer makes from the same inputs
+    /// is byte for byte the vector's, and the vector's slot opens with its recipient's secret.
+    @Test("Known answers for a recipient slot, computed independently from FORMAT.md")
+    func knownAnswers() throws {
+        struct Vectors: Decodable {
+            struct Case: Decodable {
+                let name: String
+                let recipient_secret, recipient, ephemeral_secret, vault_id, master_key, slot: String
+            }
+            let cases: [Case]
+        }
+        func bytes(_ hex: String) -> [UInt8] {
+            var out: [UInt8] = []
+            var index = hex.startIndex
+            while index < hex.endIndex {
+                let next = hex.index(index, offsetBy: 2)
+                out.append(UInt8(hex[index..<next], radix: 16)!)
+                index = next
+            }
+            return out
+        }
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Vectors/recipient_slot.json")
+        let vectors = try JSONDecoder().decode(Vectors.self, from: Data(contentsOf: url))
+        #expect(vectors.cases.count == 2)
+        for vector in vectors.cases {
+            let identity = try X25519Identity(secretKey: try SecureBytes(copying: bytes(vector.recipient_secret)))
+            #expect(identity.recipient.publicKey == bytes(vector.recipient), "\(vector.name)")
+            let master = try SecureBytes(copying: bytes(vector.master_key))
+            let made = try KeySlotCrypto.makeRecipientSlot(
+                wrapping: master, recipient: identity.recipient, vaultID: bytes(vector.vault_id),
+                ephemeralSecret: try SecureBytes(copying: bytes(vector.ephemeral_secret)))
+            #expect(made.bytes() == bytes(vector.slot), "\(vector.name)")
+            let parsed = try #require(KeySlot.parse(bytes(vector.slot)[...]), "\(vector.name)")
+            let opened = try #require(try KeySlotCrypto.unwrapRecipient(parsed, identity: identity, vaultID: bytes(vector.vault_id)))
+            #expect(opened.withUnsafeBytes { Array($0) } == bytes(vector.master_key), "\(vector.name)")
+            // Another vault id (the associated data) and the slot does not open.
+            #expect(try KeySlotCrypto.unwrapRecipient(parsed, identity: identity, vaultID: [UInt8](repeating: 0, count: 16)) == nil)
+        }
+    }
 }

@@ -28,7 +28,11 @@ struct RotationTests {
         let oldKeys = try revokedMachine.state.withLock { try #require($0).keys }
 
         let rotation = try admin.rotate(removingRecipients: [revoked.recipient])
-        #expect(rotation == VaultRotation(keptSlots: 2, removedSlots: 1, items: 30))
+        #expect(
+            rotation
+                == VaultRotation(
+                    keptSlots: 2, removedSlots: 1, items: 30,
+                    removed: [KeySlotInfo(kind: "recipient", recipient: revoked.recipient.description)]))
         try admin.set("written after", service: "svc", account: "new")
 
         // The revoked identity opens nothing: not the file, not the instance it had open.
@@ -94,7 +98,7 @@ struct RotationTests {
         #expect(try Vault.open(at: url, unlock: .keyFile(keyFile)).string(service: "svc", account: "a") == "s")
         #expect(try Vault.open(at: url, unlock: .passphrase("pw")).string(service: "svc", account: "a") == "s")
         // Or removed.
-        #expect(try vault.rotate(removing: [1]) == VaultRotation(keptSlots: 1, removedSlots: 1, items: 1))
+        #expect(try vault.rotate(removing: [1]) == VaultRotation(keptSlots: 1, removedSlots: 1, items: 1, removed: [KeySlotInfo(kind: "keyFile")]))
         expectError(.wrongKey) { _ = try Vault.open(at: url, unlock: .keyFile(keyFile)) }
     }
 
@@ -115,6 +119,49 @@ struct RotationTests {
         expectError(.wrongKey) { try vault.unlock(.passphrase("old")) }
         try vault.unlock(.passphrase("new"))
         #expect(try vault.string(service: "svc", account: "b") == "w")
+    }
+
+    @Test("An old copy of the file put back after a rotation is refused by the instances that followed it, never followed back to the old keys")
+    func oldCopyPutBack() throws {
+        let dir = try Scratch("rotate-rollback")
+        let url = dir.url("v")
+        let admin = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        let identity = try X25519Identity.generate()
+        try admin.addRecipient(identity.recipient)
+        try admin.set("old", service: "svc", account: "a")
+        let machine = try Vault.open(at: url, unlock: .identities([identity]))
+        let oldCopy = try Data(contentsOf: url)
+        try admin.rotate()
+        try admin.set("new", service: "svc", account: "a")
+        #expect(try machine.string(service: "svc", account: "a") == "new")  // followed
+        // The pre-rotation file (whose keys a revoked party may hold) put back in its place, and
+        // written through Coffer with those keys (a compaction), so every process notices it.
+        try oldCopy.write(to: dir.url("planted"))
+        #expect(rename(dir.url("planted").path, url.path) == 0)
+        try Vault.open(at: url, unlock: .passphrase("pw")).compact()
+        let refused = expectError(.corrupted) { _ = try machine.string(service: "svc", account: "a") }
+        #expect("\(refused.map { String(describing: $0) } ?? "")".contains("older header"))
+    }
+
+    @Test("A passphrase changed after opening is this instance's slot: a rotation keeps it, and another instance's rotation is followed")
+    func passphraseChangedThenRotated() throws {
+        let dir = try Scratch("rotate-passwd")
+        let url = dir.url("v")
+        let vault = try Vault.create(at: url, unlock: .passphrase("old"), kdf: fastKDF)
+        try vault.set("v", service: "svc", account: "a")
+        let other = try Vault.open(at: url, unlock: .passphrase("old"))
+        try vault.changePassphrase(to: "new")
+        #expect(try vault.rotate().keptSlots == 1)
+        #expect(try Vault.open(at: url, unlock: .passphrase("new")).string(service: "svc", account: "a") == "v")
+        // `other` unlocked with the old passphrase, whose slot is gone: revoked.
+        expectError(.wrongKey) { _ = try other.string(service: "svc", account: "a") }
+        let third = try Vault.open(at: url, unlock: .passphrase("new"))
+        try third.changePassphrase(to: "newer")
+        try vault.rotate(keeping: [.passphrase("newer")])
+        #expect(try third.string(service: "svc", account: "a") == "v")
+        #expect(try third.rotate().keptSlots == 1)
+        // `vault` was unlocked with "new", which `third` changed to "newer": its slot is gone.
+        expectError(.wrongKey) { _ = try vault.string(service: "svc", account: "a") }
     }
 
     @Test("Two rotations in a row, each by another instance: every instance with a slot keeps up")

@@ -405,7 +405,16 @@ enum KeySlotCrypto {
     static func makeRecipientSlot(wrapping master: SecureBytes, recipient: X25519Recipient, vaultID: [UInt8]) throws
         -> KeySlot
     {
-        let ephemeralSecret = try crypto { try X25519.newSecretKey() }
+        try makeRecipientSlot(
+            wrapping: master, recipient: recipient, vaultID: vaultID,
+            ephemeralSecret: try crypto { try X25519.newSecretKey() })
+    }
+
+    /// ``makeRecipientSlot(wrapping:recipient:vaultID:)`` with a given ephemeral secret: for the
+    /// known-answer test (`Vectors/recipient_slot.json`) only. A slot must never reuse one.
+    static func makeRecipientSlot(
+        wrapping master: SecureBytes, recipient: X25519Recipient, vaultID: [UInt8], ephemeralSecret: SecureBytes
+    ) throws -> KeySlot {
         let ephemeral = try crypto { try X25519.publicKey(for: ephemeralSecret) }
         let shared = try crypto { try X25519.sharedSecret(ephemeralSecret, publicKey: recipient.publicKey) }
         let (kek, nonce) = try recipientWrapping(shared: shared, ephemeral: ephemeral, recipient: recipient.publicKey)

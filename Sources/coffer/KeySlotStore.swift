@@ -1,0 +1,52 @@
+import Coffer
+import CofferCrypto
+import Foundation
+
+#if Postgres
+import CofferPostgres
+#endif
+
+/// What `coffer slot` and `coffer rotate` work on: the key slots of a file vault or of a
+/// PostgreSQL vault (`--store`).
+protocol KeySlotStore {
+    /// Where the vault is, for messages: a path, or the server and vault (never a password).
+    var location: String { get }
+    func keySlots() throws -> [KeySlotInfo]
+    func addRecipient(_ recipient: X25519Recipient) throws -> Bool
+    func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters) throws
+    func removeKeySlot(at index: Int) throws
+    func removeRecipient(_ recipient: X25519Recipient) throws -> Int
+    func rotate(removing slots: Set<Int>, removingRecipients: [X25519Recipient], keeping: [VaultUnlock]) throws
+        -> VaultRotation
+}
+
+extension Vault: KeySlotStore {
+    func keySlots() throws -> [KeySlotInfo] { try info().keySlots }
+}
+
+#if Postgres
+extension PostgresVault: KeySlotStore {
+    func rotate(removing slots: Set<Int>, removingRecipients: [X25519Recipient], keeping: [VaultUnlock]) throws
+        -> VaultRotation
+    {
+        try rotate(removing: slots, removingRecipients: removingRecipients, keeping: keeping, kdfLimit: Vault.defaultKDFLimit)
+    }
+}
+#endif
+
+extension GlobalOptions {
+    /// The vault whose key slots `slot` and `rotate` change: the PostgreSQL one `--store`
+    /// names, else the file vault.
+    func openKeySlotStore() throws -> any KeySlotStore {
+        guard try storeURL != nil else { return try openVault() }
+        #if Postgres
+        guard let vault = try openItemStore() as? PostgresVault else {
+            throw CLIError(.failure, "--store did not open a PostgreSQL vault")
+        }
+        return vault
+        #else
+        _ = try openItemStore()  // says that this coffer was built without PostgreSQL support
+        throw CLIError(.failure, "this coffer was built without PostgreSQL support")
+        #endif
+    }
+}

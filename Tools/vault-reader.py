@@ -133,40 +133,58 @@ def read_journal(data: bytes, application: int, area_size: int):
 
 # ---------------------------------------------------------------- §2 vault header, key slots
 
+def parse_slot(s: bytes):
+    """One 128-byte key slot as a dict, or None when it does not parse."""
+    if s[0] == 4:                                    # a recipient slot (version 2 and 3)
+        if any(s[1:8]) or any(s[120:128]):
+            return None
+        return dict(kind=4, ephemeral=s[8:40], recipient=s[40:72], wrapped=s[72:120], prefix=s[0:40])
+    if s[0] not in (1, 2, 3) or any(s[1:8]) or any(s[112:128]):
+        return None                                  # assumption: what "slots parse" means
+    ops, mem = struct.unpack_from("<QQ", s, 8)
+    return dict(kind=s[0], ops=ops, mem=mem, salt=s[24:40], nonce=s[40:64], wrapped=s[64:112], prefix=s[0:40])
+
 def parse_header(copy: bytes):
     """A dict for a usable header copy; 'version' for a copy with a valid CRC but another
-    version; None for a damaged copy."""
+    version; None for a damaged copy. Versions 1 and 2: eight slot places, the MAC at 1,072.
+    Version 3: n slots, then n labels of 64 bytes, then the MAC (docs/FORMAT.md §2)."""
     if struct.unpack_from("<I", copy, 2044)[0] != crc32c(copy[0:2044]) or copy[0:4] != b"CFVH":
         return None
     version, n, seq = struct.unpack_from("<HHQ", copy, 4)
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         return "version"
-    if not 1 <= n <= 8:
+    if not 1 <= n <= (10 if version == 3 else 8):
         return None
-    if any(copy[1104:2044]):                         # reserved bytes after the MAC are zero
+    mac_at = 48 + 192 * n if version == 3 else 1072
+    if any(copy[mac_at + 32:2044]):                  # the bytes after the MAC are zero
         return None
     slots = []
-    for i in range(8):
-        s = copy[48 + 128 * i:48 + 128 * (i + 1)]
-        if i >= n:
-            if any(s):                               # slots n…7 are zero
+    for i in range(n):
+        slot = parse_slot(copy[48 + 128 * i:48 + 128 * (i + 1)])
+        if slot is None:
+            return None
+        slots.append(slot)
+    if version == 3:
+        for i in range(n):
+            field = copy[48 + 128 * n + 64 * i:48 + 128 * n + 64 * (i + 1)]
+            label = field.split(b"\0", 1)[0]
+            if any(field[len(label):]):
+                return None                          # zero-padded: no byte after the first zero
+            try:
+                slots[i]["label"] = label.decode("utf-8")
+            except UnicodeDecodeError:
                 return None
-            continue
-        if s[0] == 4:                                # a recipient slot (version 2)
-            if any(s[1:8]) or any(s[120:128]):
-                return None
-            slots.append(dict(kind=4, ephemeral=s[8:40], recipient=s[40:72], wrapped=s[72:120],
-                              prefix=s[0:40]))
-            continue
-        if s[0] not in (1, 2, 3) or any(s[1:8]) or any(s[112:128]):
-            return None                              # assumption: what "slots parse" means
-        ops, mem = struct.unpack_from("<QQ", s, 8)
-        slots.append(dict(kind=s[0], ops=ops, mem=mem, salt=s[24:40], nonce=s[40:64],
-                          wrapped=s[64:112], prefix=s[0:40]))
-    if version != (2 if any(sl["kind"] == 4 for sl in slots) else 1):
+        wanted = 3 if n > 8 or any(sl["label"] for sl in slots) else None
+    elif any(copy[48 + 128 * n:1072]):               # slots n…7 are zero
+        return None
+    else:
+        wanted = None
+    if wanted is None:
+        wanted = 2 if any(sl["kind"] == 4 for sl in slots) else 1
+    if version != wanted:
         return None                                  # the version its slots call for
     return dict(seq=seq, vault_id=copy[16:32], epoch=copy[32:48], slots=slots,
-                mac=copy[1072:1104], mac_input=copy[0:1072])
+                mac=copy[mac_at:mac_at + 32], mac_input=copy[0:mac_at])
 
 def choose_header(area: bytes):
     copies = [parse_header(area[0:2048]), parse_header(area[2048:4096])]

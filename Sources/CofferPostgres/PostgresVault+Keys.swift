@@ -106,14 +106,16 @@ extension PostgresVault {
     /// Adds a key slot that the identity of `recipient` opens (see `Vault.addRecipient`). Every
     /// instance sees it at once; nothing is re-sealed.
     /// - Returns: whether a slot was added (false: the recipient had one already).
+    /// - Parameter label: what ``keySlots()`` shows for the slot (the machine's name, say); see
+    ///   `Vault.addRecipient(_:label:)`.
     @discardableResult
-    public func addRecipient(_ recipient: X25519Recipient) async throws -> Bool {
-        try await changeSlots(.addRecipient(recipient)) > 0
+    public func addRecipient(_ recipient: X25519Recipient, label: String? = nil) async throws -> Bool {
+        try await changeSlots(.addRecipient(recipient, label: label)) > 0
     }
 
     /// Adds a key slot, so `source` opens the vault too (Argon2id runs on Coffer's own threads).
-    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) async throws {
-        try await changeSlots(.add(source, kdf: kdf))
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate, label: String? = nil) async throws {
+        try await changeSlots(.add(source, kdf: kdf, label: label))
     }
 
     /// Removes key slot `index` (as ``keySlots()`` lists them). The last slot is never removed.
@@ -129,15 +131,15 @@ extension PostgresVault {
         try await changeSlots(.removeRecipient(recipient))
     }
 
-    /// ``addRecipient(_:)`` for a caller that is not async.
+    /// ``addRecipient(_:label:)`` for a caller that is not async.
     @discardableResult
-    public func addRecipient(_ recipient: X25519Recipient) throws -> Bool {
-        try Offload.wait { try await self.addRecipient(recipient) }
+    public func addRecipient(_ recipient: X25519Recipient, label: String? = nil) throws -> Bool {
+        try Offload.wait { try await self.addRecipient(recipient, label: label) }
     }
 
-    /// ``addKeySlot(_:kdf:)`` for a caller that is not async.
-    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
-        try Offload.wait { try await self.addKeySlot(source, kdf: kdf) }
+    /// ``addKeySlot(_:kdf:label:)`` for a caller that is not async.
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate, label: String? = nil) throws {
+        try Offload.wait { try await self.addKeySlot(source, kdf: kdf, label: label) }
     }
 
     /// ``removeKeySlot(at:)`` for a caller that is not async.

@@ -53,7 +53,7 @@ package final class RowSealing: Sendable {
         let (keys, header, opener) = try Vault.newKeys(unlock: unlock, kdf: kdf, fileSystem: LiveFileSystem())
         return (
             try RowSealing(vaultID: header.vaultID, keys: keys, name: name, header: header, opener: opener),
-            header.copyBytes()
+            header.rowBytes()
         )
     }
 
@@ -69,7 +69,7 @@ package final class RowSealing: Sendable {
         let (master, _, opener) = try Vault.unwrapMaster(
             header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: name)
         let keys = try VaultKeys(master: master)
-        try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: name)
+        try Vault.verifyMAC(stored: bytes[...], keys: keys, path: name)
         return try RowSealing(vaultID: header.vaultID, keys: keys, name: name, header: header, opener: opener)
     }
 
@@ -103,7 +103,7 @@ package final class RowSealing: Sendable {
         }
         let macFailure: CofferError
         do {
-            try Vault.verifyMAC(bytes, copy: 0, keys: keys, path: nameText)
+            try Vault.verifyMAC(stored: bytes[...], keys: keys, path: nameText)
             return try RowSealing(vaultID: vaultID, keys: keys, name: nameText, header: next, opener: opener)
         } catch let error as CofferError where error.code == .corrupted {
             macFailure = error
@@ -121,7 +121,7 @@ package final class RowSealing: Sendable {
         }
         guard let (master, _) = try opener.unwrap(next) else { return nil }
         let rotated = try VaultKeys(master: master)
-        try Vault.verifyMAC(bytes, copy: 0, keys: rotated, path: nameText)
+        try Vault.verifyMAC(stored: bytes[...], keys: rotated, path: nameText)
         return try RowSealing(vaultID: vaultID, keys: rotated, name: nameText, header: next, opener: opener)
     }
 
@@ -159,22 +159,24 @@ package final class RowSealing: Sendable {
         let rotation = VaultRotation(
             keptSlots: plan.slots.count, removedSlots: header.slots.count - plan.slots.count, items: 0,
             removed: header.slots.indices.filter { !plan.kept.contains($0) }.map { Vault.slotInfo(header.slots[$0]) })
-        return (sealing, next.copyBytes(), rotation)
+        return (sealing, next.rowBytes(), rotation)
     }
 
     /// The slots a change adds, made now (a passphrase runs Argon2id: call it off the cooperative
     /// pool, and before any row is locked), for ``changingSlots(_:)`` with the same keys.
     package func prepare(_ change: SlotChange) throws -> PreparedSlotChange {
         switch change {
-        case .addRecipient(let recipient):
-            return PreparedSlotChange(
-                change: .add([try KeySlotCrypto.makeRecipientSlot(wrapping: keys.master, recipient: recipient, vaultID: vaultID)]),
-                epoch: header.epoch)
-        case .add(let secret, let kdf):
+        case .addRecipient(let recipient, let label):
+            try Vault.checkLabel(label)
+            var slot = try KeySlotCrypto.makeRecipientSlot(wrapping: keys.master, recipient: recipient, vaultID: vaultID)
+            slot.label = label ?? ""
+            return PreparedSlotChange(change: .add([slot]), epoch: header.epoch)
+        case .add(let secret, let kdf, let label):
+            try Vault.checkLabel(label)
             let material = try secret.material(fileSystem: LiveFileSystem())
-            return PreparedSlotChange(
-                change: .add(try KeySlotCrypto.makeSlots(wrapping: keys.master, source: material, kdf: kdf, vaultID: vaultID)),
-                epoch: header.epoch)
+            var slots = try KeySlotCrypto.makeSlots(wrapping: keys.master, source: material, kdf: kdf, vaultID: vaultID)
+            for index in slots.indices { slots[index].label = label ?? "" }
+            return PreparedSlotChange(change: .add(slots), epoch: header.epoch)
         case .remove(let index): return PreparedSlotChange(change: .remove(index), epoch: header.epoch)
         case .removeRecipient(let recipient): return PreparedSlotChange(change: .removeRecipient(recipient), epoch: header.epoch)
         }
@@ -204,7 +206,7 @@ package final class RowSealing: Sendable {
         var changed = 0
         switch prepared.change {
         case .add(let slots):
-            try Vault.append(slots, to: &next)
+            try Vault.append(slots, to: &next, limit: VaultHeader.maximumRowSlots)
             changed = next.slots.count - header.slots.count
         case .remove(let index):
             guard next.slots.indices.contains(index) else {
@@ -220,17 +222,17 @@ package final class RowSealing: Sendable {
         guard !next.slots.isEmpty else {
             throw CofferError(.invalidArgument, "refusing to remove the last key slot: nothing could open the vault", path: nameText)
         }
-        guard changed > 0 else { return (self, header.copyBytes(), 0) }
+        guard changed > 0 else { return (self, header.rowBytes(), 0) }
         next.sequence += 1
         next.mac = try keys.headerMAC(next)
-        return (try RowSealing(vaultID: vaultID, keys: keys, name: nameText, header: next, opener: opener), next.copyBytes(), changed)
+        return (try RowSealing(vaultID: vaultID, keys: keys, name: nameText, header: next, opener: opener), next.rowBytes(), changed)
     }
 
     /// A change of the key slots (``changingSlots(_:)``).
     package enum SlotChange: Sendable {
-        case addRecipient(X25519Recipient)
+        case addRecipient(X25519Recipient, label: String?)
         /// A passphrase, key-file, raw-key or identity-file slot.
-        case add(VaultUnlock, kdf: Argon2idParameters)
+        case add(VaultUnlock, kdf: Argon2idParameters, label: String?)
         case remove(Int)
         case removeRecipient(X25519Recipient)
     }

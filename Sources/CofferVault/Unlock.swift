@@ -146,12 +146,17 @@ public struct KeySlotInfo: Sendable, Codable, Equatable {
     public var memLimitBytes: UInt64?
     /// The recipient string (`age1…`) whose identity opens the slot (recipient slots).
     public var recipient: String?
+    /// The slot's label (who or what it is for), when it has one.
+    public var label: String?
 
-    public init(kind: String, opsLimit: UInt64? = nil, memLimitBytes: UInt64? = nil, recipient: String? = nil) {
+    public init(
+        kind: String, opsLimit: UInt64? = nil, memLimitBytes: UInt64? = nil, recipient: String? = nil, label: String? = nil
+    ) {
         self.kind = kind
         self.opsLimit = opsLimit
         self.memLimitBytes = memLimitBytes
         self.recipient = recipient
+        self.label = label
     }
 }
 

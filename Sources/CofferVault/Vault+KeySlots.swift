@@ -36,6 +36,7 @@ extension Vault {
             let (slot, kek) = try KeySlotCrypto.makeSlotKeepingKEK(
                 wrapping: session.keys.master, source: material, kdf: parameters, vaultID: header.vaultID)
             header.slots[target] = slot
+            header.slots[target].label = old.label
             // This session's own slot: what opens it now is the new passphrase's key (a rotation
             // made later, here or elsewhere, is followed with it).
             if session.opener?.opens(old) == true {
@@ -52,12 +53,32 @@ extension Vault {
     /// Adds a key slot, so `source` opens the vault too. Header-only, crash-safe.
     /// - Parameter kdf: Argon2id parameters for a passphrase slot. Above ``defaultKDFLimit``,
     ///   opening with that passphrase needs a `kdfLimit` at least as high.
-    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate) throws {
+    /// - Parameter label: what ``info()`` shows for the slot (who or what it is for), up to
+    ///   ``maximumLabelLength`` bytes of UTF-8 without control characters; stored in the header,
+    ///   authenticated with it (format version 3).
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate, label: String? = nil) throws {
+        try Self.checkLabel(label)
         try updateHeader { header, session in
             let material = try source.material(fileSystem: fs)
-            let added = try KeySlotCrypto.makeSlots(
+            var added = try KeySlotCrypto.makeSlots(
                 wrapping: session.keys.master, source: material, kdf: kdf, vaultID: header.vaultID)
-            try Self.append(added, to: &header)
+            for index in added.indices { added[index].label = label ?? "" }
+            try Self.append(added, to: &header, limit: VaultHeader.maximumFileSlots)
+        }
+    }
+
+    /// The longest slot label, in bytes of UTF-8.
+    public static let maximumLabelLength = VaultHeader.labelSize
+
+    /// Refuses a label that the header cannot hold or a terminal should not print.
+    static func checkLabel(_ label: String?) throws {
+        guard let label else { return }
+        guard label.utf8.count <= maximumLabelLength else {
+            throw CofferError(
+                .invalidArgument, "a key slot label is at most \(maximumLabelLength) bytes of UTF-8 (this one is \(label.utf8.count))")
+        }
+        guard !label.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || (0x80..<0xA0).contains($0.value) }) else {
+            throw CofferError(.invalidArgument, "a key slot label must not hold control characters")
         }
     }
 
@@ -65,15 +86,18 @@ extension Vault {
     /// new` or `age-keygen` on the machine that will open the vault): its secret never travels.
     /// Header-only, crash-safe. Adding a recipient that already has a slot changes nothing.
     /// - Returns: whether a slot was added (false: the recipient had one already).
+    /// - Parameter label: what ``info()`` shows for the slot, as for ``addKeySlot(_:kdf:label:)``
+    ///   (the machine's name, say).
     @discardableResult
-    public func addRecipient(_ recipient: X25519Recipient) throws -> Bool {
+    public func addRecipient(_ recipient: X25519Recipient, label: String? = nil) throws -> Bool {
+        try Self.checkLabel(label)
         var added = false
         try updateHeader { header, session in
             guard !Self.hasSlot(for: recipient.publicKey, in: header) else { return }
             added = true
-            try Self.append(
-                [try KeySlotCrypto.makeRecipientSlot(wrapping: session.keys.master, recipient: recipient, vaultID: header.vaultID)],
-                to: &header)
+            var slot = try KeySlotCrypto.makeRecipientSlot(wrapping: session.keys.master, recipient: recipient, vaultID: header.vaultID)
+            slot.label = label ?? ""
+            try Self.append([slot], to: &header, limit: VaultHeader.maximumFileSlots)
         }
         return added
     }
@@ -82,15 +106,19 @@ extension Vault {
         header.slots.contains { $0.kind == .recipient && $0.recipientKey == recipientKey }
     }
 
-    static func append(_ slots: [KeySlot], to header: inout VaultHeader) throws {
+    /// - Parameter limit: the most slots the header may hold where it is kept
+    ///   (``VaultHeader/maximumFileSlots`` in a file, ``VaultHeader/maximumRowSlots`` in PostgreSQL).
+    static func append(_ slots: [KeySlot], to header: inout VaultHeader, limit: Int) throws {
         // A recipient already named keeps its one slot (an identity file listing one key twice,
         // or a recipient added before): two slots for one identity would only confuse removal.
         var seen = Set(header.slots.filter { $0.kind == .recipient }.map(\.recipientKey))
         let slots = slots.filter { $0.kind != .recipient || seen.insert($0.recipientKey).inserted }
-        guard header.slots.count + slots.count <= VaultHeader.maximumSlots else {
+        guard header.slots.count + slots.count <= limit else {
             throw CofferError(
                 .invalidArgument,
-                "a vault holds at most \(VaultHeader.maximumSlots) key slots (it has \(header.slots.count))")
+                "a \(limit == VaultHeader.maximumFileSlots ? "file " : "")vault holds at most \(limit) key slots "
+                    + "(it has \(header.slots.count))"
+                    + (limit == VaultHeader.maximumFileSlots ? "; a PostgreSQL vault holds \(VaultHeader.maximumRowSlots)" : ""))
         }
         header.slots += slots
     }

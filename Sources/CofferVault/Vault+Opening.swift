@@ -52,8 +52,8 @@ extension Vault {
             slots = [slot]
             opener = .slotKey(kind: slot.kind, salt: slot.salt, kek: kek)
         }
-        guard slots.count <= VaultHeader.maximumSlots else {
-            throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumSlots) key slots")
+        guard slots.count <= VaultHeader.maximumFileSlots else {
+            throw CofferError(.invalidArgument, "a vault holds at most \(VaultHeader.maximumFileSlots) key slots")
         }
         var header = VaultHeader(
             sequence: 1, vaultID: vaultID, epoch: SecureRandom.bytes(count: 16), slots: slots, mac: [])
@@ -268,7 +268,12 @@ extension Vault {
     /// is not used. An error names the file offset of the copy checked (32 or 2,080).
     static func verifyMAC(_ area: [UInt8], copy: Int, keys: VaultKeys, path: String) throws {
         let start = copy * VaultHeader.copySize
-        let stored = area[start..<(start + VaultHeader.copySize)]
+        try verifyMAC(stored: area[start..<(start + VaultHeader.copySize)], copy: copy, keys: keys, path: path)
+    }
+
+    /// Checks the MAC of one stored copy (a file's copy `copy`, or a row store's one copy).
+    static func verifyMAC(stored: ArraySlice<UInt8>, copy: Int = 0, keys: VaultKeys, path: String) throws {
+        let start = copy * VaultHeader.copySize
         let expected = try keys.headerMAC(stored: stored)
         guard constantTimeEqual(expected, Array(VaultHeader.storedMAC(of: stored))) else {
             throw CofferError(

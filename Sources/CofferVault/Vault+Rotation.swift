@@ -127,10 +127,11 @@ extension Vault {
         for index in kept {
             let slot = header.slots[index]
             if slot.kind == .recipient {
-                wrapped.append(
-                    try KeySlotCrypto.makeRecipientSlot(
-                        wrapping: master, recipient: try crypto { try X25519Recipient(publicKey: slot.recipientKey) },
-                        vaultID: header.vaultID))
+                var made = try KeySlotCrypto.makeRecipientSlot(
+                    wrapping: master, recipient: try crypto { try X25519Recipient(publicKey: slot.recipientKey) },
+                    vaultID: header.vaultID)
+                made.label = slot.label
+                wrapped.append(made)
             } else {
                 var made: KeySlot?
                 for opener in openers where made == nil {

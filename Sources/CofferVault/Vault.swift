@@ -248,14 +248,17 @@ public final class Vault: Sendable {
 
     /// One slot as ``info()`` lists it.
     static func slotInfo(_ slot: KeySlot) -> KeySlotInfo {
-        switch slot.kind {
-        case .passphrase:
-            KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
-        case .keyFile: KeySlotInfo(kind: "keyFile")
-        case .rawKey: KeySlotInfo(kind: "key")
-        case .recipient:
-            KeySlotInfo(kind: "recipient", recipient: (try? X25519Recipient(publicKey: slot.recipientKey))?.description)
-        }
+        var info =
+            switch slot.kind {
+            case .passphrase:
+                KeySlotInfo(kind: "passphrase", opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
+            case .keyFile: KeySlotInfo(kind: "keyFile")
+            case .rawKey: KeySlotInfo(kind: "key")
+            case .recipient:
+                KeySlotInfo(kind: "recipient", recipient: (try? X25519Recipient(publicKey: slot.recipientKey))?.description)
+            }
+        info.label = slot.label.isEmpty ? nil : slot.label
+        return info
     }
 
     /// Format, key slots and sizes. Nothing secret.

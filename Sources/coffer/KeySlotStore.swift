@@ -12,8 +12,8 @@ protocol KeySlotStore {
     /// Where the vault is, for messages: a path, or the server and vault (never a password).
     var location: String { get }
     func keySlots() throws -> [KeySlotInfo]
-    func addRecipient(_ recipient: X25519Recipient) throws -> Bool
-    func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters) throws
+    func addRecipient(_ recipient: X25519Recipient, label: String?) throws -> Bool
+    func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters, label: String?) throws
     func removeKeySlot(at index: Int) throws
     func removeRecipient(_ recipient: X25519Recipient) throws -> Int
     func rotate(removing slots: Set<Int>, removingRecipients: [X25519Recipient], keeping: [VaultUnlock]) throws

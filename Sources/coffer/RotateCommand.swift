@@ -84,7 +84,9 @@ struct RotateCommand: ParsableCommand {
             "rotated the key of \(vault.location): \(rotation.items) item\(rotation.items == 1 ? "" : "s") re-sealed, "
             + "\(rotation.keptSlots) slot\(rotation.keptSlots == 1 ? "" : "s") kept, \(rotation.removedSlots) removed\n"
         // What was revoked, to check against what was meant (slot numbers move when slots change).
-        for slot in rotation.removed { text += "  removed: \(slot.recipient.map { "recipient \($0)" } ?? slot.kind)\n" }
+        for slot in rotation.removed {
+            text += "  removed: \(slot.recipient.map { "recipient \($0)" } ?? slot.kind)\(slot.label.map { " (\($0))" } ?? "")\n"
+        }
         writeOut(text)
     }
 }

@@ -11,8 +11,8 @@ struct SlotCommand: ParsableCommand {
         discussion: """
             Each key slot wraps the vault's key for one way of opening it: a passphrase, a key \
             file, a raw key, or a recipient (the age1… string of an identity, from `coffer \
-            identity new` or age-keygen on the machine that will open the vault). A vault holds \
-            at most 8 slots. Changing slots rewrites only the header, crash-safely (on \
+            identity new` or age-keygen on the machine that will open the vault). A file vault \
+            holds at most 10 slots, a PostgreSQL vault 1,000. Changing slots rewrites only the header, crash-safely (on \
             PostgreSQL, in one transaction; every instance sees it at once). With --store, the \
             PostgreSQL vault's slots.
 
@@ -22,7 +22,7 @@ struct SlotCommand: ParsableCommand {
 
             Examples:
               coffer slot list
-              coffer slot add --recipient age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p
+              coffer slot add --recipient age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p --label web-1
               coffer slot add --passphrase
               coffer --identity ~/.config/coffer/identity get db.internal app
               coffer slot rm 1
@@ -44,20 +44,26 @@ struct SlotListCommand: ParsableCommand {
                 var slot: Int
                 var kind: String
                 var recipient: String?
+                var label: String?
                 var opsLimit: UInt64?
                 var memLimitBytes: UInt64?
             }
             writeOut(
                 try encodeJSON(
                     slots.enumerated().map {
-                        Row(slot: $0, kind: $1.kind, recipient: $1.recipient, opsLimit: $1.opsLimit, memLimitBytes: $1.memLimitBytes)
+                        Row(
+                            slot: $0, kind: $1.kind, recipient: $1.recipient, label: $1.label, opsLimit: $1.opsLimit,
+                            memLimitBytes: $1.memLimitBytes)
                     }))
             return
         }
         writeOut(
             formatTable(
                 slots.enumerated().map { index, slot in
-                    [String(index), slot.kind, slot.recipient ?? describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)]
+                    [
+                        String(index), slot.kind, slot.label ?? "",
+                        slot.recipient ?? describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes),
+                    ]
                 }))
     }
 }
@@ -70,7 +76,9 @@ struct SlotAddCommand: ParsableCommand {
             --recipient takes the age1… string of an identity; only that identity's file opens \
             the new slot, and nothing secret is exchanged. --passphrase reads the new passphrase \
             from --new-passphrase-file, else $COFFER_NEW_PASSPHRASE, else the terminal (asked \
-            twice). --new-key-file names an existing key file to add.
+            twice). --new-key-file names an existing key file to add. --label names the slot \
+            (a machine's host name, say) in `slot list`; it is stored in the vault's header, \
+            authenticated with it.
             """)
 
     @ParentCommand var root: CofferCommand
@@ -84,6 +92,10 @@ struct SlotAddCommand: ParsableCommand {
     var newKeyFile: String?
     @Option(help: "Argon2id cost of a passphrase slot: interactive, moderate or sensitive.")
     var kdf: KDFPreset = .moderate
+    @Option(
+        help: ArgumentHelp(
+            "What `slot list` shows for the slot: the machine's or person's name (up to 64 bytes).", valueName: "label"))
+    var label: String?
 
     func validate() throws {
         let chosen = [recipient != nil, passphrase, newKeyFile != nil].filter { $0 }.count
@@ -104,16 +116,16 @@ struct SlotAddCommand: ParsableCommand {
         }
         let vault = try root.global.openKeySlotStore()
         if let parsed {
-            if try vault.addRecipient(parsed) {
+            if try vault.addRecipient(parsed, label: label) {
                 writeOut("added a key slot for recipient \(parsed) to \(vault.location)\n")
             } else {
                 writeOut("recipient \(parsed) already has a key slot in \(vault.location); nothing changed\n")
             }
         } else if passphrase {
-            try vault.addKeySlot(.passphrase(try Input.newPassphrase(file: newPassphraseFile)), kdf: kdf.parameters)
+            try vault.addKeySlot(.passphrase(try Input.newPassphrase(file: newPassphraseFile)), kdf: kdf.parameters, label: label)
             writeOut("added a passphrase slot to \(vault.location)\n")
         } else if let newKeyFile {
-            try vault.addKeySlot(.keyFile(URL(fileURLWithPath: newKeyFile)), kdf: .moderate)  // no KDF for a key file
+            try vault.addKeySlot(.keyFile(URL(fileURLWithPath: newKeyFile)), kdf: .moderate, label: label)  // no KDF for a key file
             writeOut("added a key file slot to \(vault.location)\n")
         }
     }

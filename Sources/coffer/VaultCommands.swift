@@ -257,7 +257,8 @@ struct InfoCommand: ParsableCommand {
         for (index, slot) in info.keySlots.enumerated() {
             let kdf = describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
             let detail = slot.recipient ?? kdf
-            rows.append(["key slot \(index)", detail.isEmpty ? slot.kind : "\(slot.kind), \(detail)"])
+            let named = slot.label.map { " (\($0))" } ?? ""
+            rows.append(["key slot \(index)", (detail.isEmpty ? slot.kind : "\(slot.kind), \(detail)") + named])
         }
         rows.append(["items", "\(info.itemCount)"])
         rows.append(["records", "\(info.recordCount) (\(info.recordCount - info.itemCount) superseded or removed)"])

@@ -104,8 +104,13 @@ struct IdentityTests {
         for name in ["kept", "revoked"] {
             let made = try box.run(["identity", "new", "-o", box.path + "/\(name).identity"], vault: false, passphraseFile: false)
             recipients.append(made.out.trimmingCharacters(in: .newlines))
-            #expect(try box.run(["slot", "add", "--recipient", recipients.last!]).status == Exit.ok)
+            #expect(try box.run(["slot", "add", "--recipient", recipients.last!, "--label", "\(name)-host"]).status == Exit.ok)
         }
+        let listed = try box.run(["slot", "list"])
+        #expect(listed.out.contains("kept-host") && listed.out.contains("revoked-host"), "\(listed)")
+        #expect(try box.run(["info"]).out.contains("(revoked-host)"))
+        let control = try box.run(["slot", "add", "--passphrase", "--new-passphrase-file", box.newPassphraseFile, "--label", "a\u{07}b"])
+        #expect(control.status == Exit.usage && control.err.contains("control characters"), "\(control)")
         try box.write(String(repeating: "k", count: 40), to: box.path + "/backup.key")
         #expect(try box.run(["slot", "add", "--new-key-file", box.path + "/backup.key"]).status == Exit.ok)
         let vaultBefore = try Data(contentsOf: URL(fileURLWithPath: box.vault))
@@ -121,7 +126,7 @@ struct IdentityTests {
         // Keeping the key file, removing the revoked machine.
         let rotated = try box.run(["rotate", "--remove-slot", recipients[1], "--keep-key-file", box.path + "/backup.key"])
         #expect(rotated.status == Exit.ok && rotated.out.contains("1 item re-sealed, 3 slots kept, 1 removed"), "\(rotated)")
-        #expect(rotated.out.contains("removed: recipient \(recipients[1])"), "\(rotated)")
+        #expect(rotated.out.contains("removed: recipient \(recipients[1]) (revoked-host)"), "\(rotated)")
         let revoked = try box.run(["--identity", box.path + "/revoked.identity", "get", "db.internal", "app"], passphraseFile: false)
         #expect(revoked.status == Exit.wrongKey, "\(revoked)")
         for unlock in [["--identity", box.path + "/kept.identity"], ["--key-file", box.path + "/backup.key"]] {

@@ -90,6 +90,65 @@ struct VaultRotationTests {
         await #expect(throws: CofferError.self) { try await machine.set("x", service: "svc", account: "b") }
     }
 
+    @Test("A fleet of 300 machines: 300 labelled recipient slots, each opens; a rotation removes one and keeps every label")
+    func threeHundredSlots() async throws {
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vfleet")
+        let admin = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        try await admin.set("v", service: "svc", account: "a")
+        let machines = try (0..<300).map { _ in try X25519Identity.generate() }
+        for (index, machine) in machines.enumerated() {
+            #expect(try await admin.addRecipient(machine.recipient, label: "web-\(index)"))
+        }
+        let slots = try await admin.keySlots()
+        #expect(slots.count == 301)
+        #expect(slots[300].label == "web-299" && slots[300].recipient == machines[299].recipient.description)
+        for index in [0, 150, 299] {
+            let opened = try await PostgresVault.open(name: name, unlock: .identities([machines[index]]), configuration: configuration)
+            #expect(try await opened.string(service: "svc", account: "a") == "v")
+        }
+        let rotation = try await admin.rotate(removingRecipients: [machines[150].recipient])
+        #expect(rotation.keptSlots == 300 && rotation.removed.map(\.label) == ["web-150"])
+        let after = try await admin.keySlots()
+        #expect(after.compactMap(\.label) == (0..<300).filter { $0 != 150 }.map { "web-\($0)" })
+        await #expect(throws: CofferError.self) {
+            _ = try await PostgresVault.open(name: name, unlock: .identities([machines[150]]), configuration: configuration)
+        }
+        let kept = try await PostgresVault.open(name: name, unlock: .identities([machines[299]]), configuration: configuration)
+        #expect(try await kept.string(service: "svc", account: "a") == "v")
+    }
+
+    @Test("Slot changes racing each other and a rotation, from three instances: none is lost, and every added identity opens the vault")
+    func racingSlotChanges() async throws {
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("vrace")
+        let admin = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        try await admin.set("v", service: "svc", account: "a")
+        let others = try await [
+            PostgresVault.open(name: name, unlock: .key(testKey), configuration: configuration),
+            PostgresVault.open(name: name, unlock: .key(testKey), configuration: configuration),
+        ]
+        let machines = try (0..<20).map { _ in try X25519Identity.generate() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, vault) in others.enumerated() {
+                group.addTask {
+                    for machine in machines[(index * 10)..<(index * 10 + 10)] {
+                        try await vault.addRecipient(machine.recipient, label: "m")
+                    }
+                }
+            }
+            group.addTask {
+                for _ in 0..<3 { try await admin.rotate() }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await admin.keySlots().count == 21)
+        for machine in machines {
+            let opened = try await PostgresVault.open(name: name, unlock: .identities([machine]), configuration: configuration)
+            #expect(try await opened.string(service: "svc", account: "a") == "v")
+        }
+    }
+
     @Test("Slot changes on a PostgreSQL vault: passphrase added and removed, a slot without its secret refused for rotation")
     func slotChanges() async throws {
         let configuration = try sharedConfiguration()

@@ -98,9 +98,15 @@ struct RecipientSlotTests {
             Issue.record("a version 1 header with a recipient slot was accepted")
             return
         }
-        // Version 3: unsupported (a newer Coffer's), never damaged.
-        guard case .unsupported(3) = VaultHeader.parse(copy: resealed { $0[4] = 3 }[...]) else {
-            Issue.record("version 3 was not reported as unsupported")
+        // Version 4: unsupported (a newer Coffer's), never damaged.
+        guard case .unsupported(4) = VaultHeader.parse(copy: resealed { $0[4] = 4 }[...]) else {
+            Issue.record("version 4 was not reported as unsupported")
+            return
+        }
+        // Version 3 on a header laid out as version 2 (its zero slot places read as labels):
+        // damaged, since it needs no version 3.
+        guard case .damaged = VaultHeader.parse(copy: resealed { $0[4] = 3 }[...]) else {
+            Issue.record("a version 3 header that needs no version 3 was accepted")
             return
         }
         // A byte set in the recipient slot's zero tail.
@@ -159,14 +165,16 @@ struct RecipientSlotTests {
         expectError(.invalidArgument) { try only.removeRecipient(machine.recipient) }
     }
 
-    @Test("Eight slots at most: the ninth is refused and nothing changes")
+    @Test("Ten slots at most in a file: the eleventh is refused and nothing changes")
     func slotLimit() throws {
         let dir = try Scratch("recipient-limit")
         let url = dir.url("v")
         let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
-        for _ in 0..<7 { try vault.addRecipient(try X25519Identity.generate().recipient) }
+        for _ in 0..<9 { try vault.addRecipient(try X25519Identity.generate().recipient) }
+        let before = try Data(contentsOf: url)
         expectError(.invalidArgument) { try vault.addRecipient(try X25519Identity.generate().recipient) }
-        #expect(try vault.info().keySlots.count == 8)
+        #expect(try vault.info().keySlots.count == 10)
+        #expect(try Data(contentsOf: url) == before)
     }
 
     /// `Vectors/recipient_slot.json`, computed by `Vectors/recipient_slot.py` from docs/FORMAT.md

@@ -164,6 +164,29 @@ struct RotationTests {
         expectError(.wrongKey) { _ = try vault.string(service: "svc", account: "a") }
     }
 
+    @Test("Slot changes from two instances racing a rotation from a third: none is lost, every added identity opens")
+    func racingSlotChanges() async throws {
+        let dir = try Scratch("rotate-race")
+        let url = dir.url("v")
+        let admin = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        try admin.set("v", service: "svc", account: "a")
+        let others = try (0..<2).map { _ in try Vault.open(at: url, unlock: .passphrase("pw")) }
+        let machines = try (0..<8).map { _ in try X25519Identity.generate() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, vault) in others.enumerated() {
+                group.addTask {
+                    for machine in machines[(index * 4)..<(index * 4 + 4)] { try vault.addRecipient(machine.recipient, label: "m") }
+                }
+            }
+            group.addTask { for _ in 0..<3 { try admin.rotate() } }
+            try await group.waitForAll()
+        }
+        #expect(try admin.info().keySlots.count == 9)
+        for machine in machines {
+            #expect(try Vault.open(at: url, unlock: .identities([machine])).string(service: "svc", account: "a") == "v")
+        }
+    }
+
     @Test("Two rotations in a row, each by another instance: every instance with a slot keeps up")
     func rotationsByTurns() throws {
         let dir = try Scratch("rotate-turns")

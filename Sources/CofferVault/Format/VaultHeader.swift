@@ -4,31 +4,47 @@ import CofferJournal
 /// The vault's header, as bytes (docs/FORMAT.md, "Vault header"). Pure: no crypto, no I/O.
 ///
 /// The journal reserves a 4,096-byte header area; it holds two copies of the header, 2,048
-/// bytes each. A change writes the copy that is not current, fsyncs, then the other: a crash
+/// bytes each (a row store keeps one copy, as long as its slots need: ``rowBytes()``). A change writes the copy that is not current, fsyncs, then the other: a crash
 /// at any moment leaves at least one intact copy, the old or the new.
 package struct VaultHeader: Equatable {
     static let copySize = 2048
     static let areaSize = 2 * copySize
     static let magic: [UInt8] = Array("CFVH".utf8)
-    /// The newest version this Coffer reads and writes. A header is written as version 1 unless
-    /// it holds a recipient slot (kind 4), which version 2 adds: a vault without one still opens
-    /// in a Coffer that knows version 1 only, and one with one is "unsupported" there, never
-    /// "damaged".
-    static let formatVersion: UInt16 = 2
-    static let maximumSlots = 8
+    /// The newest version this Coffer reads and writes. A header is written as the oldest
+    /// version that can hold it: 1, or 2 when it holds a recipient slot (kind 4), or 3 when a
+    /// slot has a label or there are more than 8 slots. A vault that needs nothing newer still
+    /// opens in an older Coffer, and one that does is "unsupported" there, never "damaged".
+    static let formatVersion: UInt16 = 3
+    /// Versions 1 and 2: eight slot places, the MAC at 1,072.
+    static let maximumClassicSlots = 8
+    /// Version 3 in a file (the 2,048-byte copy): 48 + 192 n + 32 ≤ 2,044.
+    static let maximumFileSlots = 10
+    /// Version 3 in a row store (PostgreSQL), whose copy is as long as its slots need.
+    static let maximumRowSlots = 1000
     static let slotsOffset = 48
-    static let macOffset = slotsOffset + maximumSlots * KeySlot.size  // 1072
+    static let macOffset = slotsOffset + maximumClassicSlots * KeySlot.size  // 1072, versions 1 and 2
     static let macLength = 32
     static let crcOffset = copySize - 4
+    /// Version 3: each slot's label, UTF-8, zero-padded, after the slots.
+    static let labelSize = 64
 
     var sequence: UInt64
     var vaultID: [UInt8]  // 16 bytes
     var epoch: [UInt8]  // 16 bytes, new at each compaction
     var slots: [KeySlot]
-    var mac: [UInt8]  // BLAKE2b-256 keyed with the header subkey over bytes [0, macOffset)
+    var mac: [UInt8]  // BLAKE2b-256 keyed with the header subkey over the authenticated bytes
 
-    /// The version this header is written as: 2 when it holds a recipient slot, else 1.
-    var version: UInt16 { slots.contains { $0.kind == .recipient } ? 2 : 1 }
+    /// The version this header is written as (see ``formatVersion``).
+    var version: UInt16 {
+        if slots.count > Self.maximumClassicSlots || slots.contains(where: { !$0.label.isEmpty }) { return 3 }
+        return slots.contains { $0.kind == .recipient } ? 2 : 1
+    }
+
+    /// Where the MAC lies in a copy of `version` with `count` slots: 1,072 for versions 1 and 2,
+    /// 48 + 192 × count for version 3 (slots, then labels).
+    static func macOffset(version: UInt16, count: Int) -> Int {
+        version >= 3 ? slotsOffset + count * (KeySlot.size + labelSize) : macOffset
+    }
 
     /// The bytes the MAC covers, as this header encodes them (for a new MAC). A header read
     /// from a file is verified over its bytes as stored (``storedAuthenticatedBytes(of:)``);
@@ -41,11 +57,18 @@ package struct VaultHeader: Equatable {
         bytes += vaultID
         bytes += epoch
         for slot in slots { bytes += slot.bytes() }
-        bytes += [UInt8](repeating: 0, count: Self.macOffset - bytes.count)
+        if version >= 3 {
+            for slot in slots {
+                let label = Array(slot.label.utf8)
+                bytes += label + [UInt8](repeating: 0, count: Self.labelSize - label.count)
+            }
+        } else {
+            bytes += [UInt8](repeating: 0, count: Self.macOffset - bytes.count)
+        }
         return bytes
     }
 
-    /// One 2,048-byte copy.
+    /// One 2,048-byte copy, as a file holds it. Version 3 fits at most ``maximumFileSlots``.
     func copyBytes() -> [UInt8] {
         var bytes = authenticatedBytes()
         bytes += mac
@@ -54,14 +77,35 @@ package struct VaultHeader: Equatable {
         return bytes
     }
 
-    /// The bytes of one stored copy that the MAC covers, `[0, macOffset)`, exactly as stored.
+    /// The copy a row store keeps: a file's 2,048 bytes for versions 1 and 2 (so older Coffers
+    /// read it), and for version 3 exactly as long as its slots need (no padding): MAC, then
+    /// the CRC of everything before it.
+    func rowBytes() -> [UInt8] {
+        guard version >= 3 else { return copyBytes() }
+        var bytes = authenticatedBytes()
+        bytes += mac
+        appendLE(CRC32C.checksum(bytes), to: &bytes)
+        return bytes
+    }
+
+    /// The end of the authenticated bytes of a stored copy, from its own version and slot count
+    /// (call on a copy ``parse(copy:)`` accepted).
+    private static func storedMACOffset(of copy: ArraySlice<UInt8>) -> Int {
+        let b = copy.startIndex
+        let version = UInt16(copy[b + 4]) | UInt16(copy[b + 5]) << 8
+        let count = Int(UInt16(copy[b + 6]) | UInt16(copy[b + 7]) << 8)
+        return macOffset(version: version, count: count)
+    }
+
+    /// The bytes of one stored copy that the MAC covers, `[0, MAC offset)`, exactly as stored.
     static func storedAuthenticatedBytes(of copy: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        copy[copy.startIndex..<(copy.startIndex + macOffset)]
+        copy[copy.startIndex..<(copy.startIndex + storedMACOffset(of: copy))]
     }
 
     /// The MAC field of one stored copy.
     static func storedMAC(of copy: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        copy[(copy.startIndex + macOffset)..<(copy.startIndex + macOffset + macLength)]
+        let offset = copy.startIndex + storedMACOffset(of: copy)
+        return copy[offset..<(offset + macLength)]
     }
 
     /// The whole header area: both copies identical (used when a file is created or rewritten).
@@ -73,46 +117,73 @@ package struct VaultHeader: Equatable {
         case damaged(String)
     }
 
-    /// Parses one copy. A bad checksum or layout is damage; a known-good checksum with a newer
-    /// version is "unsupported".
+    /// Parses one copy: a file's 2,048 bytes (any version), or a row store's version-3 copy of
+    /// `84 + 192 n` bytes. A bad checksum or layout is damage; a known-good checksum with a
+    /// newer version is "unsupported".
     package static func parse(copy bytes: ArraySlice<UInt8>) -> ParseResult {
         let b = Array(bytes)
-        guard b.count == copySize else { return .damaged("wrong size") }
-        guard CRC32C.checksum(Array(b[0..<crcOffset])) == readLE32(b, crcOffset) else {
+        let padded = b.count == copySize
+        let crcAt: Int
+        if padded {
+            crcAt = crcOffset
+        } else {
+            // A row store's unpadded copy: its length follows from its slot count.
+            guard b.count >= slotsOffset + macLength + 4 else { return .damaged("wrong size") }
+            let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
+            guard b.count == macOffset(version: 3, count: count) + macLength + 4 else { return .damaged("wrong size") }
+            crcAt = b.count - 4
+        }
+        guard CRC32C.checksum(Array(b[0..<crcAt])) == readLE32(b, crcAt) else {
             return .damaged("checksum mismatch")
         }
         guard Array(b[0..<4]) == magic else { return .damaged("wrong magic bytes") }
         let version = UInt16(b[4]) | UInt16(b[5]) << 8
         guard (1...formatVersion).contains(version) else { return .unsupported(version) }
+        guard padded || version >= 3 else { return .damaged("wrong size") }
         let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
-        guard (1...maximumSlots).contains(count) else { return .damaged("slot count \(count) out of range") }
+        let limit = version < 3 ? maximumClassicSlots : padded ? maximumFileSlots : maximumRowSlots
+        guard (1...limit).contains(count) else { return .damaged("slot count \(count) out of range") }
         var slots: [KeySlot] = []
         for i in 0..<count {
             let start = slotsOffset + i * KeySlot.size
-            guard let slot = KeySlot.parse(b[start..<(start + KeySlot.size)]) else {
+            guard var slot = KeySlot.parse(b[start..<(start + KeySlot.size)]) else {
                 return .damaged("key slot \(i) is malformed")
+            }
+            if version >= 3 {
+                let field = slotsOffset + count * KeySlot.size + i * labelSize
+                let raw = b[field..<(field + labelSize)]
+                let length = raw.firstIndex(of: 0).map { $0 - field } ?? labelSize
+                guard raw.dropFirst(length).allSatisfy({ $0 == 0 }),
+                    let label = String(validating: raw.prefix(length), as: UTF8.self)
+                else { return .damaged("the label of key slot \(i) is malformed") }
+                slot.label = label
             }
             slots.append(slot)
         }
+        let mac = macOffset(version: version, count: count)
         // Every byte Coffer writes as zero must be zero: the unused slots and the padding after
         // the MAC. They are authenticated anyway (the MAC covers the copy as stored, unused
         // slots included), but a copy that differs from its own re-encoding is not one Coffer
         // wrote, and refusing it here keeps "the bytes as stored" and "the header as parsed" one
         // and the same thing for every reader.
-        guard b[(slotsOffset + count * KeySlot.size)..<macOffset].allSatisfy({ $0 == 0 }) else {
-            return .damaged("an unused key slot is not zero")
+        if version < 3 {
+            guard b[(slotsOffset + count * KeySlot.size)..<mac].allSatisfy({ $0 == 0 }) else {
+                return .damaged("an unused key slot is not zero")
+            }
         }
+        let header = VaultHeader(
+            sequence: readLE64(b, 8), vaultID: Array(b[16..<32]), epoch: Array(b[32..<48]), slots: slots,
+            mac: Array(b[mac..<(mac + macLength)]))
         // The version is the one its slots call for, so a header is its own re-encoding.
-        guard version == (slots.contains { $0.kind == .recipient } ? 2 : 1) else {
-            return .damaged("version \(version) does not match its key slots (version 2 is for a recipient slot)")
+        guard version == header.version else {
+            return .damaged(
+                "version \(version) does not match its key slots (version 2 is for a recipient slot, 3 for labels or "
+                    + "more than 8 slots)")
         }
-        guard b[(macOffset + macLength)..<crcOffset].allSatisfy({ $0 == 0 }) else {
+        guard b[(mac + macLength)..<crcAt].allSatisfy({ $0 == 0 }) else {
             return .damaged("the reserved bytes after the MAC are not zero")
         }
-        return .header(
-            VaultHeader(
-                sequence: readLE64(b, 8), vaultID: Array(b[16..<32]), epoch: Array(b[32..<48]), slots: slots,
-                mac: Array(b[macOffset..<(macOffset + macLength)])))
+        return .header(header)
     }
 }
 
@@ -151,6 +222,9 @@ package struct KeySlot: Equatable {
     var ephemeralKey: [UInt8] = []
     /// Kind 4: the recipient's X25519 public key (32 bytes).
     var recipientKey: [UInt8] = []
+    /// What the operator calls this slot (a machine's name): in the header's label table
+    /// (version 3), authenticated with it, never in the slot's 128 bytes. Empty: none.
+    var label = ""
 
     /// Bytes 0..<40 (kind, then parameters and salt, or the ephemeral key): bound into the
     /// wrapping's associated data.

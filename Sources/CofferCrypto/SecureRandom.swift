@@ -15,6 +15,13 @@ public enum SecureRandom {
         }
     }
 
+    /// A uniformly distributed integer in `0..<upperBound` (libsodium's `randombytes_uniform`,
+    /// which rejects and redraws rather than reducing modulo: no bias). 0 when `upperBound < 2`.
+    public static func uniform(below upperBound: UInt32) -> UInt32 {
+        Sodium.initializeForNonThrowingAPI()
+        return randombytes_uniform(upperBound)
+    }
+
     /// Overwrites every byte of `buffer` with random bytes.
     public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let start = buffer.baseAddress, buffer.count > 0 else {

@@ -92,6 +92,12 @@ enum FuzzTarget: String, CaseIterable {
         copy += [UInt8](repeating: 0, count: 2048 - copy.count)
         if flags & 1 != 0 { put32(CRC32C.checksum(Array(copy[0..<2044])), into: &copy, at: 2044) }
         _ = VaultHeader.parse(copy: copy[...])
+        // The input as a row store's copy (any length; flag bit 1: its last 4 bytes made its CRC).
+        var row = rest
+        if flags & 2 != 0, row.count >= 4 {
+            put32(CRC32C.checksum(Array(row[0..<(row.count - 4)])), into: &row, at: row.count - 4)
+        }
+        _ = VaultHeader.parse(copy: row[...], inRow: true)
         // A slot on its own, from the start of the slot area.
         _ = KeySlot.parse(copy[48..<176])
         // The record body: the bytes after the header copy, or the whole input when it is short.

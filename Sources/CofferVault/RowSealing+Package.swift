@@ -74,7 +74,7 @@ package final class RowSealing: Sendable {
     }
 
     private static func parseHeader(_ bytes: [UInt8], name: String) throws -> VaultHeader {
-        switch VaultHeader.parse(copy: bytes[...]) {
+        switch VaultHeader.parse(copy: bytes[...], inRow: true) {
         case .header(let parsed): return parsed
         case .unsupported(let version):
             throw CofferError(.unsupportedVersion, "the vault header has format version \(version)", path: name)
@@ -87,7 +87,8 @@ package final class RowSealing: Sendable {
     /// The key slots, as ``Vault/info()`` lists them.
     package var keySlots: [KeySlotInfo] { header.slots.map(Vault.slotInfo) }
 
-    /// The header version this header is written as (1, or 2 with a recipient slot).
+    /// The header version this header is written as (1; 2 with a recipient slot; 3 with a label
+    /// or more than 8 slots).
     package var formatVersion: Int { Int(header.version) }
 
     /// The keys of `bytes`, the vault's header as the database holds it now: `self` (with that

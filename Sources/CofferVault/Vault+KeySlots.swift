@@ -77,8 +77,9 @@ extension Vault {
             throw CofferError(
                 .invalidArgument, "a key slot label is at most \(maximumLabelLength) bytes of UTF-8 (this one is \(label.utf8.count))")
         }
-        guard !label.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || (0x80..<0xA0).contains($0.value) }) else {
-            throw CofferError(.invalidArgument, "a key slot label must not hold control characters")
+        guard VaultHeader.isPrintableLabel(label) else {
+            throw CofferError(
+                .invalidArgument, "a key slot label must not hold control characters (nor format or line-separator characters)")
         }
     }
 
@@ -113,6 +114,13 @@ extension Vault {
         // or a recipient added before): two slots for one identity would only confuse removal.
         var seen = Set(header.slots.filter { $0.kind == .recipient }.map(\.recipientKey))
         let slots = slots.filter { $0.kind != .recipient || seen.insert($0.recipientKey).inserted }
+        let passphrases = (header.slots + slots).filter { $0.kind == .passphrase }.count
+        guard passphrases <= VaultHeader.maximumPassphraseSlots else {
+            throw CofferError(
+                .invalidArgument,
+                "a vault holds at most \(VaultHeader.maximumPassphraseSlots) passphrase slots (each is an Argon2id run "
+                    + "when a passphrase is tried); use recipient or key-file slots for more")
+        }
         guard header.slots.count + slots.count <= limit else {
             throw CofferError(
                 .invalidArgument,

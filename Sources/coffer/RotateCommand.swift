@@ -85,7 +85,7 @@ struct RotateCommand: ParsableCommand {
             + "\(rotation.keptSlots) slot\(rotation.keptSlots == 1 ? "" : "s") kept, \(rotation.removedSlots) removed\n"
         // What was revoked, to check against what was meant (slot numbers move when slots change).
         for slot in rotation.removed {
-            text += "  removed: \(slot.recipient.map { "recipient \($0)" } ?? slot.kind)\(slot.label.map { " (\($0))" } ?? "")\n"
+            text += "  removed: \(slot.recipient.map { "recipient \($0)" } ?? slot.kind)\(slot.label.map { " (\(escapedName($0)))" } ?? "")\n"
         }
         writeOut(text)
     }

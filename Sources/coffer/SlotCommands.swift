@@ -61,7 +61,7 @@ struct SlotListCommand: ParsableCommand {
             formatTable(
                 slots.enumerated().map { index, slot in
                     [
-                        String(index), slot.kind, slot.label ?? "",
+                        String(index), slot.kind, slot.label.map(escapedName) ?? "",
                         slot.recipient ?? describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes),
                     ]
                 }))

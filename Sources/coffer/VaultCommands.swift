@@ -257,7 +257,7 @@ struct InfoCommand: ParsableCommand {
         for (index, slot) in info.keySlots.enumerated() {
             let kdf = describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
             let detail = slot.recipient ?? kdf
-            let named = slot.label.map { " (\($0))" } ?? ""
+            let named = slot.label.map { " (\(escapedName($0)))" } ?? ""
             rows.append(["key slot \(index)", (detail.isEmpty ? slot.kind : "\(slot.kind), \(detail)") + named])
         }
         rows.append(["items", "\(info.itemCount)"])

@@ -63,11 +63,23 @@ struct SlotLabelTests {
         let after = try Data(contentsOf: url)
         expectError(.invalidArgument) { try vault.addRecipient(identities[8].recipient, label: String(repeating: "x", count: 65)) }
         expectError(.invalidArgument) { try vault.addRecipient(identities[8].recipient, label: "evil\u{1B}[2J") }
+        expectError(.invalidArgument) { try vault.addRecipient(identities[8].recipient, label: "web\u{202E}1") }
         #expect(try Data(contentsOf: url) == after)
         #expect(before != after)
         // 64 bytes of UTF-8 exactly is fine.
         try vault.addRecipient(identities[8].recipient, label: String(repeating: "é", count: 32))
         #expect(try vault.info().keySlots[9].label == String(repeating: "é", count: 32))
+    }
+
+    @Test("At most 8 passphrase slots: each is an Argon2id run before the MAC can be checked")
+    func passphraseSlotLimit() throws {
+        let dir = try Scratch("labels-argon")
+        let vault = try Vault.create(at: dir.url("v"), unlock: .passphrase("p0"), kdf: fastKDF)
+        for i in 1..<8 { try vault.addKeySlot(.passphrase("p\(i)"), kdf: fastKDF) }
+        let refused = expectError(.invalidArgument) { try vault.addKeySlot(.passphrase("p8"), kdf: fastKDF) }
+        #expect("\(refused.map { String(describing: $0) } ?? "")".contains("8 passphrase slots"))
+        try vault.addRecipient(try X25519Identity.generate().recipient)  // other kinds still fit
+        #expect(try vault.info().keySlots.count == 9)
     }
 
     @Test("A label changed in the file fails the header MAC; a version-3 header that needs no version 3 is damaged")
@@ -119,15 +131,44 @@ struct SlotLabelTests {
         #expect(header.version == 3)
         let row = header.rowBytes()
         #expect(row.count == 48 + 192 * 300 + 36)
-        guard case .header(let parsed) = VaultHeader.parse(copy: row[...]) else {
+        guard case .header(let parsed) = VaultHeader.parse(copy: row[...], inRow: true) else {
             Issue.record("the row copy did not parse")
             return
         }
         #expect(parsed == header)
         #expect(Array(VaultHeader.storedMAC(of: row[...])) == header.mac)
         // Truncated, or one byte longer: damaged, never misread.
-        if case .header = VaultHeader.parse(copy: row.dropLast()) { Issue.record("a truncated row copy parsed") }
-        if case .header = VaultHeader.parse(copy: (row + [0])[...]) { Issue.record("a longer row copy parsed") }
+        if case .header = VaultHeader.parse(copy: row.dropLast(), inRow: true) { Issue.record("a truncated row copy parsed") }
+        if case .header = VaultHeader.parse(copy: (row + [0])[...], inRow: true) { Issue.record("a longer row copy parsed") }
+        // In a row, version 3 is never padded: the same header padded to 2,048 bytes is damaged there.
+        var small = header
+        small.slots = Array(slots.prefix(3))
+        if case .header = VaultHeader.parse(copy: small.copyBytes()[...], inRow: true) { Issue.record("a padded v3 row copy parsed") }
+        if case .header = VaultHeader.parse(copy: small.rowBytes()[...], inRow: false) { Issue.record("an unpadded copy parsed as a file's") }
+        // A newer version of another length is unsupported, never damaged (its CRC is its last 4 bytes).
+        var newer = small.rowBytes() + [0, 0, 0, 0, 0, 0, 0, 0]
+        newer[4] = 4
+        newer.replaceSubrange((newer.count - 4)..<newer.count, with: withUnsafeBytes(of: CRC32C.checksum(Array(newer.dropLast(4))).littleEndian) { Array($0) })
+        guard case .unsupported(4) = VaultHeader.parse(copy: newer[...], inRow: true) else {
+            Issue.record("a version 4 row copy was not unsupported")
+            return
+        }
+        // More than 8 passphrase slots (an Argon2id run each before the MAC can be checked): damaged.
+        var argon = small
+        argon.slots = (0..<9).map { _ in
+            KeySlot(
+                kind: .passphrase, opsLimit: 1, memLimitBytes: 8192, salt: SecureRandom.bytes(count: 16),
+                nonce: SecureRandom.bytes(count: 24), wrappedKey: [UInt8](repeating: 1, count: 48), label: "p")
+        }
+        guard case .damaged(let why) = VaultHeader.parse(copy: argon.rowBytes()[...], inRow: true) else {
+            Issue.record("9 passphrase slots parsed")
+            return
+        }
+        #expect(why.contains("passphrase slots"))
+        // A label with a bidirectional override (or any control) is damaged when read.
+        var bidi = small
+        bidi.slots[1].label = "web\u{202E}1"
+        if case .header = VaultHeader.parse(copy: bidi.rowBytes()[...], inRow: true) { Issue.record("a bidi label parsed") }
         // Beyond 1,000 slots a row copy is damaged; a header of 8 slots without labels stays version 2.
         header.slots = Array(slots.prefix(8)).map { var s = $0; s.label = ""; return s }
         #expect(header.version == 2)

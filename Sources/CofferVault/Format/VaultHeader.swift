@@ -88,6 +88,17 @@ package struct VaultHeader: Equatable {
         return bytes
     }
 
+    /// Whether `label` holds no control, format (bidirectional overrides among them), line or
+    /// paragraph separator character: what a terminal would act on rather than show.
+    static func isPrintableLabel(_ label: String) -> Bool {
+        !label.unicodeScalars.contains {
+            switch $0.properties.generalCategory {
+            case .control, .format, .lineSeparator, .paragraphSeparator: true
+            default: false
+            }
+        }
+    }
+
     /// The end of the authenticated bytes of a stored copy, from its own version and slot count
     /// (call on a copy ``parse(copy:)`` accepted).
     private static func storedMACOffset(of copy: ArraySlice<UInt8>) -> Int {
@@ -117,30 +128,32 @@ package struct VaultHeader: Equatable {
         case damaged(String)
     }
 
-    /// Parses one copy: a file's 2,048 bytes (any version), or a row store's version-3 copy of
-    /// `84 + 192 n` bytes. A bad checksum or layout is damage; a known-good checksum with a
-    /// newer version is "unsupported".
-    package static func parse(copy bytes: ArraySlice<UInt8>) -> ParseResult {
+    /// The most passphrase slots (kind 1) a header may hold: each is an Argon2id run when a
+    /// passphrase is tried, and the MAC can only be checked after a slot opened, so a header
+    /// written by someone without the key must not be able to ask for more.
+    static let maximumPassphraseSlots = 8
+
+    /// Parses one copy: a file's 2,048 bytes (any version), or, `inRow`, what a row store keeps
+    /// (``rowBytes()``: 2,048 bytes for versions 1 and 2, `84 + 192 n` for version 3). A bad
+    /// checksum or layout is damage; a known-good checksum with a newer version is "unsupported".
+    package static func parse(copy bytes: ArraySlice<UInt8>, inRow: Bool = false) -> ParseResult {
         let b = Array(bytes)
         let padded = b.count == copySize
-        let crcAt: Int
-        if padded {
-            crcAt = crcOffset
-        } else {
-            // A row store's unpadded copy: its length follows from its slot count.
-            guard b.count >= slotsOffset + macLength + 4 else { return .damaged("wrong size") }
-            let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
-            guard b.count == macOffset(version: 3, count: count) + macLength + 4 else { return .damaged("wrong size") }
-            crcAt = b.count - 4
-        }
+        // The CRC is the last 4 bytes of an unpadded copy whatever its version, so a newer
+        // version of another length is "unsupported", never "damaged".
+        guard padded || (inRow && b.count >= slotsOffset + macLength + 4) else { return .damaged("wrong size") }
+        let crcAt = padded ? crcOffset : b.count - 4
         guard CRC32C.checksum(Array(b[0..<crcAt])) == readLE32(b, crcAt) else {
             return .damaged("checksum mismatch")
         }
         guard Array(b[0..<4]) == magic else { return .damaged("wrong magic bytes") }
         let version = UInt16(b[4]) | UInt16(b[5]) << 8
         guard (1...formatVersion).contains(version) else { return .unsupported(version) }
-        guard padded || version >= 3 else { return .damaged("wrong size") }
         let count = Int(UInt16(b[6]) | UInt16(b[7]) << 8)
+        // One encoding per header: in a row, version 3 unpadded and exactly as long as its slots
+        // need, versions 1 and 2 in 2,048 bytes.
+        if inRow, (version >= 3) == padded { return .damaged("wrong size for version \(version)") }
+        if !padded, b.count != macOffset(version: 3, count: count) + macLength + 4 { return .damaged("wrong size") }
         let limit = version < 3 ? maximumClassicSlots : padded ? maximumFileSlots : maximumRowSlots
         guard (1...limit).contains(count) else { return .damaged("slot count \(count) out of range") }
         var slots: [KeySlot] = []
@@ -154,11 +167,15 @@ package struct VaultHeader: Equatable {
                 let raw = b[field..<(field + labelSize)]
                 let length = raw.firstIndex(of: 0).map { $0 - field } ?? labelSize
                 guard raw.dropFirst(length).allSatisfy({ $0 == 0 }),
-                    let label = String(validating: raw.prefix(length), as: UTF8.self)
+                    let label = String(validating: raw.prefix(length), as: UTF8.self),
+                    isPrintableLabel(label)
                 else { return .damaged("the label of key slot \(i) is malformed") }
                 slot.label = label
             }
             slots.append(slot)
+        }
+        guard slots.filter({ $0.kind == .passphrase }).count <= maximumPassphraseSlots else {
+            return .damaged("more than \(maximumPassphraseSlots) passphrase slots")
         }
         let mac = macOffset(version: version, count: count)
         // Every byte Coffer writes as zero must be zero: the unused slots and the padding after

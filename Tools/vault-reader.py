@@ -9,7 +9,7 @@ Vectors/vault/, the document suffices to read the format. §1/§2 refer to docs/
 
 Needs Python 3.11 and PyNaCl (libsodium); exits 77 if PyNaCl is missing.
 """
-import argparse, hashlib, hmac, json, os, struct, sys
+import argparse, hashlib, hmac, json, os, struct, sys, unicodedata
 
 try:
     import nacl.bindings as sodium
@@ -164,6 +164,8 @@ def parse_header(copy: bytes):
         if slot is None:
             return None
         slots.append(slot)
+    if sum(1 for sl in slots if sl["kind"] == 1) > 8:
+        return None                                  # at most 8 passphrase slots (any version)
     if version == 3:
         for i in range(n):
             field = copy[48 + 128 * n + 64 * i:48 + 128 * n + 64 * (i + 1)]
@@ -174,6 +176,8 @@ def parse_header(copy: bytes):
                 slots[i]["label"] = label.decode("utf-8")
             except UnicodeDecodeError:
                 return None
+            if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in slots[i]["label"]):
+                return None                          # no control, format or separator character
         wanted = 3 if n > 8 or any(sl["label"] for sl in slots) else None
     elif any(copy[48 + 128 * n:1072]):               # slots n…7 are zero
         return None

@@ -23,7 +23,15 @@ struct DefaultContextTests {
         var helper = builtProduct(named: "CofferTestHelper")
         if let executableName {
             let copy = directory.appendingPathComponent(executableName)
-            try FileManager.default.copyItem(at: helper, to: copy)
+            // Written through a descriptor that no child inherits past its exec (O_CLOEXEC):
+            // a copy another test's spawn inherited open for writing made exec fail with
+            // ETXTBSY ("Text file busy") in CI. The spawn below also waits that out.
+            let bytes = try Data(contentsOf: helper)
+            let fd = open(copy.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
+            guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+            guard written == bytes.count else { throw POSIXError(.EIO) }
             helper = copy
         }
         var environment = ProcessInfo.processInfo.environment
@@ -32,11 +40,28 @@ struct DefaultContextTests {
         for key in ["XCTestConfigurationFilePath", "XCTestBundlePath", "XCTestSessionIdentifier"] {
             environment[key] = nil
         }
-        let run = try HelperChild.run(
-            ["default-context"] + (appName.map { [$0] } ?? []), executable: helper, environment: environment,
-            inheritsEnvironment: false, standardError: .capture)
+        var attempt = 0
+        let run: HelperChild.Finished
+        while true {
+            do {
+                run = try HelperChild.run(
+                    ["default-context"] + (appName.map { [$0] } ?? []), executable: helper, environment: environment,
+                    inheritsEnvironment: false, standardError: .capture)
+                break
+            } catch let error as NSError where attempt < 100 && Self.isTextFileBusy(error) {
+                // Another test's child, forked while the copy was open, still holds it: wait.
+                attempt += 1
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+        }
         let lines = { (text: String) in text.split(separator: "\n").map(String.init) }
         return Run(status: run.status, output: lines(run.output), errors: lines(run.errors))
+    }
+
+    /// Whether spawning failed because the executable is open for writing somewhere (ETXTBSY).
+    static func isTextFileBusy(_ error: NSError) -> Bool {
+        guard let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError else { return false }
+        return underlying.domain == NSPOSIXErrorDomain && underlying.code == Int(ETXTBSY)
     }
 
     func withDirectory<R>(_ body: (URL) throws -> R) throws -> R {

@@ -79,15 +79,7 @@ extension PostgresVault {
 
     /// The header copy as the database holds it now.
     func readHeader() async throws -> [UInt8] {
-        var binds = PostgresBindings()
-        binds.append(name)
-        let link = link
-        let found = try await link.withConnection(idempotent: true) { [binds] connection -> Data? in
-            try await link.run("SELECT header FROM \(link.tables.vaults) WHERE name = $1", binds, on: connection)
-                .first?.cells[0].decode(Data.self)
-        }
-        guard let found else { throw CofferError(.notFound, "the vault was removed from the database", path: name) }
-        return [UInt8](found)
+        try await link.withConnection(idempotent: true) { connection in try await self.readHeader(on: connection) }
     }
 
     // MARK: - Key slots
@@ -301,6 +293,7 @@ extension PostgresVault {
         }
     }
 
+    /// The header copy, on `connection` (inside a transaction: as that transaction sees it).
     private func readHeader(on connection: PostgresConnection) async throws -> [UInt8] {
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))

@@ -193,13 +193,8 @@ extension Vault {
         if case .identities(let identities) = material {
             // The slot names its recipient: each identity tries only its own slots (one X25519
             // each), whatever the number of slots.
-            for index in candidates {
-                for identity in identities where identity.recipient.publicKey == header.slots[index].recipientKey {
-                    if let key = try KeySlotCrypto.unwrapRecipient(header.slots[index], identity: identity, vaultID: header.vaultID) {
-                        return (key, index, .identities(identities))
-                    }
-                }
-            }
+            let opener = SlotOpener.identities(identities)
+            if let (key, index) = try opener.unwrap(header) { return (key, index, opener) }
             let hint = candidates.isEmpty ? " (it has no recipient key slot)" : " (no key slot for its recipient opens)"
             throw CofferError(.wrongKey, "the identity does not open this vault" + hint, path: path)
         }

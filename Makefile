@@ -7,7 +7,7 @@ TEST_FLAGS   ?=
 # `make test-tsan` builds the core alone, which also proves the core needs none of them.
 TRAITS       ?= --enable-all-traits
 
-.PHONY: all deps postgres-deps build test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps build install test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
@@ -21,6 +21,14 @@ postgres-deps:
 
 build: deps
 	$(SWIFT) build $(STRICT)
+
+## `make install PREFIX=/usr/local` (DESTDIR honoured): the release binary, with every
+## integration, and its manual page and bash, zsh and fish completions, generated from the
+## command definitions (scripts/install.sh, scripts/man-page.py).
+PREFIX       ?= /usr/local
+install: deps
+	$(SWIFT) build -c release $(STRICT) $(TRAITS) --product coffer
+	./scripts/install.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" "$(DESTDIR)$(PREFIX)"
 
 ## Every test, built with warnings as errors (with TRAITS, the CofferPostgres tests against a
 ## real server started by the tests themselves).

@@ -75,6 +75,8 @@ let package = Package(
         .target(name: "CCRC32C"),
         // Atomic loads and stores of words in a shared mapping (the journal's control page).
         .target(name: "CSharedWord"),
+        // The Linux kernel keyring (add_key, keyctl) for `coffer unlock` and `coffer lock`.
+        .target(name: "CKeyring"),
         .target(name: "CofferCore", dependencies: ["CofferSync", "CSharedWord"], swiftSettings: strictSettings),
         .target(
             name: "CofferJournal", dependencies: ["CofferCore", "CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
@@ -112,7 +114,7 @@ let package = Package(
         .executableTarget(
             name: "coffer",
             dependencies: [
-                "Coffer", "CofferPostgres", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Coffer", "CofferPostgres", "CKeyring", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ],
             swiftSettings: strictSettings

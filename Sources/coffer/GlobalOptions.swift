@@ -148,7 +148,10 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
-    func openVault() throws -> Vault {
+    /// Without an explicit unlock source (``hasUnlockSource``), the key `coffer unlock` kept in
+    /// the session keyring opens it without a prompt (`usingSessionKey: false`: never; `coffer
+    /// unlock` itself asks for the secret again).
+    func openVault(usingSessionKey: Bool = true) throws -> Vault {
         // passwd, info and compact: a PostgreSQL vault named by --store must never be
         // answered for by the local file (passwd used to change the file and say so, exit 0).
         if try storeURL != nil {
@@ -163,6 +166,7 @@ struct GlobalOptions: ParsableArguments {
                 .failure,
                 "no vault at \(url.path): create one with `coffer init` (or choose one with --vault or COFFER_VAULT)")
         }
+        if usingSessionKey, !hasUnlockSource, let vault = try openWithSessionKey(url) { return vault }
         let unlock = try unlock(prompt: "Passphrase for \(url.path): ")
         return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout())
     }

@@ -1,0 +1,130 @@
+// What `coffer unlock` keeps for a login session (the kernel keyring), and opening a file vault
+// with it instead of its passphrase.
+import CofferCore
+import CofferJournal
+package import CofferCrypto
+package import Foundation
+
+/// The key-encryption key of one passphrase, key-file or raw-key slot, with the slot's kind and
+/// salt: what ``SlotOpener/slotKey(kind:salt:kek:)`` keeps while a vault is unlocked, lent to
+/// the CLI so `coffer unlock` can keep it for a login session and later commands skip the KDF.
+///
+/// Why this and not the passphrase or the master key:
+/// - Not the passphrase: it is what a person types (and may reuse elsewhere), and it would
+///   still cost one Argon2id run per command.
+/// - Not the master key: a rotation (`coffer rotate`) replaces it, so a kept master key would
+///   stop working, and it opens every record of the vault by itself even after the slot that
+///   gave it was removed. A key-encryption key opens only its own slot's wrapping of the
+///   current master key: a rotation re-wraps the kept slots under the same key-encryption key
+///   and keeps each slot's salt, so it still opens the vault afterwards; a passphrase change
+///   (a new slot, a new salt) or the slot's removal makes it open nothing, as it should.
+///
+/// Its bytes are as secret as the master key while the slot exists; they are held in
+/// ``SecureBytes`` and ``serialized()`` returns guarded memory too.
+package struct VaultSessionKey: Sendable {
+    let kind: KeySlotKind
+    let salt: [UInt8]
+    let kek: SecureBytes
+
+    /// The version byte that begins ``serialized()``.
+    static let formatVersion: UInt8 = 1
+    /// The longest salt and key-encryption key accepted when parsing (a slot's are 16 and 32).
+    static let maximumPartLength = 64
+
+    init?(opener: SlotOpener) {
+        guard case .slotKey(let kind, let salt, let kek) = opener else { return nil }
+        self.kind = kind
+        self.salt = salt
+        self.kek = kek
+    }
+
+    var opener: SlotOpener { .slotKey(kind: kind, salt: salt, kek: kek) }
+
+    /// A readable name of the slot kind this key opens (`passphrase`, `keyFile`, `key`).
+    package var slotKind: String { kind.name }
+
+    /// `[version 1][slot kind][salt length][salt][key-encryption key]`, in guarded memory.
+    package func serialized() throws -> SecureBytes {
+        let count = 3 + salt.count + kek.count
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        defer {
+            zeroMemory(buffer)
+            buffer.deallocate()
+        }
+        buffer[0] = Self.formatVersion
+        buffer[1] = kind.rawValue
+        buffer[2] = UInt8(salt.count)
+        for (index, byte) in salt.enumerated() { buffer[3 + index] = byte }
+        kek.withUnsafeBytes { key in
+            UnsafeMutableRawBufferPointer(rebasing: buffer[(3 + salt.count)...]).copyMemory(from: key)
+        }
+        return try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(buffer)) }
+    }
+
+    /// Parses ``serialized()``'s bytes.
+    /// - Throws: ``CofferError/Code/invalidArgument`` when they are not such a key (another
+    ///   version, a recipient slot's kind, a wrong length). The message holds no byte of them.
+    package init(serialized bytes: SecureBytes) throws {
+        let parsed = try bytes.withUnsafeBytes { bytes -> (KeySlotKind, [UInt8], SecureBytes) in
+            let malformed = CofferError(.invalidArgument, "the kept session key is not one this coffer wrote")
+            guard bytes.count >= 3, bytes[0] == Self.formatVersion,
+                let kind = KeySlotKind(rawValue: bytes[1]), kind != .recipient
+            else { throw malformed }
+            let saltLength = Int(bytes[2])
+            let kekLength = bytes.count - 3 - saltLength
+            guard saltLength > 0, saltLength <= Self.maximumPartLength, kekLength > 0,
+                kekLength <= Self.maximumPartLength
+            else { throw malformed }
+            let salt = Array(bytes[3..<(3 + saltLength)])
+            let kek = try crypto { try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[(3 + saltLength)...])) }
+            return (kind, salt, kek)
+        }
+        (kind, salt, kek) = parsed
+    }
+}
+
+extension Vault {
+    /// The key-encryption key of the slot this vault was unlocked with, for `coffer unlock`;
+    /// `nil` when locked, or unlocked with an identity (a recipient slot has no such key), or
+    /// opened in a way that keeps none.
+    package var sessionKey: VaultSessionKey? {
+        state.withLock { $0?.opener }.flatMap(VaultSessionKey.init(opener:))
+    }
+
+    /// Opens the vault at `url` with a key kept by ``sessionKey``: the slot with its kind and
+    /// salt is unwrapped with one AEAD, no KDF, and the header and every record are
+    /// authenticated as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``
+    /// does.
+    /// - Throws: ``CofferError`` — ``CofferError/Code/wrongKey`` when no slot of the vault has
+    ///   that kind and salt or the key does not open it (the passphrase was changed, the slot
+    ///   removed, or another vault is now at `url`); otherwise as `open(at:unlock:…)`.
+    package static func open(
+        at url: URL, sessionKey: VaultSessionKey, lockTimeout: Duration = .seconds(10)
+    ) throws -> Vault {
+        let fileSystem = LiveFileSystem()
+        let options = JournalOptions(
+            application: application, headerAreaSize: VaultHeader.areaSize, durability: .immediate,
+            lockTimeout: lockTimeout)
+        let (journal, records) = try Journal.open(
+            path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
+        do {
+            let (header, copy) = try selectHeader(journal.headerArea, path: url.path)
+            let opener = sessionKey.opener
+            guard let (master, slot) = try opener.unwrap(header) else {
+                throw CofferError(
+                    .wrongKey,
+                    "the key kept for this session opens no key slot of this vault (its passphrase was changed, "
+                        + "or its slot removed)",
+                    path: url.path)
+            }
+            let keys = try VaultKeys(master: master)
+            try verifyMAC(journal.headerArea, copy: copy, keys: keys, path: url.path)
+            var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: slot, opener: opener)
+            try session.apply(records)
+            return Vault(url: url, fileSystem: fileSystem, options: options, kdfLimit: defaultKDFLimit, session: session)
+        } catch {
+            try? journal.close()
+            throw error
+        }
+    }
+}

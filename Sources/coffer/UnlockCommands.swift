@@ -1,0 +1,156 @@
+import ArgumentParser
+import Coffer
+import CofferCrypto
+import CofferVault
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// `coffer unlock`: keeps the vault's session key in the kernel's session keyring, so later
+/// commands of this login session open the vault without a prompt.
+struct UnlockCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unlock",
+        abstract: "Unlock the vault for this login session (kept in the kernel keyring), like ssh-add.",
+        discussion: """
+            Asks for the passphrase once (or takes --passphrase-file, $COFFER_PASSPHRASE or \
+            --key-file), then keeps the key that opens the vault's key slot — never the \
+            passphrase, never the vault's master key — in the Linux kernel's session keyring, \
+            with the kernel's own timeout (--timeout, default 15m, at most 24h). Until then, \
+            every command of this login session that would ask for the passphrase (get, set, \
+            list, rm, generate, inject, …) uses it instead; an explicit --key-file, --identity, \
+            --passphrase-file or $COFFER_PASSPHRASE still wins. `coffer lock` removes it at once.
+
+            The key is readable only by processes that possess this session keyring (this login \
+            session's processes of this user) and by root: the trust ssh-agent asks for. It \
+            survives `coffer rotate` (the slot keeps its key) but not a passphrase change or the \
+            removal of its slot: a command then drops it, says so in one line, and asks again. \
+            Running `coffer unlock` again replaces it and its timeout. A vault unlocked with an \
+            identity needs no unlock: the identity file opens it without a prompt.
+
+            Examples:
+              coffer unlock                      # 15 minutes
+              coffer unlock --timeout 2h
+              coffer get api.github.com octocat  # no prompt
+              coffer lock
+            """)
+
+    @ParentCommand var root: CofferCommand
+    @Option(help: ArgumentHelp("How long the key is kept: 30s, 15m, 2h (default 15m, at most 24h).", valueName: "duration"))
+    var timeout: String = SessionTimeout.standard
+
+    func run() throws {
+        let seconds = try SessionTimeout.parse(timeout)
+        if try root.global.storeURL != nil {
+            throw CLIError.usage(
+                "coffer unlock keeps the key of a file vault only for now; with --store, give the passphrase "
+                    + "through --passphrase-file or COFFER_PASSPHRASE")
+        }
+        let vault = try root.global.openVault(usingSessionKey: false)
+        guard let key = vault.sessionKey else {
+            throw CLIError.usage(
+                "an identity opens the vault without a prompt already, so there is nothing to keep: "
+                    + "unlock with the passphrase or key file instead")
+        }
+        let description = try SessionKeyring.description(forFile: vault.url)
+        let stored = try SessionKeyring.store(try key.serialized(), description: description, seconds: seconds)
+        let expiry = Date(timeIntervalSinceNow: TimeInterval(seconds))
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = .current
+        formatter.formatOptions = [.withInternetDateTime]
+        let keyring =
+            stored.isUserSessionKeyring
+            ? "the user session keyring (this process has no session keyring of its own, so every process of this "
+                + "user without one shares it)"
+            : "the session keyring"
+        writeOut(
+            "unlocked \(vault.url.path): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
+                + "(\(escapedName(description))) until \(formatter.string(from: expiry)) "
+                + "(\(SessionTimeout.describe(seconds))); `coffer lock` removes it sooner\n")
+    }
+}
+
+/// `coffer lock`: removes the key `coffer unlock` kept, at once.
+struct LockCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock",
+        abstract: "Remove the key `coffer unlock` kept for this session, at once.",
+        discussion: """
+            Invalidates the vault's key in the kernel's session keyring: the next command asks \
+            for the passphrase again. --all removes the key of every vault unlocked in this \
+            session. Nothing kept is not an error.
+
+            Examples:
+              coffer lock
+              coffer lock --all
+            """)
+
+    @ParentCommand var root: CofferCommand
+    @Flag(help: "Remove the key of every vault unlocked in this session.") var all = false
+
+    func run() throws {
+        if all {
+            let keys = try SessionKeyring.cofferKeys()
+            for key in keys { try SessionKeyring.remove(key.serial) }
+            writeOut("removed \(keys.count) key\(keys.count == 1 ? "" : "s") from the session keyring\n")
+            return
+        }
+        if try root.global.storeURL != nil {
+            throw CLIError.usage("coffer unlock keeps the key of a file vault only for now: there is nothing to lock for --store")
+        }
+        let url = root.global.vaultURL
+        let description = try SessionKeyring.description(forFile: url)
+        guard let serial = SessionKeyring.find(description) else {
+            writeOut("no key of \(url.path) is kept in this session\n")
+            return
+        }
+        try SessionKeyring.remove(serial)
+        writeOut("locked \(url.path): removed its key from the session keyring\n")
+    }
+}
+
+extension GlobalOptions {
+    /// Whether the command was told how to unlock (--key-file, --identity, --passphrase-file,
+    /// `$COFFER_PASSPHRASE`, `$COFFER_IDENTITY`): then that wins over a key kept by `coffer unlock`.
+    var hasUnlockSource: Bool {
+        if keyFile != nil || identity != nil || passphraseFile != nil { return true }
+        do {
+            if try Input.environment("COFFER_PASSPHRASE") != nil { return true }
+        } catch {
+            return true  // set but empty: ``unlock(prompt:confirm:)`` says so
+        }
+        if let identity = environmentText("COFFER_IDENTITY"), !identity.isEmpty { return true }
+        return false
+    }
+
+    /// The file vault at `url`, opened with the key `coffer unlock` kept in the session keyring;
+    /// `nil` when none is kept. A kept key that no longer opens the vault (its passphrase was
+    /// changed, its slot removed) or cannot be read is removed, with a one-line note, and `nil`
+    /// returned: the caller asks for the passphrase as without it.
+    func openWithSessionKey(_ url: URL) throws -> Vault? {
+        guard let description = try? SessionKeyring.description(forFile: url),
+            let serial = SessionKeyring.find(description)
+        else { return nil }
+        let key: VaultSessionKey
+        do {
+            key = try VaultSessionKey(serialized: try SessionKeyring.read(serial))
+        } catch {
+            try? SessionKeyring.remove(serial)
+            writeError("coffer: the key kept by `coffer unlock` for \(url.path) cannot be used: removed it\n")
+            return nil
+        }
+        do {
+            return try Vault.open(at: url, sessionKey: key, lockTimeout: try lockTimeout())
+        } catch let error as CofferError where error.code == .wrongKey {
+            try? SessionKeyring.remove(serial)
+            writeError(
+                "coffer: the key kept by `coffer unlock` no longer opens \(url.path) (its passphrase was changed or "
+                    + "its key slot removed): removed it from the session keyring\n")
+            return nil
+        }
+    }
+}

@@ -24,7 +24,7 @@ package final class RowSealing: Sendable {
     /// The header these keys belong to.
     private let header: VaultHeader
     /// What opened this instance's key slot: a rotation made elsewhere is followed with it.
-    private let opener: SlotOpener?
+    let opener: SlotOpener?
     private let nameText: String
 
     /// The length of a row key.

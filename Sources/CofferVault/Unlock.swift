@@ -20,6 +20,8 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
         case key(SecureBytes)
         case identityFile(URL)
         case identities([X25519Identity])
+        /// A slot's key-encryption key kept by `coffer unlock` (Vault+SessionKey.swift).
+        case sessionKey(VaultSessionKey)
     }
 
     /// The largest key file accepted, in bytes: 64 KiB. A key file is a few dozen random bytes;
@@ -84,6 +86,7 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
         case .key: "VaultUnlock.key(<redacted>)"
         case .identityFile(let url): "VaultUnlock.identity(\(url.path))"
         case .identities(let identities): "VaultUnlock.identities(\(identities.map(\.recipient.description)))"
+        case .sessionKey: "VaultUnlock.sessionKey(<redacted>)"
         }
     }
 
@@ -118,6 +121,8 @@ public struct VaultUnlock: Sendable, CustomStringConvertible, CustomReflectable 
         case .identities(let identities):
             guard !identities.isEmpty else { throw CofferError(.invalidArgument, "no identity was given") }
             return .identities(identities)
+        case .sessionKey(let key):
+            return .sessionKey(key)
         }
     }
 }

@@ -198,6 +198,16 @@ extension Vault {
             let hint = candidates.isEmpty ? " (it has no recipient key slot)" : " (no key slot for its recipient opens)"
             throw CofferError(.wrongKey, "the identity does not open this vault" + hint, path: path)
         }
+        if case .sessionKey(let kept) = material {
+            // Its own slot only, found by kind and salt: one AEAD, no KDF (so no kdfLimit to weigh).
+            let opener = kept.opener
+            if let (key, index) = try opener.unwrap(header) { return (key, index, opener) }
+            throw CofferError(
+                .wrongKey,
+                "the key kept for this session opens no key slot of this vault (its passphrase was changed, "
+                    + "or its slot removed)",
+                path: path)
+        }
         // Parameters outside the format's own bounds are a malformed file, not a choice to
         // weigh against the limit: refused as before, whatever the other slots hold.
         for index in candidates where header.slots[index].kind == .passphrase {
@@ -230,6 +240,7 @@ extension Vault {
         case .keyFile: what = "the key file does not open this vault"
         case .rawKey: what = "the key does not open this vault"
         case .identities: what = "the identity does not open this vault"
+        case .sessionKey: what = "the key kept for this session does not open this vault"
         }
         let hint = candidates.isEmpty ? " (it has no key slot of that kind)" : ""
         throw CofferError(.wrongKey, what + hint, path: path)

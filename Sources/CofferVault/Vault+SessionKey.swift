@@ -1,9 +1,7 @@
 // What `coffer unlock` keeps for a login session (the kernel keyring), and opening a file vault
 // with it instead of its passphrase.
 import CofferCore
-import CofferJournal
 package import CofferCrypto
-package import Foundation
 
 /// The key-encryption key of one passphrase, key-file or raw-key slot, with the slot's kind and
 /// salt: what ``SlotOpener/slotKey(kind:salt:kek:)`` keeps while a vault is unlocked, lent to
@@ -83,6 +81,18 @@ package struct VaultSessionKey: Sendable {
     }
 }
 
+extension VaultUnlock {
+    /// A key kept by `coffer unlock` (``Vault/sessionKey``, ``RowSealing/sessionKey``): opens
+    /// the slot with its kind and salt with one AEAD and no KDF, then everything is
+    /// authenticated as with any other source. It opens nothing else: given to `create` or
+    /// `addKeySlot` it is refused (``CofferError/Code/invalidArgument``).
+    ///
+    /// Opening with it throws ``CofferError/Code/wrongKey`` when no slot of the vault has that
+    /// kind and salt or the key does not open it (the passphrase was changed, the slot removed,
+    /// or another vault is there now).
+    package static func sessionKey(_ key: VaultSessionKey) -> VaultUnlock { VaultUnlock(source: .sessionKey(key)) }
+}
+
 extension Vault {
     /// The key-encryption key of the slot this vault was unlocked with, for `coffer unlock`;
     /// `nil` when locked, or unlocked with an identity (a recipient slot has no such key), or
@@ -90,41 +100,9 @@ extension Vault {
     package var sessionKey: VaultSessionKey? {
         state.withLock { $0?.opener }.flatMap(VaultSessionKey.init(opener:))
     }
+}
 
-    /// Opens the vault at `url` with a key kept by ``sessionKey``: the slot with its kind and
-    /// salt is unwrapped with one AEAD, no KDF, and the header and every record are
-    /// authenticated as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``
-    /// does.
-    /// - Throws: ``CofferError`` — ``CofferError/Code/wrongKey`` when no slot of the vault has
-    ///   that kind and salt or the key does not open it (the passphrase was changed, the slot
-    ///   removed, or another vault is now at `url`); otherwise as `open(at:unlock:…)`.
-    package static func open(
-        at url: URL, sessionKey: VaultSessionKey, lockTimeout: Duration = .seconds(10)
-    ) throws -> Vault {
-        let fileSystem = LiveFileSystem()
-        let options = JournalOptions(
-            application: application, headerAreaSize: VaultHeader.areaSize, durability: .immediate,
-            lockTimeout: lockTimeout)
-        let (journal, records) = try Journal.open(
-            path: url.path, options: options, fileSystem: fileSystem, create: .openExisting)
-        do {
-            let (header, copy) = try selectHeader(journal.headerArea, path: url.path)
-            let opener = sessionKey.opener
-            guard let (master, slot) = try opener.unwrap(header) else {
-                throw CofferError(
-                    .wrongKey,
-                    "the key kept for this session opens no key slot of this vault (its passphrase was changed, "
-                        + "or its slot removed)",
-                    path: url.path)
-            }
-            let keys = try VaultKeys(master: master)
-            try verifyMAC(journal.headerArea, copy: copy, keys: keys, path: url.path)
-            var session = try Session(journal: journal, keys: keys, header: header, unlockedSlot: slot, opener: opener)
-            try session.apply(records)
-            return Vault(url: url, fileSystem: fileSystem, options: options, kdfLimit: defaultKDFLimit, session: session)
-        } catch {
-            try? journal.close()
-            throw error
-        }
-    }
+extension RowSealing {
+    /// As ``Vault/sessionKey``, for a vault kept in rows (CofferPostgres).
+    package var sessionKey: VaultSessionKey? { opener.flatMap(VaultSessionKey.init(opener:)) }
 }

@@ -166,7 +166,13 @@ struct GlobalOptions: ParsableArguments {
                 .failure,
                 "no vault at \(url.path): create one with `coffer init` (or choose one with --vault or COFFER_VAULT)")
         }
-        if usingSessionKey, !hasUnlockSource, let vault = try openWithSessionKey(url) { return vault }
+        if usingSessionKey,
+            let vault = try openWithSessionKey(
+                try SessionKeyring.description(forFile: url), place: url.path,
+                { try Vault.open(at: url, unlock: $0, lockTimeout: try lockTimeout()) })
+        {
+            return vault
+        }
         let unlock = try unlock(prompt: "Passphrase for \(url.path): ")
         return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout())
     }

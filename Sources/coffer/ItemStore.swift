@@ -81,14 +81,30 @@ extension GlobalOptions {
 
     /// The vault the item commands use: the PostgreSQL one `--store` names, else the file vault.
     /// A PostgreSQL vault is made by `coffer --store … init` only: a misspelled `vault=` is
-    /// "not found", never a new, empty vault.
-    func openItemStore() throws -> any ItemStore {
-        guard let url = try storeURL else { return try openVault() }
+    /// "not found", never a new, empty vault. Without an explicit unlock source, the key `coffer
+    /// unlock` kept in the session keyring opens it without a prompt (not with `usingSessionKey:
+    /// false`).
+    func openItemStore(usingSessionKey: Bool = true) throws -> any ItemStore {
+        guard let url = try storeURL else { return try openVault(usingSessionKey: usingSessionKey) }
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
             throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")
         }
         #if Postgres
         let (configuration, name) = try Self.postgresVault(url)
+        do {
+            if usingSessionKey,
+                let vault = try openWithSessionKey(
+                    try SessionKeyring.description(forStore: configuration, vault: name),
+                    place: "vault \(escapedName(name)) on \(configuration)",
+                    { try PostgresVault.open(name: name, unlock: $0, configuration: configuration) })
+            {
+                return vault
+            }
+        } catch let error as CofferError where error.code == .notFound {
+            throw CofferError(
+                .notFound,
+                "there is no vault \(escapedName(name)) on \(configuration): create it with `coffer --store … init`")
+        }
         let unlock = try unlock(prompt: "Passphrase for vault \(escapedName(name)) on \(configuration): ")
         do {
             return try PostgresVault.open(name: name, unlock: unlock, configuration: configuration)

@@ -2,6 +2,9 @@ import CKeyring
 import Coffer
 import CofferCrypto
 import Foundation
+#if Postgres
+import CofferPostgres
+#endif
 
 #if canImport(Glibc)
     import Glibc
@@ -69,11 +72,16 @@ enum SessionKeyring {
         return try checked(descriptionPrefix + real)
     }
 
+    #if Postgres
     /// The description of the key kept for a PostgreSQL vault: `coffer:postgres:` and the
-    /// server, database, schema and vault name (never a password).
-    static func description(server: String, schema: String, vault: String) throws -> String {
-        try checked(descriptionPrefix + "postgres:" + server + "#" + schema + "?vault=" + vault)
+    /// user, server, database, schema and vault name (never a password).
+    static func description(forStore configuration: PostgresConfiguration, vault: String) throws -> String {
+        let server =
+            "\(configuration.user)@\(configuration.host):\(configuration.port)/"
+            + "\(configuration.database ?? configuration.user)"
+        return try checked(descriptionPrefix + "postgres:" + server + "#" + configuration.schema + "?vault=" + vault)
     }
+    #endif
 
     private static func checked(_ description: String) throws -> String {
         guard description.utf8.count <= maximumDescriptionLength, !description.utf8.contains(0) else {

@@ -3,6 +3,9 @@ import Coffer
 import CofferCrypto
 import CofferVault
 import Foundation
+#if Postgres
+import CofferPostgres
+#endif
 
 #if canImport(Glibc)
     import Glibc
@@ -45,19 +48,27 @@ struct UnlockCommand: ParsableCommand {
 
     func run() throws {
         let seconds = try SessionTimeout.parse(timeout)
-        if try root.global.storeURL != nil {
-            throw CLIError.usage(
-                "coffer unlock keeps the key of a file vault only for now; with --store, give the passphrase "
-                    + "through --passphrase-file or COFFER_PASSPHRASE")
+        let store = try root.global.openItemStore(usingSessionKey: false)
+        let kept: VaultSessionKey?
+        let description: String
+        if let vault = store as? Vault {
+            kept = vault.sessionKey
+            description = try SessionKeyring.description(forFile: vault.url)
+        } else {
+            #if Postgres
+            guard let vault = store as? PostgresVault else { throw CLIError(.failure, "unknown kind of vault") }
+            kept = vault.sessionKey
+            description = try SessionKeyring.description(forStore: vault.configuration, vault: vault.name)
+            #else
+            throw CLIError(.failure, "unknown kind of vault")
+            #endif
         }
-        let vault = try root.global.openVault(usingSessionKey: false)
-        guard let key = vault.sessionKey else {
+        guard let kept else {
             throw CLIError.usage(
                 "an identity opens the vault without a prompt already, so there is nothing to keep: "
                     + "unlock with the passphrase or key file instead")
         }
-        let description = try SessionKeyring.description(forFile: vault.url)
-        let stored = try SessionKeyring.store(try key.serialized(), description: description, seconds: seconds)
+        let stored = try SessionKeyring.store(try kept.serialized(), description: description, seconds: seconds)
         let expiry = Date(timeIntervalSinceNow: TimeInterval(seconds))
         let formatter = ISO8601DateFormatter()
         formatter.timeZone = .current
@@ -68,7 +79,7 @@ struct UnlockCommand: ParsableCommand {
                 + "user without one shares it)"
             : "the session keyring"
         writeOut(
-            "unlocked \(vault.url.path): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
+            "unlocked \(store.location): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
                 + "(\(escapedName(description))) until \(formatter.string(from: expiry)) "
                 + "(\(SessionTimeout.describe(seconds))); `coffer lock` removes it sooner\n")
     }
@@ -99,17 +110,13 @@ struct LockCommand: ParsableCommand {
             writeOut("removed \(keys.count) key\(keys.count == 1 ? "" : "s") from the session keyring\n")
             return
         }
-        if try root.global.storeURL != nil {
-            throw CLIError.usage("coffer unlock keeps the key of a file vault only for now: there is nothing to lock for --store")
-        }
-        let url = root.global.vaultURL
-        let description = try SessionKeyring.description(forFile: url)
+        let (description, place) = try root.global.sessionKeyDescription()
         guard let serial = SessionKeyring.find(description) else {
-            writeOut("no key of \(url.path) is kept in this session\n")
+            writeOut("no key of \(place) is kept in this session\n")
             return
         }
         try SessionKeyring.remove(serial)
-        writeOut("locked \(url.path): removed its key from the session keyring\n")
+        writeOut("locked \(place): removed its key from the session keyring\n")
     }
 }
 
@@ -127,28 +134,51 @@ extension GlobalOptions {
         return false
     }
 
-    /// The file vault at `url`, opened with the key `coffer unlock` kept in the session keyring;
-    /// `nil` when none is kept. A kept key that no longer opens the vault (its passphrase was
-    /// changed, its slot removed) or cannot be read is removed, with a one-line note, and `nil`
-    /// returned: the caller asks for the passphrase as without it.
-    func openWithSessionKey(_ url: URL) throws -> Vault? {
-        guard let description = try? SessionKeyring.description(forFile: url),
-            let serial = SessionKeyring.find(description)
-        else { return nil }
+    /// The description of the key `coffer unlock` keeps for the vault these options name (the
+    /// file vault, or the PostgreSQL one of `--store`), and the vault as messages name it;
+    /// nothing is opened.
+    func sessionKeyDescription() throws -> (description: String, place: String) {
+        guard let url = try storeURL else {
+            return (try SessionKeyring.description(forFile: vaultURL), vaultURL.path)
+        }
+        guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
+            throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")
+        }
+        #if Postgres
+        let (configuration, name) = try Self.postgresVault(url)
+        return (
+            try SessionKeyring.description(forStore: configuration, vault: name),
+            "vault \(escapedName(name)) on \(configuration)"
+        )
+        #else
+        throw CLIError(
+            .failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
+        #endif
+    }
+
+    /// The vault `open` opens with the key `coffer unlock` kept as `description` in the session
+    /// keyring (``VaultUnlock/sessionKey(_:)``); `nil` when none is kept, or when one was
+    /// given (``hasUnlockSource``). A kept key that no longer opens the vault (its passphrase
+    /// was changed, its slot removed) or cannot be read is removed, with a one-line note naming
+    /// `place`, and `nil` returned: the caller asks for the passphrase as without it.
+    func openWithSessionKey<Opened>(
+        _ description: String, place: String, _ open: (VaultUnlock) throws -> Opened
+    ) throws -> Opened? {
+        guard !hasUnlockSource, let serial = SessionKeyring.find(description) else { return nil }
         let key: VaultSessionKey
         do {
             key = try VaultSessionKey(serialized: try SessionKeyring.read(serial))
         } catch {
             try? SessionKeyring.remove(serial)
-            writeError("coffer: the key kept by `coffer unlock` for \(url.path) cannot be used: removed it\n")
+            writeError("coffer: the key kept by `coffer unlock` for \(place) cannot be used: removed it\n")
             return nil
         }
         do {
-            return try Vault.open(at: url, sessionKey: key, lockTimeout: try lockTimeout())
+            return try open(.sessionKey(key))
         } catch let error as CofferError where error.code == .wrongKey {
             try? SessionKeyring.remove(serial)
             writeError(
-                "coffer: the key kept by `coffer unlock` no longer opens \(url.path) (its passphrase was changed or "
+                "coffer: the key kept by `coffer unlock` no longer opens \(place) (its passphrase was changed or "
                     + "its key slot removed): removed it from the session keyring\n")
             return nil
         }

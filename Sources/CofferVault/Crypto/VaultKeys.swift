@@ -351,6 +351,7 @@ enum KeySlotCrypto {
         case .keyFile: kind = .keyFile
         case .rawKey: kind = .rawKey
         case .identities: throw CofferError(.invalidArgument, "a recipient slot is made from a recipient")
+        case .sessionKey: throw CofferError(.invalidArgument, "a key kept for a session cannot make a key slot")
         }
         let parameters = kind == .passphrase ? try crypto { try kdf.validated() } : Argon2idParameters(opsLimit: 0, memLimitBytes: 0)
         var slot = KeySlot(
@@ -468,6 +469,8 @@ enum UnlockMaterial {
     case keyFile(SecureBytes)
     case rawKey(SecureBytes)
     case identities([X25519Identity])
+    /// An already derived key-encryption key, with its slot's kind and salt (no KDF is run).
+    case sessionKey(VaultSessionKey)
 
     var kind: KeySlotKind {
         switch self {
@@ -475,6 +478,7 @@ enum UnlockMaterial {
         case .keyFile: .keyFile
         case .rawKey: .rawKey
         case .identities: .recipient
+        case .sessionKey(let key): key.kind
         }
     }
 }

@@ -1,4 +1,5 @@
 import CKeyring
+import CofferTesting
 import Foundation
 import Testing
 
@@ -112,6 +113,11 @@ struct UnlockTests {
 
     /// The /proc/keys line of the key of `box`'s vault, as `ring`'s thread sees it.
     func procKey(_ ring: KeyringThread, _ box: Sandbox) throws -> ProcKey? {
+        try procKey(ring, description: description(box))
+    }
+
+    /// The /proc/keys line of the key described `description`, as `ring`'s thread sees it.
+    func procKey(_ ring: KeyringThread, description: String) throws -> ProcKey? {
         let text = try ring.perform { () throws -> String in
             let fd = open("/proc/keys", O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
@@ -126,7 +132,7 @@ struct UnlockTests {
             }
             return String(decoding: bytes, as: UTF8.self)
         }
-        let needle = " " + description(box) + ":"
+        let needle = " " + description + ":"
         guard let line = text.split(separator: "\n").first(where: { $0.contains(needle) }) else { return nil }
         let fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard fields.count >= 8 else { return nil }
@@ -260,6 +266,42 @@ struct UnlockTests {
         #expect(try procKey(other, first) != nil)
         #expect(try run(other, first, ["list"]).status == Exit.ok)
     }
+
+    #if Postgres
+    @Test("A PostgreSQL vault (--store): unlock, get without a passphrase, lock", .timeLimit(.minutes(10)))
+    func postgresVault() throws {
+        let cluster = try PostgresTestCluster.shared
+        let ring = try KeyringThread()
+        defer { ring.stop() }
+        let box = try Sandbox()
+        let name = "unlock-\(UUID().uuidString.prefix(8))"
+        let store = ["--store", cluster.url + "&vault=\(name)"]
+        func coffer(_ arguments: [String], passphraseFile: Bool = false, stdin: [UInt8]? = nil) throws -> Run {
+            let child = try ring.perform {
+                try box.start(store + arguments, stdin: stdin, vault: false, passphraseFile: passphraseFile)
+            }
+            return box.expectClean(child.wait())
+        }
+        #expect(try coffer(["init"], passphraseFile: true).status == Exit.ok)
+        let secret = Array("pg-\(UUID().uuidString)".utf8)
+        #expect(try coffer(["set", "db.internal", "app"], passphraseFile: true, stdin: secret).status == Exit.ok)
+
+        let unlocked = try coffer(["unlock", "--timeout", "10m"], passphraseFile: true)
+        #expect(unlocked.status == Exit.ok && unlocked.out.contains("vault \(name) on"), "\(unlocked)")
+        // Server, database, schema and vault name; no password (there is none in the URL either).
+        let description = "coffer:postgres:coffer@127.0.0.1:\(cluster.port)/postgres#public?vault=\(name)"
+        let key = try procKey(ring, description: description)
+        #expect(key?.permissions == "3f000000" && key?.timeout != "perm", "\(String(describing: key))")
+
+        let got = try coffer(["get", "db.internal", "app"])
+        #expect(got.status == Exit.ok && got.printed(secret), "\(got)")
+        let locked = try coffer(["lock"])
+        #expect(locked.status == Exit.ok && locked.out.contains("locked vault \(name)"), "\(locked)")
+        #expect(try eventually { try procKey(ring, description: description) == nil })
+        let after = try coffer(["get", "db.internal", "app"])
+        #expect(after.status == Exit.usage && after.err.contains("no passphrase given"), "\(after)")
+    }
+    #endif
 
     @Test("--timeout refuses 0, negative, malformed and absurd durations with exit 2")
     func refusals() throws {

@@ -1,0 +1,880 @@
+import ArgumentParser
+import Coffer
+import CofferCrypto
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// What `coffer import` reads.
+enum ImportFormat: String, ExpressibleByArgument, CaseIterable {
+    case dotenv, json, keepassxc, bitwarden
+    case onePassword = "1password"
+    case pass
+}
+
+/// The items an import read, before anything is written: names and attributes, with every
+/// secret in one ``WipingBuffer`` (never a `String`), wiped when the batch goes.
+final class ImportBatch {
+    struct Item {
+        var service: String
+        var account: String
+        /// `nil`: the input has none (an existing item keeps its own).
+        var label: String?
+        var comment: String?
+        /// Where the secret lies in ``ImportBatch/secrets``.
+        var secret: Range<Int>
+        /// Where the item came from, for messages: `line 12`, `item 3`, `email/work.gpg`.
+        var origin: String
+    }
+
+    let secrets = WipingBuffer(capacity: 4096)
+    private(set) var items: [Item] = []
+    /// Things the input held that were deliberately not imported, said after the summary.
+    var notes: [String] = []
+
+    /// Adds an item whose secret `write` appends to ``secrets``.
+    func add(
+        service: String, account: String, label: String?, comment: String?, origin: String,
+        secret write: (WipingBuffer) throws -> Void
+    ) rethrows {
+        let start = secrets.count
+        try write(secrets)
+        items.append(
+            Item(service: service, account: account, label: label, comment: comment, secret: start..<secrets.count, origin: origin))
+    }
+
+    func withSecret<R>(_ item: Item, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try secrets.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[item.secret])) }
+    }
+
+    /// Refuses empty names, names and texts above the vault's limits, and two items with the
+    /// same service and account, naming them and where they came from.
+    func check() throws {
+        for item in items {
+            for (name, what) in [(item.service, "service"), (item.account, "account")] {
+                if name.isEmpty { throw CLIError.usage("\(item.origin): the \(what) is empty") }
+                if name.utf8.count > Vault.maximumNameLength {
+                    throw CLIError.usage(
+                        "\(item.origin): the \(what) is \(name.utf8.count) bytes long; at most \(Vault.maximumNameLength) are allowed")
+                }
+            }
+            for (text, what) in [(item.label, "label"), (item.comment, "comment")] {
+                if let text, text.utf8.count > Vault.maximumTextLength {
+                    throw CLIError.usage(
+                        "\(item.origin): the \(what) is \(text.utf8.count) bytes long; at most \(Vault.maximumTextLength) are allowed")
+                }
+            }
+        }
+        var seen: [ItemIdentity: String] = [:]
+        var clashes: [String] = []
+        for item in items {
+            let key = ItemIdentity(item.service, item.account)
+            if let first = seen[key] {
+                clashes.append("\(escapedName(item.service)) / \(escapedName(item.account)) (\(first) and \(item.origin))")
+            } else {
+                seen[key] = item.origin
+            }
+        }
+        guard clashes.isEmpty else {
+            throw CLIError.usage(
+                "the input names \(clashes.count) item\(clashes.count == 1 ? "" : "s") more than once: "
+                    + listed(clashes) + "; nothing was imported")
+        }
+    }
+}
+
+/// An item's service and account compared by their exact UTF-8 bytes, as the vault compares them.
+struct ItemIdentity: Hashable {
+    let service: [UInt8]
+    let account: [UInt8]
+    init(_ service: String, _ account: String) {
+        self.service = Array(service.utf8)
+        self.account = Array(account.utf8)
+    }
+}
+
+/// At most `limit` entries joined by commas, then `and N more`.
+func listed(_ entries: [String], limit: Int = 10) -> String {
+    let shown = entries.prefix(limit).joined(separator: ", ")
+    return entries.count > limit ? shown + " and \(entries.count - limit) more" : shown
+}
+
+extension WipingBuffer {
+    /// Appends every byte of `bytes`.
+    func append(contentsOf bytes: UnsafeRawBufferPointer) {
+        for byte in bytes { append(byte) }
+    }
+
+    /// Appends every byte of `bytes` (names and other text that is not secret).
+    func append(contentsOf bytes: [UInt8]) {
+        for byte in bytes { append(byte) }
+    }
+}
+
+/// Whether `bytes` is valid UTF-8, checked without making a `String` of them.
+func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    var iterator = bytes.makeIterator()
+    var parser = Unicode.UTF8.ForwardParser()
+    while true {
+        switch parser.parseScalar(from: &iterator) {
+        case .valid: continue
+        case .emptyInput: return true
+        case .error: return false
+        }
+    }
+}
+
+/// The 1-based line of `offset` in `bytes`.
+private func lineNumber(of offset: Int, in bytes: UnsafeRawBufferPointer) -> Int {
+    var line = 1
+    for index in 0..<min(offset, bytes.count) where bytes[index] == 0x0A { line += 1 }
+    return line
+}
+
+private func text(_ bytes: some Collection<UInt8>, _ what: @autoclosure () -> String) throws -> String {
+    guard let text = String(validating: bytes, as: UTF8.self) else { throw CLIError.usage("\(what()) is not UTF-8") }
+    return text
+}
+
+// MARK: - CSV (KeePassXC, Bitwarden, 1Password)
+
+/// Reads RFC 4180 CSV from bytes: fields separated by commas, records by `\n` or `\r\n`; a
+/// quoted field may hold commas, newlines and `""` (one quote). A leading UTF-8 byte-order mark
+/// is skipped. Fields go to one ``WipingBuffer`` reused for every record.
+struct CSVReader {
+    let input: UnsafeRawBufferPointer
+    var index = 0
+    var line = 1
+
+    init(_ input: UnsafeRawBufferPointer) {
+        self.input = input
+        if input.starts(with: [0xEF, 0xBB, 0xBF]) { index = 3 }
+    }
+
+    /// The next record (its fields as ranges of `scratch`, and the line it starts on), or `nil`
+    /// at the end. Blank lines are skipped.
+    mutating func next(into scratch: WipingBuffer) throws -> (fields: [Range<Int>], line: Int)? {
+        while true {
+            guard index < input.count else { return nil }
+            scratch.count = 0
+            let startLine = line
+            var fields: [Range<Int>] = []
+            var quotedAny = false
+            while true {
+                let start = scratch.count
+                if index < input.count, input[index] == UInt8(ascii: "\"") {
+                    quotedAny = true
+                    let fieldLine = line
+                    index += 1
+                    while true {
+                        guard index < input.count else {
+                            throw CLIError.usage("line \(fieldLine) of the CSV file: a quoted field is never closed")
+                        }
+                        let byte = input[index]
+                        if byte == UInt8(ascii: "\"") {
+                            if index + 1 < input.count, input[index + 1] == UInt8(ascii: "\"") {
+                                scratch.append(byte)
+                                index += 2
+                                continue
+                            }
+                            index += 1
+                            break
+                        }
+                        if byte == 0x0A { line += 1 }
+                        scratch.append(byte)
+                        index += 1
+                    }
+                    let atEnd =
+                        index >= input.count || input[index] == UInt8(ascii: ",") || input[index] == 0x0A
+                        || (input[index] == 0x0D && index + 1 < input.count && input[index + 1] == 0x0A)
+                    guard atEnd else {
+                        throw CLIError.usage("line \(line) of the CSV file: text follows a closing quote (write a quote inside a quoted field as \"\")")
+                    }
+                } else {
+                    while index < input.count {
+                        let byte = input[index]
+                        if byte == UInt8(ascii: ",") || byte == 0x0A { break }
+                        if byte == 0x0D, index + 1 < input.count, input[index + 1] == 0x0A { break }
+                        scratch.append(byte)
+                        index += 1
+                    }
+                }
+                fields.append(start..<scratch.count)
+                if index < input.count, input[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                if index < input.count, input[index] == 0x0D { index += 1 }
+                if index < input.count, input[index] == 0x0A {
+                    index += 1
+                    line += 1
+                }
+                break
+            }
+            if fields.count == 1, fields[0].isEmpty, !quotedAny { continue }
+            return (fields, startLine)
+        }
+    }
+}
+
+/// Which columns of a password manager's CSV export become what (the README's table).
+struct CSVLayout {
+    /// The name `--help` and messages use: `KeePassXC`.
+    let name: String
+    /// Header names (compared without case) for each part; the first three are required.
+    let service: [String]
+    let account: [String]
+    let secret: [String]
+    let label: [String]
+    let url: [String]
+    /// Columns that are never imported but counted, so the summary can say so.
+    let notImported: [String]
+    /// A `type` column whose rows other than `login` are skipped (Bitwarden).
+    let type: String?
+
+    static let keepassxc = CSVLayout(
+        name: "KeePassXC", service: ["Title"], account: ["Username"], secret: ["Password"], label: ["Group"], url: ["URL"],
+        notImported: ["Notes", "TOTP"], type: nil)
+    static let bitwarden = CSVLayout(
+        name: "Bitwarden", service: ["name"], account: ["login_username"], secret: ["login_password"],
+        label: ["folder", "collections"], url: ["login_uri"], notImported: ["notes", "fields", "login_totp"], type: "type")
+    static let onePassword = CSVLayout(
+        name: "1Password", service: ["Title"], account: ["Username"], secret: ["Password"], label: ["Tags"],
+        url: ["Url", "URL", "Website"], notImported: ["Notes", "OTPAuth"], type: nil)
+
+    /// The account of a row whose user name column is empty.
+    static let defaultAccount = "default"
+
+    /// Reads `input` into `batch`; a row with an empty title takes `fallbackService`, or is an error.
+    func parse(_ input: UnsafeRawBufferPointer, fallbackService: String?, into batch: ImportBatch) throws {
+        var reader = CSVReader(input)
+        let scratch = WipingBuffer(capacity: 1024)
+        guard let header = try reader.next(into: scratch) else {
+            throw CLIError.usage("the \(name) CSV file is empty: it has no header line")
+        }
+        let names = try scratch.withUnsafeBytes { bytes in
+            try header.fields.map {
+                try text(bytes[$0], "the header of the CSV file").trimmingCharacters(in: .whitespaces).lowercased()
+            }
+        }
+        func column(_ candidates: [String]) -> Int? {
+            candidates.lazy.compactMap { names.firstIndex(of: $0.lowercased()) }.first
+        }
+        func required(_ candidates: [String]) throws -> Int {
+            guard let index = column(candidates) else {
+                throw CLIError.usage(
+                    "the CSV file's header has no \"\(candidates[0])\" column, which a \(name) export has: is it a \(name) export?")
+            }
+            return index
+        }
+        let serviceColumn = try required(service), accountColumn = try required(account), secretColumn = try required(secret)
+        let labelColumn = column(label), urlColumn = column(url), typeColumn = type.flatMap { column([$0]) }
+        let unimported = notImported.compactMap { name in column([name]).map { (name, $0) } }
+        var skippedTypes = 0
+        var dropped: [String: Int] = [:]
+        while let record = try reader.next(into: scratch) {
+            guard record.fields.count == header.fields.count else {
+                throw CLIError.usage(
+                    "line \(record.line) of the CSV file has \(record.fields.count) fields where the header has \(header.fields.count)")
+            }
+            try scratch.withUnsafeBytes { bytes in
+                func field(_ column: Int, _ what: String) throws -> String {
+                    try text(bytes[record.fields[column]], "line \(record.line) of the CSV file: the \(what)")
+                }
+                if let typeColumn, try field(typeColumn, "type") != "login" {
+                    skippedTypes += 1
+                    return
+                }
+                for (name, column) in unimported where !record.fields[column].isEmpty {
+                    dropped[name, default: 0] += 1
+                }
+                var title = try field(serviceColumn, service[0])
+                if title.isEmpty {
+                    guard let fallbackService else {
+                        throw CLIError.usage(
+                            "line \(record.line) of the CSV file: the \(service[0]) is empty; give --service NAME to use for such rows")
+                    }
+                    title = fallbackService
+                }
+                let user = try field(accountColumn, account[0])
+                let group = try labelColumn.map { try field($0, label[0]) } ?? ""
+                let link = try urlColumn.map { try field($0, url[0]) } ?? ""
+                batch.add(
+                    service: title, account: user.isEmpty ? Self.defaultAccount : user, label: group, comment: link,
+                    origin: "line \(record.line)"
+                ) { out in
+                    out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[record.fields[secretColumn]]))
+                }
+            }
+        }
+        if skippedTypes > 0 {
+            batch.notes.append(
+                "skipped \(skippedTypes) row\(skippedTypes == 1 ? "" : "s") whose type is not login (notes, cards, identities)")
+        }
+        for (column, rows) in dropped.sorted(by: { $0.key < $1.key }) {
+            batch.notes.append(
+                "the \(column) column of \(rows) row\(rows == 1 ? "" : "s") was not imported (it may hold secrets, and a comment is not secret)")
+        }
+    }
+}
+
+// MARK: - Coffer's JSON
+
+/// Coffer's own export format, version 1:
+///
+/// ```json
+/// {"format": "coffer-export", "version": 1, "exported": "2026-05-01T12:00:00.000Z",
+///  "items": [{"service": "db.internal", "account": "app", "label": "", "comment": "",
+///             "created": "…", "modified": "…", "secretEncoding": "utf8", "secret": "hunter2"}]}
+/// ```
+///
+/// `secretEncoding` is `utf8` (the secret is the JSON string's text) or `base64` (standard
+/// alphabet with padding: any bytes). On import, `label`, `comment` and `secretEncoding` may be
+/// left out (`utf8`), and `created`, `modified`, `exported` and unknown members are ignored.
+enum CofferJSON {
+    static let formatName = "coffer-export"
+    static let version = 1
+
+    // MARK: Writing
+
+    /// Appends `bytes` as a JSON string (quotes, backslashes, and control characters escaped;
+    /// everything else as it is, so the bytes must be UTF-8).
+    static func appendString(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
+        let hex = Array("0123456789abcdef".utf8)
+        out.append(UInt8(ascii: "\""))
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                out.append(UInt8(ascii: "\\"))
+                out.append(byte)
+            case 0x0A: out.append(contentsOf: Array(#"\n"#.utf8))
+            case 0x0D: out.append(contentsOf: Array(#"\r"#.utf8))
+            case 0x09: out.append(contentsOf: Array(#"\t"#.utf8))
+            case 0..<0x20, 0x7F:
+                out.append(contentsOf: Array(#"\u00"#.utf8))
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    static func appendString(_ text: String, to out: WipingBuffer) {
+        Array(text.utf8).withUnsafeBytes { appendString($0, to: out) }
+    }
+
+    /// Appends standard base64 with padding.
+    static func appendBase64(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        out.append(UInt8(ascii: "\""))
+        var index = 0
+        while index < bytes.count {
+            let left = bytes.count - index
+            let group =
+                UInt32(bytes[index]) << 16 | (left > 1 ? UInt32(bytes[index + 1]) << 8 : 0) | (left > 2 ? UInt32(bytes[index + 2]) : 0)
+            for position in 0..<4 {
+                if position <= min(left, 3) {
+                    out.append(alphabet[Int(group >> (18 - 6 * UInt32(position)) & 63)])
+                } else {
+                    out.append(UInt8(ascii: "="))
+                }
+            }
+            index += 3
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// The export of `items`, whose secrets `secret` reads one at a time (each is dropped before
+    /// the next is read).
+    static func write(items: [VaultItem], secret: (VaultItem) throws -> SecureBytes?) throws -> WipingBuffer {
+        let out = WipingBuffer(capacity: 4096 + items.count * 256)
+        func line(_ text: String) { out.append(contentsOf: Array(text.utf8)) }
+        line("{\n  \"format\": \"\(formatName)\",\n  \"version\": \(version),\n  \"exported\": ")
+        appendString(iso8601Milliseconds(Date()), to: out)
+        line(",\n  \"items\": [")
+        var first = true
+        for item in items {
+            // An item removed meanwhile (another process) is left out.
+            guard let bytes = try secret(item) else { continue }
+            line(first ? "\n" : ",\n")
+            first = false
+            for (name, value) in [
+                ("service", item.service), ("account", item.account), ("label", item.label), ("comment", item.comment),
+                ("created", iso8601Milliseconds(item.created)), ("modified", iso8601Milliseconds(item.modified)),
+            ] {
+                line(name == "service" ? "    {\"\(name)\": " : ", \"\(name)\": ")
+                appendString(value, to: out)
+            }
+            bytes.withUnsafeBytes { secret in
+                if isValidUTF8(secret) {
+                    line(", \"secretEncoding\": \"utf8\", \"secret\": ")
+                    appendString(secret, to: out)
+                } else {
+                    line(", \"secretEncoding\": \"base64\", \"secret\": ")
+                    appendBase64(secret, to: out)
+                }
+            }
+            line("}")
+        }
+        line(first ? "]\n}\n" : "\n  ]\n}\n")
+        return out
+    }
+
+    // MARK: Reading
+
+    /// A parsed JSON value. Strings are kept as the ranges of their raw text (escapes
+    /// undecoded), so a secret is decoded once, straight into the batch's wiping buffer.
+    indirect enum Value {
+        case object([(key: String, value: Value, offset: Int)])
+        case array([(value: Value, offset: Int)])
+        case string(Range<Int>)
+        case number(String)
+        case bool(Bool)
+        case null
+    }
+
+    /// A small strict JSON reader over bytes (RFC 8259), nesting at most 64 deep.
+    struct Parser {
+        let bytes: UnsafeRawBufferPointer
+        var index = 0
+
+        func fail(_ what: String, at offset: Int? = nil) -> CLIError {
+            CLIError.usage("line \(lineNumber(of: offset ?? index, in: bytes)) of the JSON file: \(what)")
+        }
+
+        mutating func skipSpace() {
+            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        }
+
+        mutating func document() throws -> Value {
+            skipSpace()
+            let value = try self.value(depth: 0)
+            skipSpace()
+            guard index == bytes.count else { throw fail("text after the end of the JSON value") }
+            return value
+        }
+
+        mutating func value(depth: Int) throws -> Value {
+            guard depth < 64 else { throw fail("nested more than 64 levels deep") }
+            guard index < bytes.count else { throw fail("the JSON text ends early") }
+            switch bytes[index] {
+            case UInt8(ascii: "{"):
+                index += 1
+                var members: [(key: String, value: Value, offset: Int)] = []
+                skipSpace()
+                if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                    index += 1
+                    return .object(members)
+                }
+                while true {
+                    skipSpace()
+                    let offset = index
+                    guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
+                    let key = try decodeText(try rawString())
+                    if members.contains(where: { $0.key == key }) { throw fail("the member \"\(key)\" appears twice", at: offset) }
+                    skipSpace()
+                    guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected : after a member name") }
+                    index += 1
+                    skipSpace()
+                    members.append((key, try value(depth: depth + 1), offset))
+                    skipSpace()
+                    guard index < bytes.count else { throw fail("the JSON text ends inside an object") }
+                    if bytes[index] == UInt8(ascii: ",") {
+                        index += 1
+                        continue
+                    }
+                    guard bytes[index] == UInt8(ascii: "}") else { throw fail("expected , or } in an object") }
+                    index += 1
+                    return .object(members)
+                }
+            case UInt8(ascii: "["):
+                index += 1
+                var elements: [(value: Value, offset: Int)] = []
+                skipSpace()
+                if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                    index += 1
+                    return .array(elements)
+                }
+                while true {
+                    skipSpace()
+                    let offset = index
+                    elements.append((try value(depth: depth + 1), offset))
+                    skipSpace()
+                    guard index < bytes.count else { throw fail("the JSON text ends inside an array") }
+                    if bytes[index] == UInt8(ascii: ",") {
+                        index += 1
+                        continue
+                    }
+                    guard bytes[index] == UInt8(ascii: "]") else { throw fail("expected , or ] in an array") }
+                    index += 1
+                    return .array(elements)
+                }
+            case UInt8(ascii: "\""):
+                return .string(try rawString())
+            case UInt8(ascii: "t"), UInt8(ascii: "f"), UInt8(ascii: "n"):
+                for (word, value) in [("true", Value.bool(true)), ("false", .bool(false)), ("null", .null)]
+                where UnsafeRawBufferPointer(rebasing: bytes[index...]).starts(with: word.utf8) {
+                    index += word.utf8.count
+                    return value
+                }
+                throw fail("not a JSON value")
+            default:
+                let start = index
+                while index < bytes.count, Array("+-.0123456789eE".utf8).contains(bytes[index]) { index += 1 }
+                guard index > start, let number = String(validating: bytes[start..<index], as: UTF8.self), Double(number) != nil
+                else { throw fail("not a JSON value") }
+                return .number(number)
+            }
+        }
+
+        /// The raw text of a string (without its quotes); `index` is on the opening quote.
+        mutating func rawString() throws -> Range<Int> {
+            let start = index + 1
+            index = start
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    index += 1
+                    return start..<(index - 1)
+                }
+                if byte < 0x20 { throw fail("a control character inside a string (write it as an escape)") }
+                index += byte == UInt8(ascii: "\\") ? 2 : 1
+            }
+            throw fail("a string is never closed", at: start)
+        }
+
+        /// Decodes a string's escapes, appending the UTF-8 bytes to `out`.
+        func decode(_ range: Range<Int>, into out: (UInt8) -> Void) throws {
+            var index = range.lowerBound
+            func hex4() throws -> UInt32 {
+                guard index + 4 <= range.upperBound else { throw fail("a malformed \\u escape", at: index) }
+                var value: UInt32 = 0
+                for offset in 0..<4 {
+                    guard let digit = Character(UnicodeScalar(bytes[index + offset])).hexDigitValue else {
+                        throw fail("a malformed \\u escape", at: index)
+                    }
+                    value = value << 4 | UInt32(digit)
+                }
+                index += 4
+                return value
+            }
+            while index < range.upperBound {
+                let byte = bytes[index]
+                index += 1
+                guard byte == UInt8(ascii: "\\") else {
+                    out(byte)
+                    continue
+                }
+                guard index < range.upperBound else { throw fail("a string ends in a backslash", at: index) }
+                let escape = bytes[index]
+                index += 1
+                switch escape {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out(escape)
+                case UInt8(ascii: "b"): out(0x08)
+                case UInt8(ascii: "f"): out(0x0C)
+                case UInt8(ascii: "n"): out(0x0A)
+                case UInt8(ascii: "r"): out(0x0D)
+                case UInt8(ascii: "t"): out(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800..<0xDC00).contains(scalar) {
+                        guard index + 1 < range.upperBound, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                        else { throw fail("a \\u escape holds half a surrogate pair", at: index) }
+                        index += 2
+                        let low = try hex4()
+                        guard (0xDC00..<0xE000).contains(low) else { throw fail("a \\u escape holds half a surrogate pair", at: index) }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00..<0xE000).contains(scalar) {
+                        throw fail("a \\u escape holds half a surrogate pair", at: index)
+                    }
+                    for byte in UTF8.encode(UnicodeScalar(scalar)!)! { out(byte) }
+                default: throw fail("an unknown escape \\\(Character(UnicodeScalar(escape)))", at: index)
+                }
+            }
+        }
+
+        /// A string that is not secret (names, labels), decoded.
+        func decodeText(_ range: Range<Int>) throws -> String {
+            var text: [UInt8] = []
+            try decode(range) { text.append($0) }
+            return String(decoding: text, as: UTF8.self)
+        }
+    }
+
+    /// Reads an export (its bytes must be UTF-8) into `batch`.
+    static func parse(_ input: UnsafeRawBufferPointer, into batch: ImportBatch) throws {
+        guard isValidUTF8(input) else { throw CLIError.usage("the JSON file is not UTF-8") }
+        var parser = Parser(bytes: input)
+        guard case .object(let top) = try parser.document() else {
+            throw CLIError.usage("the JSON file is not a Coffer export: it is not an object")
+        }
+        func member(_ members: [(key: String, value: Value, offset: Int)], _ key: String) -> Value? {
+            members.first { $0.key == key }?.value
+        }
+        guard case .string(let format)? = member(top, "format"), try parser.decodeText(format) == formatName else {
+            throw CLIError.usage("the JSON file is not a Coffer export: its \"format\" is not \"\(formatName)\"")
+        }
+        guard case .number(let number)? = member(top, "version"), let found = Int(number) else {
+            throw CLIError.usage("the Coffer export has no \"version\" number")
+        }
+        guard found == version else {
+            throw CLIError.usage(
+                "the Coffer export is version \(found); this coffer reads version \(version)\(found > version ? " (it was written by a newer coffer)" : "")")
+        }
+        guard case .array(let elements)? = member(top, "items") else {
+            throw CLIError.usage("the Coffer export has no \"items\" array")
+        }
+        for (position, element) in elements.enumerated() {
+            let origin = "item \(position + 1)"
+            func fail(_ what: String) -> CLIError { parser.fail("\(origin): \(what)", at: element.offset) }
+            guard case .object(let members) = element.value else { throw fail("not an object") }
+            func string(_ key: String, required: Bool) throws -> Range<Int>? {
+                switch member(members, key) {
+                case .string(let range)?: return range
+                case nil where !required: return nil
+                case nil: throw fail("no \"\(key)\"")
+                default: throw fail("\"\(key)\" is not a string")
+                }
+            }
+            let service = try parser.decodeText(try string("service", required: true)!)
+            let account = try parser.decodeText(try string("account", required: true)!)
+            let label = try string("label", required: false).map { try parser.decodeText($0) }
+            let comment = try string("comment", required: false).map { try parser.decodeText($0) }
+            let encoding = try string("secretEncoding", required: false).map { try parser.decodeText($0) } ?? "utf8"
+            let secret = try string("secret", required: true)!
+            guard encoding == "utf8" || encoding == "base64" else {
+                throw fail("\"secretEncoding\" is neither \"utf8\" nor \"base64\"")
+            }
+            try batch.add(service: service, account: account, label: label, comment: comment, origin: origin) { out in
+                if encoding == "utf8" {
+                    try parser.decode(secret) { out.append($0) }
+                } else {
+                    try decodeBase64(UnsafeRawBufferPointer(rebasing: input[secret]), into: out) {
+                        fail("the secret is not base64 (standard alphabet, padded)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Standard, padded base64 (no white space), appended to `out`.
+    static func decodeBase64(_ text: UnsafeRawBufferPointer, into out: WipingBuffer, failure: () -> CLIError) throws {
+        guard text.count % 4 == 0 else { throw failure() }
+        func value(_ byte: UInt8) -> UInt32? {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): UInt32(byte - UInt8(ascii: "A"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): UInt32(byte - UInt8(ascii: "a")) + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0")) + 52
+            case UInt8(ascii: "+"): 62
+            case UInt8(ascii: "/"): 63
+            default: nil
+            }
+        }
+        var index = 0
+        while index < text.count {
+            let isLast = index + 4 == text.count
+            let padding = isLast ? (text[index + 3] == UInt8(ascii: "=") ? (text[index + 2] == UInt8(ascii: "=") ? 2 : 1) : 0) : 0
+            var group: UInt32 = 0
+            for offset in 0..<4 {
+                if offset >= 4 - padding {
+                    group <<= 6
+                    continue
+                }
+                guard let digit = value(text[index + offset]) else { throw failure() }
+                group = group << 6 | digit
+            }
+            for offset in 0..<(3 - padding) { out.append(UInt8(truncatingIfNeeded: group >> (16 - 8 * UInt32(offset)))) }
+            index += 4
+        }
+    }
+}
+
+// MARK: - pass
+
+/// A `pass` store: every `*.gpg` file under the store's directory (files and directories whose
+/// names start with `.` are skipped, and directories reached through a symbolic link are not
+/// entered), decrypted with `gpg --batch --quiet --decrypt`. The file's first line (without its
+/// newline) is the secret; further lines are not imported (they may be secret, and a comment is
+/// not). `a/b/name.gpg` becomes service `a/b`, account `name`; an entry at the top of the store
+/// (`name.gpg`) takes its service from `--service`, else is an error.
+enum PassStore {
+    /// The store's entries: paths relative to `root`, sorted.
+    static func entries(root: String) throws -> [String] {
+        var status = stat()
+        guard stat(root, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
+            throw CLIError.usage("the password store \(quotedName(root)) is not a directory")
+        }
+        var found: [String] = []
+        func walk(_ relative: String) throws {
+            let path = relative.isEmpty ? root : root + "/" + relative
+            guard let directory = opendir(path) else {
+                throw CLIError(.failure, "cannot read the directory \(quotedName(path)): \(String(cString: strerror(errno)))")
+            }
+            defer { closedir(directory) }
+            var names: [String] = []
+            while let entry = readdir(directory) {
+                let bytes = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+                if bytes.first == UInt8(ascii: ".") { continue }
+                guard let name = String(validating: bytes, as: UTF8.self) else {
+                    throw CLIError.usage(
+                        "a name in the password store's directory \(quotedName(path)) is not UTF-8: rename it or move it out")
+                }
+                names.append(name)
+            }
+            for name in names.sorted() {
+                let child = relative.isEmpty ? name : relative + "/" + name
+                var link = stat()
+                guard lstat(root + "/" + child, &link) == 0 else { continue }
+                if link.st_mode & S_IFMT == S_IFDIR {
+                    try walk(child)
+                    continue
+                }
+                var target = stat()
+                if name.hasSuffix(".gpg"), name.count > 4, stat(root + "/" + child, &target) == 0, target.st_mode & S_IFMT == S_IFREG {
+                    found.append(child)
+                }
+            }
+        }
+        try walk("")
+        return found
+    }
+
+    /// Decrypts every entry into `batch`.
+    static func read(root: String, fallbackService: String?, into batch: ImportBatch) throws {
+        let entries = try entries(root: root)
+        var topLevel: [String] = []
+        var longer = 0
+        for entry in entries {
+            var parts = entry.split(separator: "/").map(String.init)
+            let account = String(parts.removeLast().dropLast(4))
+            let service: String
+            if parts.isEmpty {
+                guard let fallbackService else {
+                    topLevel.append(entry)
+                    continue
+                }
+                service = fallbackService
+            } else {
+                service = parts.joined(separator: "/")
+            }
+            let plaintext = try decrypt(root + "/" + entry, entry: entry)
+            plaintext.withUnsafeBytes { bytes in
+                let end = bytes.firstIndex(of: 0x0A) ?? bytes.count
+                if end + 1 < bytes.count, bytes[(end + 1)...].contains(where: { ![0x0A, 0x0D, 0x20, 0x09].contains($0) }) {
+                    longer += 1
+                }
+                batch.add(service: service, account: account, label: nil, comment: nil, origin: entry) { out in
+                    out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
+                }
+            }
+        }
+        guard topLevel.isEmpty else {
+            throw CLIError.usage(
+                "\(topLevel.count) entr\(topLevel.count == 1 ? "y is" : "ies are") at the top of the store, with no directory to be the service: "
+                    + listed(topLevel.map { quotedName($0) }) + "; give --service NAME for them")
+        }
+        if entries.isEmpty { batch.notes.append("the store holds no .gpg file") }
+        if longer > 0 {
+            batch.notes.append(
+                "\(longer) entr\(longer == 1 ? "y has" : "ies have") more lines after the first, which were not imported")
+        }
+    }
+
+    /// The largest decrypted entry accepted.
+    static let maximumEntry = 16 * 1024 * 1024
+
+    /// `gpg --batch --quiet --decrypt -- PATH`, spawned without a shell, its standard input
+    /// `/dev/null`, its output read through a pipe into wiping memory. gpg's messages are read
+    /// through a second pipe, and the last of them goes into the error when gpg fails.
+    static func decrypt(_ path: String, entry: String) throws -> WipingBuffer {
+        var outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
+        guard pipe(&outPipe) == 0 else {
+            throw CLIError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(errno)))")
+        }
+        guard pipe(&errPipe) == 0 else {
+            let code = errno
+            close(outPipe[0])
+            close(outPipe[1])
+            throw CLIError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(code)))")
+        }
+        // No end may reach another child: gpg gets the write ends as its outputs only.
+        for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var open = [outPipe[0], errPipe[0]]
+        defer { for fd in open where fd >= 0 { close(fd) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO)
+        let arguments = ["gpg", "--batch", "--quiet", "--decrypt", "--", path]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawnp(&pid, "gpg", &actions, nil, &argv, environ)
+        close(outPipe[1])
+        close(errPipe[1])
+        guard spawned == 0 else {
+            throw CLIError(
+                .failure,
+                "cannot run gpg to decrypt the pass entry \(quotedName(entry)): \(String(cString: strerror(spawned)))"
+                    + (spawned == ENOENT ? " (is GnuPG installed and on PATH?)" : ""))
+        }
+        let output = WipingBuffer(capacity: 256)
+        var messages: [UInt8] = []
+        var failure: CLIError?
+        // Both pipes at once, so gpg never blocks on a full one.
+        try withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 16) { chunk in
+            defer { SecureMemory.zero(chunk) }
+            while open[0] >= 0 || open[1] >= 0 {
+                var fds = open.filter { $0 >= 0 }.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+                if poll(&fds, nfds_t(fds.count), -1) < 0 {
+                    if errno == EINTR { continue }
+                    throw CLIError(.failure, "cannot read gpg's output: \(String(cString: strerror(errno)))")
+                }
+                for ready in fds where ready.revents != 0 {
+                    let n = Glibc.read(ready.fd, chunk.baseAddress, chunk.count)
+                    if n < 0, errno == EINTR || errno == EAGAIN { continue }
+                    let which = ready.fd == open[0] ? 0 : 1
+                    if n <= 0 {
+                        close(ready.fd)
+                        open[which] = -1
+                        continue
+                    }
+                    let bytes = UnsafeRawBufferPointer(rebasing: chunk[..<n])
+                    if which == 1 {
+                        if messages.count < 65536 { messages += bytes }
+                    } else if failure == nil {
+                        if output.count + n > maximumEntry {
+                            failure = CLIError.usage("the pass entry \(quotedName(entry)) holds more than \(maximumEntry) bytes")
+                            // gpg gets EPIPE (or SIGPIPE) and stops.
+                            close(ready.fd)
+                            open[0] = -1
+                        } else {
+                            output.append(contentsOf: bytes)
+                        }
+                    }
+                }
+            }
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        if let failure { throw failure }
+        let exited = status & 0x7F == 0
+        guard exited, (status >> 8) & 0xFF == 0 else {
+            let how = exited ? "exit \((status >> 8) & 0xFF)" : "signal \(status & 0x7F)"
+            let said = String(decoding: messages, as: UTF8.self).split(whereSeparator: \.isNewline).suffix(3)
+                .map { String($0.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : Character($0) }) }
+                .joined(separator: "; ")
+            throw CLIError(
+                .failure,
+                "gpg could not decrypt the pass entry \(quotedName(entry)) (\(how)\(said.isEmpty ? "" : ": " + said)); nothing was imported")
+        }
+        return output
+    }
+}

@@ -166,9 +166,9 @@ struct GlobalOptions: ParsableArguments {
                 .failure,
                 "no vault at \(url.path): create one with `coffer init` (or choose one with --vault or COFFER_VAULT)")
         }
-        if usingSessionKey,
+        if usingSessionKey, let description = try? SessionKeyring.description(forFile: url),
             let vault = try openWithSessionKey(
-                try SessionKeyring.description(forFile: url), place: url.path,
+                description, place: url.path,
                 { try Vault.open(at: url, unlock: $0, lockTimeout: try lockTimeout()) })
         {
             return vault

@@ -92,9 +92,9 @@ extension GlobalOptions {
         #if Postgres
         let (configuration, name) = try Self.postgresVault(url)
         do {
-            if usingSessionKey,
+            if usingSessionKey, let description = try? SessionKeyring.description(forStore: configuration, vault: name),
                 let vault = try openWithSessionKey(
-                    try SessionKeyring.description(forStore: configuration, vault: name),
+                    description,
                     place: "vault \(escapedName(name)) on \(configuration)",
                     { try PostgresVault.open(name: name, unlock: $0, configuration: configuration) })
             {

@@ -30,6 +30,10 @@
 //   kdf.interactive           Argon2id at the interactive preset (one passphrase unlock's KDF)
 //   kdf.moderate              Argon2id at the moderate preset
 //   keyvalue.change.latency, vault.change.latency, watch.idle.1000keys   see BenchChange.swift
+//   cli.run.overhead          what `coffer run` adds to starting a program: `coffer --key-file K
+//                             run --env X=coffer://bench/run -- env true` (start, unlock, read one
+//                             secret, spawn, relay, wait) minus `env true` alone, in the same run
+//   peer.env.true             starting `env true` and waiting for it (posix_spawnp + waitpid)
 
 import Coffer
 import CofferCrypto
@@ -119,6 +123,7 @@ struct BenchSuite {
         "vault.write", "vault.write.durable", "vault.read",
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
         "vault.open.identity", "vault.rotate.10k", "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
+        "cli.run.overhead", "peer.env.true",
     ]
 
     /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
@@ -141,6 +146,7 @@ struct BenchSuite {
             (["vault.open.identity", "vault.rotate.10k"], keySlots),
             (["kdf.interactive", "kdf.moderate"], kdf),
             (["keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys"], changeLatency),
+            (["cli.run.overhead", "peer.env.true"], runOverhead),
         ]
         let filter = Self.filter
         func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }
@@ -414,6 +420,76 @@ struct BenchSuite {
                 })
         }
         return results
+    }
+
+    // MARK: - coffer run
+
+    /// `cli.run.overhead` and `peer.env.true`: each run times `coffer run … -- env true` and
+    /// `env true` (the same number of starts, one after the other, so both see the same load);
+    /// the overhead of that run is the difference per start.
+    private func runOverhead(_ selected: [String]) throws -> [BenchResult] {
+        let keyFile = directory.appendingPathComponent("run.key")
+        let vaultURL = directory.appendingPathComponent("run.coffervault")
+        let key = try SecureBytes.random(count: 32)
+        guard FileManager.default.createFile(
+            atPath: keyFile.path, contents: key.withUnsafeBytes { Data($0) }, attributes: [.posixPermissions: 0o600])
+        else { throw CLIError(.failure, "bench: cannot write \(keyFile.path)") }
+        do {
+            let vault = try Vault.create(at: vaultURL, unlock: .keyFile(keyFile))
+            try vault.set(Data(repeating: 0x5A, count: 32), service: "bench", account: "run")
+            try vault.flush()
+        }
+        var link = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &link, link.count - 1)
+        guard length > 0 else { throw CLIError(.failure, "bench: cannot find coffer's own executable") }
+        let coffer = String(decoding: link[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let viaCoffer = [
+            coffer, "--vault", vaultURL.path, "--key-file", keyFile.path, "run", "--env", "BENCH_SECRET=coffer://bench/run",
+            "--", "env", "true",
+        ]
+        let plain = ["env", "true"]
+        /// Starts `arguments` (found on PATH) with output to /dev/null, waits; nanoseconds taken.
+        func startAndWait(_ arguments: [String], times: Int) throws -> Double {
+            var actions = posix_spawn_file_actions_t()
+            posix_spawn_file_actions_init(&actions)
+            defer { posix_spawn_file_actions_destroy(&actions) }
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+            let argv = arguments.map { strdup($0) } + [nil]
+            defer { argv.forEach { free($0) } }
+            let start = monotonicNanoseconds()
+            for _ in 0..<times {
+                var pid: pid_t = 0
+                let result = posix_spawnp(&pid, arguments[0], &actions, nil, argv, environ)
+                guard result == 0 else {
+                    throw CLIError(.failure, "bench: cannot start \(arguments[0]): \(String(cString: strerror(result)))")
+                }
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                guard status == 0 else {
+                    throw CLIError(.failure, "bench: \(arguments.joined(separator: " ")) ended with wait status \(status)")
+                }
+            }
+            return Double(monotonicNanoseconds() - start) / Double(times)
+        }
+        _ = try startAndWait(viaCoffer, times: 1)  // warm-up: page cache, dynamic loader
+        _ = try startAndWait(plain, times: 1)
+        let times = runner.quick ? 1 : 5
+        var overhead: [Double] = []
+        var peer: [Double] = []
+        for _ in 0..<runner.runs {
+            let withCoffer = try startAndWait(viaCoffer, times: times)
+            let alone = try startAndWait(plain, times: times)
+            overhead.append(max(withCoffer - alone, 1))
+            peer.append(alone)
+        }
+        func result(_ name: String, _ samples: [Double]) -> BenchResult {
+            let sorted = samples.sorted()
+            return BenchResult(
+                name: name, nsPerOp: sorted[sorted.count / 2], minNs: sorted[0], maxNs: sorted[sorted.count - 1],
+                runs: sorted.count)
+        }
+        return [result("cli.run.overhead", overhead), result("peer.env.true", peer)].filter { selected.contains($0.name) }
     }
 
     // MARK: - Argon2id

@@ -28,9 +28,11 @@ struct RunCommand: ParsableCommand {
             Every secret is read before the command starts: a missing item fails with exit 3, \
             naming the reference, and the command is not run. The secrets are given to the \
             command in its environment only, never in its arguments or a file; coffer builds \
-            that environment in memory it wipes once the command has started. (The command's \
+            that environment in memory it wipes once the command has started. Without --watch \
+            the vault is closed before the command starts; to mask output or to watch, coffer \
+            keeps the values while the command runs, in locked memory of their own. (A process's \
             environment can be read by processes of the same user, through /proc/PID/environ, \
-            and by root; so can coffer's memory.)
+            and by root.)
 
             An env file holds NAME=VALUE lines: blank lines and # comments are skipped, an \
             `export ` prefix is allowed, a value may be in '…' (taken as it is) or "…" (with the \

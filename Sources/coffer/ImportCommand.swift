@@ -40,19 +40,23 @@ struct ImportCommand: ParsableCommand {
             is written. An item already there with the same values is left unchanged. Two \
             items of the input with the same service and account are an error naming both.
 
-            Formats (what becomes service / account / secret / label / comment):
-              dotenv     --service / NAME / VALUE / – / –  (NAME=VALUE lines, read as \
-            `coffer run --env-file` reads them: # comments, export prefix, '…' literal, "…" with \
-            \\n \\r \\t \\" \\\\ \\$ escapes, unquoted values end at " #", nothing expanded)
-              json       Coffer's export (coffer export): service / account / secret / label / \
-            comment; sealed with age (coffer export --recipient, or age -r) it is opened with \
-            --identity-file, else --identity, else $COFFER_IDENTITY
+              format     service / account / secret / label / comment
+              dotenv     --service / NAME / VALUE / – / –
+              json       service / account / secret / label / comment
               keepassxc  Title / Username / Password / Group / URL
-              bitwarden  name / login_username / login_password / folder (or collections) / \
-            login_uri; rows whose type is not login are skipped
-              1password  Title / Username / Password / Tags / Url (or URL, Website)
-              pass       directory / file name without .gpg / first line / – / –  (a/b/c.gpg \
-            is service a/b, account c; each file decrypted by gpg --batch --quiet --decrypt)
+              bitwarden  name / login_username / login_password / folder / login_uri
+              1password  Title / Username / Password / Tags / Url
+              pass       directory / file name less .gpg / first line / – / –
+
+            dotenv reads NAME=VALUE lines as `coffer run --env-file` does (# comments, an \
+            export prefix, '…' literal, "…" with \\n \\r \\t \\" \\\\ \\$ escapes, an \
+            unquoted value ends at " #"; nothing is expanded). json is Coffer's export \
+            (`coffer export`); one sealed with age (by `coffer export --recipient` or `age -r`, \
+            binary or armored) is opened with --identity-file, else --identity, else \
+            $COFFER_IDENTITY. Bitwarden's collections column stands in for folder in an \
+            organization export, and rows whose type is not login are skipped; 1Password's URL \
+            column may also be named Website. In a pass store, a/b/c.gpg is service a/b, \
+            account c, each file decrypted by gpg --batch --quiet --decrypt.
 
             CSV files may have a byte-order mark, CRLF line ends, and quoted fields holding \
             commas, quotes ("") and newlines; the header names the columns (in any order and \

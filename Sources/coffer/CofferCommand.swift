@@ -45,7 +45,7 @@ struct CofferCommand: ParsableCommand {
         subcommands: [
             InitCommand.self, SetCommand.self, GetCommand.self, ListCommand.self, RemoveCommand.self,
             PasswdCommand.self, VerifyCommand.self, InfoCommand.self, CompactCommand.self, BenchCommand.self,
-            GenerateCommand.self, InjectCommand.self, SlotCommand.self, RotateCommand.self, IdentityCommand.self, DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
+            GenerateCommand.self, InjectCommand.self, ImportCommand.self, ExportCommand.self, RunCommand.self, UnlockCommand.self, LockCommand.self, SlotCommand.self, RotateCommand.self, IdentityCommand.self, DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
         ]
     )
 

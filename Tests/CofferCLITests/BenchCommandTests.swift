@@ -14,6 +14,7 @@ struct BenchCommandTests {
         "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k", "vault.open.identity",
         "vault.rotate.10k",
         "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
+        "cli.run.overhead", "peer.env.true",
     ]
 
     @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")

@@ -36,11 +36,12 @@ extension PostgresVault: KeySlotStore {
 
 extension GlobalOptions {
     /// The vault whose key slots `slot` and `rotate` change: the PostgreSQL one `--store`
-    /// names, else the file vault.
+    /// names, else the file vault. Opened with the secret itself, never with a key kept by
+    /// `coffer unlock`: who may open the vault is decided by someone who can prove it.
     func openKeySlotStore() throws -> any KeySlotStore {
-        guard try storeURL != nil else { return try openVault() }
+        guard try storeURL != nil else { return try openVault(usingSessionKey: false) }
         #if Postgres
-        guard let vault = try openItemStore() as? PostgresVault else {
+        guard let vault = try openItemStore(usingSessionKey: false) as? PostgresVault else {
             throw CLIError(.failure, "--store did not open a PostgreSQL vault")
         }
         return vault

@@ -75,11 +75,28 @@ enum SessionKeyring {
     #if Postgres
     /// The description of the key kept for a PostgreSQL vault: `coffer:postgres:` and the
     /// user, server, database, schema and vault name (never a password).
+    ///
+    /// Each part is percent-encoded (every byte but letters, digits, `-`, `.` and `_`), so no
+    /// two different vaults share a description: a schema `s?vault=x` with vault `y` and a schema
+    /// `s` with vault `x?vault=y` would otherwise both read `…#s?vault=x?vault=y`.
     static func description(forStore configuration: PostgresConfiguration, vault: String) throws -> String {
+        func part(_ text: String) -> String {
+            var out = ""
+            for byte in text.utf8 {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"):
+                    out.append(Character(Unicode.Scalar(byte)))
+                default: out += String(format: "%%%02X", byte)
+                }
+            }
+            return out
+        }
         let server =
-            "\(configuration.user)@\(configuration.host):\(configuration.port)/"
-            + "\(configuration.database ?? configuration.user)"
-        return try checked(descriptionPrefix + "postgres:" + server + "#" + configuration.schema + "?vault=" + vault)
+            "\(part(configuration.user))@\(part(configuration.host)):\(configuration.port)/"
+            + part(configuration.database ?? configuration.user)
+        return try checked(
+            descriptionPrefix + "postgres:" + server + "#" + part(configuration.schema) + "?vault=" + part(vault))
     }
     #endif
 
@@ -101,6 +118,13 @@ enum SessionKeyring {
         let keyring = coffer_key_keyring_id(COFFER_KEY_SPEC_SESSION_KEYRING, 0)
         guard keyring >= 0 else { throw failure("cannot find the session keyring") }
         let userSession = coffer_key_keyring_id(COFFER_KEY_SPEC_USER_SESSION_KEYRING, 0)
+        // No signal may end this process between adding the key and setting its timeout: a key
+        // left without one would stay for the whole session. Blocked for the three calls.
+        var all = sigset_t()
+        var previous = sigset_t()
+        sigfillset(&all)
+        pthread_sigmask(SIG_BLOCK, &all, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         let serial = payload.withUnsafeBytes { bytes in
             coffer_key_add_user(description, bytes.baseAddress, bytes.count, COFFER_KEY_SPEC_SESSION_KEYRING)
         }

@@ -127,7 +127,9 @@ struct PasswdCommand: ParsableCommand {
     var kdf: KDFPreset?
 
     func run() throws {
-        let vault = try root.global.openVault()
+        // The passphrase itself, never a key kept by `coffer unlock`: whoever finds an unlocked
+        // terminal must not be able to lock its owner out by changing the passphrase.
+        let vault = try root.global.openVault(usingSessionKey: false)
         let new = try Input.newPassphrase(file: newPassphraseFile)
         try vault.changePassphrase(to: .passphrase(new), kdf: kdf?.parameters)
         writeOut("changed the passphrase of \(vault.url.path)\n")

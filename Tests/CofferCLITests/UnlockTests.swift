@@ -231,6 +231,11 @@ struct UnlockTests {
         try box.set("svc", "acct", secret)
         #expect(try run(ring, box, ["unlock"], passphraseFile: true).status == Exit.ok)
 
+        // Key management asks for the secret itself, even while a key is kept.
+        for command in [["passwd", "--new-passphrase-file", box.newPassphraseFile], ["rotate"], ["slot", "list"]] {
+            let refused = try run(ring, box, command)
+            #expect(refused.status == Exit.usage && refused.err.contains("no passphrase given"), "\(command): \(refused)")
+        }
         let rotated = try box.run(["rotate"])
         #expect(rotated.status == Exit.ok, "\(rotated)")
         let afterRotation = try run(ring, box, ["get", "svc", "acct"])

@@ -13,7 +13,8 @@
 /// ```
 ///
 /// The strings are age's own (`age-keygen` writes them), so people reuse the keys they have.
-/// Coffer does not read or write age files; only the keys are shared (see SECURITY.md).
+/// A vault is not an age file; only `coffer export --recipient` and `coffer import json` write
+/// and read age v1 files (``AgeFile``), for exports (see SECURITY.md).
 public struct X25519Recipient: Sendable, Hashable, CustomStringConvertible, LosslessStringConvertible {
     /// The 32-byte X25519 public key.
     public let publicKey: [UInt8]

@@ -263,9 +263,14 @@ struct ChildEnvironment {
         }
         for assignment in assignments {
             let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard parts.count == 2, DotEnv.isValidName(parts[0].utf8) else {
+            // Never the argument itself in a message: `--env TOKEN=ghp_…` mistyped would print
+            // the secret. Only the part before the `=`, and nothing when there is none.
+            guard parts.count == 2 else {
+                throw CLIError.usage("--env takes NAME=coffer://SERVICE/ACCOUNT: an argument has no =")
+            }
+            guard DotEnv.isValidName(parts[0].utf8) else {
                 throw CLIError.usage(
-                    "--env takes NAME=coffer://SERVICE/ACCOUNT (NAME of letters, digits and _), got \(quotedName(assignment))")
+                    "--env takes NAME=coffer://SERVICE/ACCOUNT (NAME of letters, digits and _), got the name \(quotedName(String(parts[0])))")
             }
             let origin = "--env \(parts[0])"
             guard let reference = try reference(in: parts[1].utf8, origin: origin) else {

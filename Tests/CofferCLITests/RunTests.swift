@@ -223,6 +223,26 @@ struct RunTests {
             let run = try box.run(arguments, environment: environment)
             #expect(run.status == Exit.usage && run.err.contains(said), "\(arguments): \(run)")
         }
+        // A mistyped --env or env file line never shows its value (it may be the secret itself):
+        // only the name before the =.
+        let value = "ghp_" + UUID().uuidString
+        let leaks: [([String], String?)] = [
+            (["run", "--env", "my-token=\(value)", "--", "touch", marker], "my-token"),
+            (["run", "--env", value, "--", "touch", marker], nil),
+            (["run", "--env", "TOKEN=\(value)", "--", "touch", marker], "--env TOKEN"),
+        ]
+        for (arguments, said) in leaks {
+            let run = try box.run(arguments)
+            #expect(run.status == Exit.usage, "\(run)")
+            #expect(!run.err.contains(value) && !run.out.contains(value), "the value is in the message: \(run)")
+            if let said { #expect(run.err.contains(said), "\(run)") }
+        }
+        for line in ["A='\(value)' trailing\n", "A=\"\(value)\\q\"\n", "A= \(value)\n", "1A=\(value)\n", "A \(value)\n"] {
+            try box.write(line, to: file)
+            let run = try box.run(["run", "--env-file", file, "--", "touch", marker])
+            #expect(run.status == Exit.usage && run.err.contains("line 1"), "\(run)")
+            #expect(!run.err.contains(value) && !run.out.contains(value), "the value is in the message: \(run)")
+        }
         #expect(!FileManager.default.fileExists(atPath: marker), "a command was started")
     }
 

@@ -111,13 +111,30 @@ enum SessionKeyring {
     /// Stores `payload` as the "user" key `description` in the session keyring (replacing the
     /// payload of one already there), makes it expire `seconds` from now and gives its possessor
     /// alone any permission. A key whose timeout or permissions cannot be set is removed again.
-    static func store(_ payload: SecureBytes, description: String, seconds: UInt32) throws -> Stored {
-        // Pinned first: a process without a session keyring is given the user's session keyring
-        // here. Without this, add_key would make it a new anonymous session keyring that ends
-        // with this process, and the key with it.
+    ///
+    /// A process without a session keyring of its own (no login session made one: a container,
+    /// `su`, cron) is refused unless `userKeyring`: the kernel would otherwise give `add_key` a
+    /// new anonymous session keyring that ends with this process (the key with it, while
+    /// `unlock` said it was kept), and the one that lasts, the user session keyring, is shared by
+    /// every process of this user without a session keyring, in any session.
+    static func store(_ payload: SecureBytes, description: String, seconds: UInt32, userKeyring: Bool) throws
+        -> Stored
+    {
+        // Asked without "create": a process without a session keyring is given the user session
+        // keyring here, so the two ids compare equal exactly in that case.
         let keyring = coffer_key_keyring_id(COFFER_KEY_SPEC_SESSION_KEYRING, 0)
         guard keyring >= 0 else { throw failure("cannot find the session keyring") }
         let userSession = coffer_key_keyring_id(COFFER_KEY_SPEC_USER_SESSION_KEYRING, 0)
+        let isUserSession = userSession >= 0 && userSession == keyring
+        if isUserSession && !userKeyring {
+            throw CLIError(
+                .failure,
+                "this process has no session keyring of its own (no login session set one up: a container, su or "
+                    + "cron), so the key could only be kept in the user session keyring, which every process of this "
+                    + "user without a session keyring shares, in any session: start a session keyring first "
+                    + "(`keyctl new_session`, or a login through pam_keyinit), or pass --user-keyring to keep it there")
+        }
+        let target = isUserSession ? COFFER_KEY_SPEC_USER_SESSION_KEYRING : COFFER_KEY_SPEC_SESSION_KEYRING
         // No signal may end this process between adding the key and setting its timeout: a key
         // left without one would stay for the whole session. Blocked for the three calls.
         var all = sigset_t()
@@ -126,7 +143,7 @@ enum SessionKeyring {
         pthread_sigmask(SIG_BLOCK, &all, &previous)
         defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         let serial = payload.withUnsafeBytes { bytes in
-            coffer_key_add_user(description, bytes.baseAddress, bytes.count, COFFER_KEY_SPEC_SESSION_KEYRING)
+            coffer_key_add_user(description, bytes.baseAddress, bytes.count, target)
         }
         guard serial >= 0 else { throw failure("cannot add the key to the session keyring") }
         if coffer_key_set_permissions(serial, COFFER_KEY_POSSESSOR_ONLY) != 0 {
@@ -139,7 +156,7 @@ enum SessionKeyring {
             _ = coffer_key_invalidate(serial)
             throw error
         }
-        return Stored(serial: serial, keyring: keyring, isUserSessionKeyring: userSession >= 0 && userSession == keyring)
+        return Stored(serial: serial, keyring: keyring, isUserSessionKeyring: isUserSession)
     }
 
     /// The serial of the "user" key `description` this process's session keyring holds, or

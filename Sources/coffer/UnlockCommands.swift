@@ -32,7 +32,10 @@ struct UnlockCommand: ParsableCommand {
             session's processes of this user) and by root: the trust ssh-agent asks for. It \
             survives `coffer rotate` (the slot keeps its key) but not a passphrase change or the \
             removal of its slot: a command then drops it, says so in one line, and asks again. \
-            Running `coffer unlock` again replaces it and its timeout. A vault unlocked with an \
+            Running `coffer unlock` again replaces it and its timeout. Where this process has no \
+            session keyring of its own (no login session made one: a container, su, cron), unlock \
+            refuses, unless --user-keyring keeps the key in the user session keyring, which every \
+            process of this user without a session keyring shares. A vault unlocked with an \
             identity needs no unlock: the identity file opens it without a prompt.
 
             Examples:
@@ -45,6 +48,12 @@ struct UnlockCommand: ParsableCommand {
     @ParentCommand var root: CofferCommand
     @Option(help: ArgumentHelp("How long the key is kept: 30s, 15m, 2h (default 15m, at most 24h).", valueName: "duration"))
     var timeout: String = SessionTimeout.standard
+    @Flag(
+        help: """
+            Where this process has no session keyring of its own (a container, su, cron), keep the key in \
+            the user session keyring, which every process of this user without one shares.
+            """)
+    var userKeyring = false
 
     func run() throws {
         let seconds = try SessionTimeout.parse(timeout)
@@ -68,7 +77,8 @@ struct UnlockCommand: ParsableCommand {
                 "an identity opens the vault without a prompt already, so there is nothing to keep: "
                     + "unlock with the passphrase or key file instead")
         }
-        let stored = try SessionKeyring.store(try kept.serialized(), description: description, seconds: seconds)
+        let stored = try SessionKeyring.store(
+            try kept.serialized(), description: description, seconds: seconds, userKeyring: userKeyring)
         let expiry = Date(timeIntervalSinceNow: TimeInterval(seconds))
         let formatter = ISO8601DateFormatter()
         formatter.timeZone = .current

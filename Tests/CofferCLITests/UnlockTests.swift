@@ -27,10 +27,12 @@ final class KeyringThread: @unchecked Sendable {
     /// The serial of the thread's session keyring (negative when joining failed).
     private(set) var keyring: Int32 = 0
 
-    init() throws {
+    /// `joining: false`: the thread keeps the session keyring the test process has, or none (so
+    /// its children are given the user session keyring), for the one test of that case.
+    init(joining: Bool = true) throws {
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
-            keyring = coffer_key_join_session(nil)
+            keyring = joining ? coffer_key_join_session(nil) : 1
             started.signal()
             loop()
         }
@@ -250,6 +252,45 @@ struct UnlockTests {
         #expect(try eventually { try procKey(ring, box) == nil }, "the stale key is still in /proc/keys")
         let next = try run(ring, box, ["get", "svc", "acct"])
         #expect(next.status == Exit.usage && !next.err.contains("no longer opens"), "\(next)")
+    }
+
+    @Test("Without a session keyring of its own, unlock refuses unless --user-keyring, which keeps the key across processes", .timeLimit(.minutes(10)))
+    func userSessionKeyring() throws {
+        // No keyring joined: the thread is what a process in a container, under su or cron is.
+        let ring = try KeyringThread(joining: false)
+        defer { ring.stop() }
+        // Asked without "create", as coffer asks: equal ids mean "no session keyring of its own".
+        let (session, user) = try ring.perform {
+            (coffer_key_keyring_id(COFFER_KEY_SPEC_SESSION_KEYRING, 0), coffer_key_keyring_id(COFFER_KEY_SPEC_USER_SESSION_KEYRING, 0))
+        }
+        #expect(session > 0 && user > 0)
+        let box = try Sandbox()
+        try box.initVault()
+        let secret = Array("user-session-\(UUID().uuidString)".utf8)
+        try box.set("svc", "acct", secret)
+        if session == user {
+            // Refused, and nothing kept (before the fix, unlock said the key was kept, while the
+            // kernel had put it in an anonymous keyring that ended with the process).
+            let refused = try run(ring, box, ["unlock"], passphraseFile: true)
+            #expect(refused.status == Exit.failure && refused.err.contains("--user-keyring"), "\(refused)")
+            #expect(try procKey(ring, box) == nil)
+            let kept = try run(ring, box, ["unlock", "--user-keyring", "--timeout", "5m"], passphraseFile: true)
+            #expect(kept.status == Exit.ok && kept.out.contains("user session keyring"), "\(kept)")
+            // Another process, with no passphrase source at all, reads through the kept key.
+            let read = try run(ring, box, ["get", "svc", "acct"])
+            #expect(read.status == Exit.ok && read.printed(secret), "\(read)")
+            #expect(try run(ring, box, ["lock"]).status == Exit.ok)
+            let after = try run(ring, box, ["get", "svc", "acct"])
+            #expect(after.status == Exit.usage && after.err.contains("no passphrase given"), "\(after)")
+        } else {
+            // The test process runs in a login session with a session keyring of its own: unlock
+            // keeps the key there, and never says "user session keyring".
+            let unlocked = try run(ring, box, ["unlock"], passphraseFile: true)
+            #expect(unlocked.status == Exit.ok && !unlocked.out.contains("user session keyring"), "\(unlocked)")
+            let read = try run(ring, box, ["get", "svc", "acct"])
+            #expect(read.status == Exit.ok && read.printed(secret), "\(read)")
+            #expect(try run(ring, box, ["lock"]).status == Exit.ok)
+        }
     }
 
     @Test("lock --all removes the key of every vault of the session, and no other", .timeLimit(.minutes(10)))

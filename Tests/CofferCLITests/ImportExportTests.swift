@@ -215,6 +215,44 @@ struct ImportExportTests {
 
     // MARK: - One commit, dry runs, clashes
 
+    @Test("Crafted input: a CR-only CSV, a NUL in a name, an unknown JSON escape inside a secret, 40,000 members", .timeLimit(.minutes(10)))
+    func craftedInput() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        // Lines ended by a lone CR (old Mac exports) are records, not one long header.
+        let crOnly = box.path + "/cr.csv"
+        try box.write("Group,Title,Username,Password,URL,Notes\rRoot,t1,u,PWSECRET3,,\r", to: crOnly)
+        let cr = try box.run(["import", "keepassxc", crOnly])
+        #expect(cr.status == Exit.ok && cr.out.contains("1 added"), "\(cr)")
+        #expect(try Self.contents(box) == [Stored(service: "t1", account: "u", label: "Root", comment: "", secret: Array("PWSECRET3".utf8))])
+        #expect(!Self.leaks(cr, [Array("PWSECRET3".utf8)]))
+
+        // A NUL in a name would make an item no command line can name: refused, named by line.
+        let nul = box.path + "/nul.csv"
+        try box.write([UInt8]("Group,Title,Username,Password,URL,Notes\nRoot,t".utf8) + [0] + Array("x,u,pw,,\n".utf8), to: nul)
+        let refusedNUL = try box.run(["import", "keepassxc", nul])
+        #expect(refusedNUL.status == Exit.usage && refusedNUL.err.contains("line 2") && refusedNUL.err.contains("control character"), "\(refusedNUL)")
+
+        // An unknown escape inside a secret is refused without quoting any byte of it.
+        let escape = box.path + "/escape.json"
+        try box.write(#"{"format":"coffer-export","version":1,"items":[{"service":"s","account":"a","secret":"hunter2\Zrest"}]}"#, to: escape)
+        let badEscape = try box.run(["import", "json", escape])
+        #expect(badEscape.status == Exit.usage && badEscape.err.contains("unknown escape"), "\(badEscape)")
+        #expect(!badEscape.err.contains("\\Z") && !badEscape.err.contains("hunter2"), "\(badEscape)")
+
+        // 40,000 members in one object: read in one pass (a member list searched per member
+        // took two minutes), and a name given twice is still refused.
+        var members = ""
+        for index in 0..<40_000 { members += ",\"k\(index)\":0" }
+        let wide = box.path + "/wide.json"
+        try box.write(#"{"format":"coffer-export","version":1,"items":[]"# + members + "}", to: wide)
+        let read = try box.run(["import", "json", wide, "--dry-run"])
+        #expect(read.status == Exit.ok, "\(read)")
+        try box.write(#"{"format":"coffer-export","version":1,"items":[],"k":0"# + members + #","k":1}"#, to: wide)
+        let twice = try box.run(["import", "json", wide, "--dry-run"])
+        #expect(twice.status == Exit.usage && twice.err.contains("appears twice"), "\(twice)")
+    }
+
     @Test("A dry run lists additions, replacements and unchanged items by name and writes nothing; a clash needs --overwrite", .timeLimit(.minutes(10)))
     func dryRunAndClashes() throws {
         let box = try Sandbox()
@@ -385,6 +423,30 @@ struct ImportExportTests {
                 Stored(service: "misc", account: "top", label: "", comment: "", secret: Array("at the top".utf8)),
                 Stored(service: "web/github.com", account: "octocat", label: "", comment: "", secret: Array("s3cr,et \"x\" ✓".utf8)),
             ])
+
+        // A directory reached through a symbolic link is followed, as pass follows it; a link
+        // loop ends. (Before, both were skipped without a word and the import said "complete".)
+        let team = box.path + "/team-store/shared"
+        try FileManager.default.createDirectory(atPath: team, withIntermediateDirectories: true)
+        let linked = try Self.external(
+            "gpg", ["--batch", "--yes", "--trust-model", "always", "-r", "coffer@example.invalid", "-o", team + "/deploy.gpg", "--encrypt"],
+            environment: gpgEnvironment, stdin: Array("via a link".utf8), directory: box.path)
+        #expect(linked.status == 0, "gpg --encrypt: \(linked.err)")
+        #expect(symlink(box.path + "/team-store/shared", store + "/team") == 0)
+        #expect(symlink(store, team + "/loop") == 0)
+        let followed = try box.run(["import", "pass", store, "--service", "misc"], environment: gpgEnvironment)
+        #expect(followed.status == Exit.ok && followed.out.contains("1 added"), "\(followed)")
+        #expect(try Self.contents(box).contains(Stored(service: "team", account: "deploy", label: "", comment: "", secret: Array("via a link".utf8))))
+
+        // An entry that is not a regular file (a FIFO, a dangling link) fails the import, named.
+        #expect(mkfifo(store + "/web/pipe.gpg", 0o600) == 0)
+        let fifo = try box.run(["import", "pass", store, "--service", "misc", "--overwrite", "--dry-run"], environment: gpgEnvironment)
+        #expect(fifo.status == Exit.failure && fifo.err.contains("web/pipe.gpg") && fifo.err.contains("not a regular file"), "\(fifo)")
+        unlink(store + "/web/pipe.gpg")
+        #expect(symlink(store + "/nowhere", store + "/web/dangling.gpg") == 0)
+        let dangling = try box.run(["import", "pass", store, "--service", "misc", "--overwrite", "--dry-run"], environment: gpgEnvironment)
+        #expect(dangling.status == Exit.failure && dangling.err.contains("web/dangling.gpg"), "\(dangling)")
+        unlink(store + "/web/dangling.gpg")
 
         // A file gpg cannot decrypt fails the whole import, naming the entry.
         try box.write("garbage", to: store + "/web/broken.gpg")

@@ -31,9 +31,10 @@ final class ConcealedValues: Sendable {
 /// Bytes are written as soon as they are known not to begin a secret: only a trailing fragment
 /// that is the start of some secret is held back, until the next bytes show whether the secret
 /// follows (then the replacement is written) or not (then the fragment is), or the stream ends.
-/// A line is therefore never delayed unless its end is itself the start of a secret. Where two
-/// secrets could match at the same place, the longer one is replaced; matches are taken from
-/// left to right.
+/// A line is therefore never delayed unless its end is itself the start of a secret. Matches
+/// that overlap (of one secret or of several: `abc` and `bcdefgh` in `abcdefgh`) are replaced
+/// together, by one replacement for the whole run they cover, so no byte of any secret is
+/// written; a run that a secret still arriving could extend is held whole.
 ///
 /// The bytes pass through one buffer of its own, wiped after every step and when released.
 final class OutputMasker {
@@ -97,12 +98,29 @@ final class OutputMasker {
     }
 
     /// Scans the first `count` bytes of `storage`: writes the bytes and replacements it can,
-    /// keeps a trailing fragment that may begin a secret (unless `final`), wipes the rest.
+    /// keeps a trailing fragment that may begin a secret or extend a match (unless `final`),
+    /// wipes the rest.
+    ///
+    /// Matches may overlap (secrets `abc` and `bcdefgh` in `abcdefgh`): every maximal run of
+    /// bytes covered by overlapping matches becomes one replacement, so no part of any secret
+    /// is written. Adjacent matches that do not overlap are replaced one by one.
     private func process(count: Int, secrets: [SecureBytes], final: Bool, emit: (UnsafeRawBufferPointer) -> Void) {
         let base = UnsafeRawPointer(storage.baseAddress!)
+        // Bytes before `written` have been written (or replaced).
+        var written = 0
+        // The run of overlapping matches being scanned, `nil` outside one.
+        var run: (start: Int, end: Int)?
+        // Where the held fragment starts; `count` when nothing is held.
+        var holdFrom = count
         var index = 0
-        var runStart = 0
         scanning: while index < count {
+            if let current = run, index >= current.end {
+                // No match overlaps the run any more: it is replaced as one.
+                if current.start > written { emit(UnsafeRawBufferPointer(start: base + written, count: current.start - written)) }
+                Self.replacement.withUnsafeBytes { emit($0) }
+                written = current.end
+                run = nil
+            }
             let byte = base.load(fromByteOffset: index, as: UInt8.self)
             var longest = 0
             for secret in secrets {
@@ -115,22 +133,34 @@ final class OutputMasker {
                     // The stream ends inside the value: a fragment, unless the stream is over.
                     return !final && memcmp(base + index, value.baseAddress!, available) == 0 ? -1 : 0
                 }
-                if matched < 0 { break scanning }  // held from `index` on
+                if matched < 0 {
+                    // Held from here on, or from the start of the run it may extend.
+                    holdFrom = run?.start ?? index
+                    run = nil
+                    break scanning
+                }
                 longest = max(longest, matched)
             }
             if longest > 0 {
-                if index > runStart { emit(UnsafeRawBufferPointer(start: base + runStart, count: index - runStart)) }
-                Self.replacement.withUnsafeBytes { emit($0) }
-                index += longest
-                runStart = index
-            } else {
-                index += 1
+                if let current = run {
+                    run = (current.start, max(current.end, index + longest))
+                } else {
+                    run = (index, index + longest)
+                }
             }
+            index += 1
         }
-        if index > runStart { emit(UnsafeRawBufferPointer(start: base + runStart, count: index - runStart)) }
+        if let current = run {
+            // The scan reached the end inside a run that nothing can extend (a secret that
+            // could was a fragment, and held): it ends at `count`.
+            if current.start > written { emit(UnsafeRawBufferPointer(start: base + written, count: current.start - written)) }
+            Self.replacement.withUnsafeBytes { emit($0) }
+            written = current.end
+        }
+        if holdFrom > written { emit(UnsafeRawBufferPointer(start: base + written, count: holdFrom - written)) }
         // Keep the fragment at the front, and wipe everything after it.
-        held = count - index
-        if held > 0 { storage.baseAddress!.copyMemory(from: base + index, byteCount: held) }
+        held = count - holdFrom
+        if held > 0 { storage.baseAddress!.copyMemory(from: base + holdFrom, byteCount: held) }
         SecureMemory.zero(UnsafeMutableRawBufferPointer(rebasing: storage[held..<max(count, held)]))
     }
 }
@@ -163,7 +193,8 @@ final class OutputRelay: @unchecked Sendable {
 
     /// Waits for the end of the pipe; after `grace` seconds (every process holding the pipe's
     /// write end has not closed it: a background process the child left behind), takes what the
-    /// pipe holds and stops.
+    /// pipe holds at most ``drainLimit`` bytes of it, without waiting for more, and stops. A
+    /// process that goes on writing cannot keep coffer running.
     func finish(grace: Double) {
         if finished.wait(timeout: .now() + grace) == .timedOut {
             abandoned.store(true, ordering: .relaxed)
@@ -182,21 +213,30 @@ final class OutputRelay: @unchecked Sendable {
             }
         }
         while writable {
+            if abandoned.load(ordering: .relaxed) {
+                // The grace is over: what the pipe holds now (up to a bound: a writer may be
+                // filling it as fast as it is read), without waiting, then what is held.
+                _ = fcntl(source, F_SETFL, fcntl(source, F_GETFL) | O_NONBLOCK)
+                var taken = 0
+                while writable, taken < Self.drainLimit {
+                    let n = masker.pump(from: source, secrets: values.current, emit: emit)
+                    if n < 0, errno == EINTR { continue }
+                    guard n > 0 else { break }
+                    taken += n
+                }
+                break
+            }
             var entry = pollfd(fd: source, events: Int16(POLLIN), revents: 0)
             let ready = poll(&entry, 1, 100)
             if ready < 0, errno != EINTR { break }
-            if ready <= 0 {
-                if abandoned.load(ordering: .relaxed) {
-                    // Nothing more within the grace: what is held is written.
-                    masker.finish(secrets: values.current, emit: emit)
-                    return
-                }
-                continue
-            }
+            if ready <= 0 { continue }
             let n = masker.pump(from: source, secrets: values.current, emit: emit)
             if n == 0 { return }
             if n < 0, errno != EINTR, errno != EAGAIN { break }
         }
         masker.finish(secrets: values.current, emit: emit)
     }
+
+    /// The most read from the pipe once the grace is over.
+    static let drainLimit = 1024 * 1024
 }

@@ -49,15 +49,19 @@ struct RunCommand: ParsableCommand {
 
             The signals INT, TERM, HUP, QUIT, USR1, USR2 and WINCH that coffer receives are \
             passed on to the command (one the terminal sends to the whole foreground process \
-            group, such as Ctrl-C, already reaches it and is not sent twice). coffer exits with \
+            group, such as Ctrl-C, already reaches it and is not sent twice). A signal that was \
+            ignored when coffer started (nohup, a background job of a script) stays ignored, by \
+            coffer and by the command. The command runs in a session keyring of its own, so it \
+            cannot read the vault keys coffer unlock keeps. coffer exits with \
             the command's exit status, or 128 + N when signal N ended it; 127 when the command \
             is not found, 126 when it cannot be run.
 
             --watch keeps the vault open and watches the referenced items (a PostgreSQL vault \
             through LISTEN/NOTIFY). When one's value changes (a burst of changes counts once), \
             coffer asks the command to stop with SIGTERM, or the signal --restart-signal names \
-            (HUP, INT, QUIT, TERM, USR1, USR2, WINCH or KILL), waits for it to exit (10 seconds, \
-            then SIGKILL), and starts it again with the new values. A command is always \
+            (HUP, INT, QUIT, TERM, USR1, USR2, WINCH or KILL), waits for it to exit, and starts it \
+            again with the new values. The command is expected to exit on that signal: one that \
+            is still running 10 seconds later is killed (SIGKILL). A command is always \
             restarted, never only signalled: the environment of a running process cannot be \
             changed, so only a new process can have the new secret. A TERM, INT or QUIT sent to \
             coffer during a restart stops it there (no new command is started); when the command exits on its own, coffer \
@@ -87,7 +91,9 @@ struct RunCommand: ParsableCommand {
 
     @Option(
         name: .customLong("restart-signal"),
-        help: ArgumentHelp("With --watch: the signal that asks the command to stop before a restart (default TERM).", valueName: "signal"))
+        help: ArgumentHelp(
+            "With --watch: the signal that asks the command to stop before a restart (default TERM); it should exit on it, "
+                + "or it is killed 10 seconds later.", valueName: "signal"))
     var restartSignal: String?
 
     @Flag(name: .customLong("no-masking"), help: "Do not conceal secrets in the command's output: connect it to coffer's output directly.")

@@ -1,3 +1,4 @@
+import CKeyring
 import Coffer
 import CofferCrypto
 import Foundation
@@ -63,6 +64,12 @@ final class RunSupervisor {
     /// The secrets the next child gets; kept only while needed (masking or `--watch`).
     private var values: [SecretReference: SecureBytes]
     private let concealed = ConcealedValues()
+    /// The forwarded signals (and SIGPIPE) that were ignored when coffer started: they stay
+    /// ignored, for coffer and for the child, as a shell leaves them (`nohup`, or `&` in a
+    /// non-interactive shell, which ignores INT and QUIT).
+    private var ignoredSignals: Set<Int32> = []
+    /// The thread every child is started from, in a session keyring of its own.
+    private let spawner = IsolatedSpawner()
 
     init(_ configuration: Configuration, store: (any ItemStore)?, values: [SecretReference: SecureBytes]) {
         self.configuration = configuration
@@ -78,7 +85,9 @@ final class RunSupervisor {
         if configuration.masking { concealed.replace(with: Array(values.values)) }
         // The handlers first: a signal that arrives from now on is noted, and passed on once
         // the child exists; none can kill coffer and leave a child behind.
-        let signals = try SignalPipe.install(Self.forwardedSignals)
+        let (signals, ignored) = try SignalPipe.install(Self.forwardedSignals)
+        ignoredSignals = ignored
+        try checkKeyringIsolation()
         var changes: (read: Int32, write: Int32)?
         var observation: StoreObservation?
         defer {
@@ -96,6 +105,10 @@ final class RunSupervisor {
             if observation == nil {
                 throw CLIError(.failure, "--watch: \(quotedName(store.location)) cannot be watched for changes")
             }
+            // The secrets were read before the observation began: a change in between would
+            // never be seen. Read once more now that every later one is (the first child gets
+            // the newest values; nothing to restart yet).
+            _ = reread(announce: false)
         }
         var relays: [OutputRelay] = []
         var outputs: [Int32] = []
@@ -203,6 +216,10 @@ final class RunSupervisor {
 
     /// Starts the child with the current secrets in its environment (and nowhere else): the
     /// environment block is built in memory that is wiped as soon as the child has started.
+    ///
+    /// As `execvp` does, a file the kernel cannot execute (ENOEXEC: a script without `#!`) is
+    /// run by `/bin/sh` instead: `/bin/sh FILE ARGUMENTS…`. The child is started from
+    /// ``IsolatedSpawner``'s thread, so its session keyring is a new empty one.
     private func spawn(arguments: [UnsafeMutablePointer<CChar>?], outputs: [Int32]) throws -> pid_t {
         let block = WipingBuffer(capacity: 4096)
         var offsets: [Int] = []
@@ -218,31 +235,25 @@ final class RunSupervisor {
             }
             block.append(0)
         }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        if outputs.count == 2 {
-            posix_spawn_file_actions_adddup2(&actions, outputs[0], STDOUT_FILENO)
-            posix_spawn_file_actions_adddup2(&actions, outputs[1], STDERR_FILENO)
-        }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // The signal state a shell gives a command: nothing blocked, and the signals coffer
-        // handles or ignores back to their default actions.
-        var none = sigset_t()
-        sigemptyset(&none)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for number in Self.forwardedSignals + [SIGCHLD, SIGPIPE] { sigaddset(&defaults, number) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let result = block.withUnsafeBytes { raw -> Int32 in
+        var result: Int32 = 0
+        block.withUnsafeBytes { raw in
             let base = UnsafeMutablePointer(mutating: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
             let environment: [UnsafeMutablePointer<CChar>?] = offsets.map { base + $0 } + [nil]
-            return posix_spawn(&pid, configuration.executable, &actions, &attributes, arguments, environment)
+            result = spawner.perform {
+                startProcess(&pid, configuration.executable, arguments: arguments, environment: environment, outputs: outputs)
+            }
+            if result == ENOEXEC {
+                let shell: [UnsafeMutablePointer<CChar>?] =
+                    [strdup(Self.shell), strdup(configuration.executable)] + arguments.dropFirst()
+                defer {
+                    free(shell[0])
+                    free(shell[1])
+                }
+                result = spawner.perform {
+                    startProcess(&pid, Self.shell, arguments: shell, environment: environment, outputs: outputs)
+                }
+            }
         }
         guard result == 0 else {
             let reason = String(cString: strerror(result))
@@ -253,9 +264,64 @@ final class RunSupervisor {
         return pid
     }
 
+    /// The shell `execvp` runs a file without `#!` with.
+    static let shell = "/bin/sh"
+
+    /// The search path `execvp` uses when PATH is unset (glibc's).
+    static let defaultPath = "/bin:/usr/bin"
+
+    /// One `posix_spawn`: `outputs` (when two) become the child's standard output and error;
+    /// the child's signal mask is empty and the signals coffer handles are back to their
+    /// default actions, except those ignored when coffer started, which stay ignored. Returns
+    /// `posix_spawn`'s result.
+    private func startProcess(
+        _ pid: inout pid_t, _ path: String, arguments: [UnsafeMutablePointer<CChar>?],
+        environment: [UnsafeMutablePointer<CChar>?], outputs: [Int32]
+    ) -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if outputs.count == 2 {
+            posix_spawn_file_actions_adddup2(&actions, outputs[0], STDOUT_FILENO)
+            posix_spawn_file_actions_adddup2(&actions, outputs[1], STDERR_FILENO)
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // The signal state a shell gives a command: nothing blocked, the signals coffer handles
+        // back to their default actions, and those ignored on entry still ignored (an ignored
+        // signal stays ignored across exec).
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for number in Self.forwardedSignals + [SIGCHLD, SIGPIPE] where !ignoredSignals.contains(number) {
+            sigaddset(&defaults, number)
+        }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        return posix_spawn(&pid, path, &actions, &attributes, arguments, environment)
+    }
+
+    /// Refuses to start a child that could reach the vault keys `coffer unlock` keeps: when
+    /// ``IsolatedSpawner``'s thread could not join a keyring of its own (the kernel has no
+    /// keyrings, or refuses them here), the child would share coffer's session keyring, which
+    /// is harmless only while it holds no such key.
+    private func checkKeyringIsolation() throws {
+        let code = spawner.joinError
+        guard code != 0 else { return }
+        if let kept = try? SessionKeyring.cofferKeys(), !kept.isEmpty {
+            throw CLIError(
+                .failure,
+                "cannot give the command a session keyring of its own (\(String(cString: strerror(code)))): it could read "
+                    + "the vault keys coffer unlock keeps there; run coffer lock first")
+        }
+    }
+
     /// The program `command` names, found as `execvp` finds it: a name with a `/` is a path;
     /// otherwise the first executable regular file of that name in the directories of `path`
-    /// (an empty entry is the current directory).
+    /// (an empty entry is the current directory; without PATH, glibc's ``defaultPath``).
     static func resolve(_ command: String, path: [UInt8]?) throws -> String {
         func executable(_ candidate: String) -> (found: Bool, runnable: Bool) {
             var status = stat()
@@ -271,7 +337,7 @@ final class RunSupervisor {
         }
         var sawUnrunnable = false
         if !command.isEmpty {
-            let directories = String(decoding: path ?? Array("/usr/local/bin:/usr/bin:/bin".utf8), as: UTF8.self)
+            let directories = String(decoding: path ?? Array(defaultPath.utf8), as: UTF8.self)
             for directory in directories.split(separator: ":", omittingEmptySubsequences: false) {
                 let candidate = (directory.isEmpty ? "." : String(directory)) + "/" + command
                 let (found, runnable) = executable(candidate)
@@ -311,7 +377,7 @@ final class RunSupervisor {
     /// Reads every referenced secret again; true when one differs from what the child has
     /// (the next child then gets the new values). A secret that can no longer be read keeps its
     /// old value, and coffer says so.
-    private func reread() -> Bool {
+    private func reread(announce: Bool = true) -> Bool {
         guard let store else { return false }
         var changed: [SecretReference] = []
         var fresh = values
@@ -339,6 +405,7 @@ final class RunSupervisor {
         // Until the old child is gone its output may still show the old values: both are concealed.
         if configuration.masking { concealed.replace(with: Array(fresh.values) + changed.compactMap { values[$0] }) }
         values = fresh
+        guard announce else { return true }
         let names = changed.map(\.description).joined(separator: ", ")
         writeError("coffer: \(names) changed: restarting \(quotedName(configuration.arguments[0]))\n")
         return true
@@ -361,14 +428,20 @@ final class RunSupervisor {
 enum SignalPipe {
     /// Installs the handlers for `signals` and SIGCHLD, and unblocks them in the calling thread
     /// (SIGPIPE is ignored: a closed output is an error to report, not a reason to die and
-    /// leave the child behind). Returns the pipe's read end (non-blocking).
-    static func install(_ signals: [Int32]) throws -> Int32 {
+    /// leave the child behind). A signal of `signals` that is ignored already (`nohup`, a
+    /// background job of a non-interactive shell) is left ignored: no handler. Returns the
+    /// pipe's read end (non-blocking), and the signals of `signals` and SIGPIPE that were ignored.
+    ///
+    /// (SIGQUIT is never found ignored: ``Hardening`` installs its crash handler for it at
+    /// start-up, before this runs, and does not record what it replaced.)
+    static func install(_ signals: [Int32]) throws -> (fd: Int32, ignored: Set<Int32>) {
         var fds: [Int32] = [-1, -1]
         guard c_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) == 0 else {
             throw CLIError(.failure, "cannot create a pipe: \(String(cString: strerror(errno)))")
         }
         signalPipeWriteEnd = fds[1]
-        for number in signals + [SIGCHLD] {
+        let ignored = Set((signals + [SIGPIPE]).filter(isIgnored))
+        for number in signals + [SIGCHLD] where !ignored.contains(number) {
             var action = sigaction()
             action.__sigaction_handler.sa_sigaction = noteSignal
             sigemptyset(&action.sa_mask)
@@ -381,9 +454,16 @@ enum SignalPipe {
         // and a spawned process inherits the mask): these must be delivered.
         var handled = sigset_t()
         sigemptyset(&handled)
-        for number in signals + [SIGCHLD] { sigaddset(&handled, number) }
+        for number in signals + [SIGCHLD] where !ignored.contains(number) { sigaddset(&handled, number) }
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)
-        return fds[0]
+        return (fds[0], ignored)
+    }
+
+    /// Whether `number`'s disposition is SIG_IGN.
+    static func isIgnored(_ number: Int32) -> Bool {
+        var current = sigaction()
+        guard sigaction(number, nil, &current) == 0, current.sa_flags & SA_SIGINFO == 0 else { return false }
+        return unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
     }
 
     /// Every signal noted since the last call: its number, and whether the kernel sent it.
@@ -417,3 +497,60 @@ private func noteSignal(_ number: Int32, _ info: UnsafeMutablePointer<siginfo_t>
 
 // glibc's pipe2, which Swift's Glibc module does not import (it is behind _GNU_SOURCE).
 @_silgen_name("pipe2") private func c_pipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
+
+// MARK: - The child's keyring
+
+/// A thread that joins a new anonymous session keyring of its own (KEYCTL_JOIN_SESSION_KEYRING,
+/// which changes the calling thread's credentials only) as it starts, and then runs what it is
+/// given: `coffer run` starts every child from it, so the child's session keyring is that new,
+/// empty one and the vault keys `coffer unlock` keeps in coffer's session keyring (possessor
+/// only) are out of the child's reach, while coffer itself keeps them.
+final class IsolatedSpawner: @unchecked Sendable {
+    // @unchecked Sendable: `job` and `finished` are guarded by `condition`; `joinError` is
+    // written before `init` returns and only read after.
+    private let condition = NSCondition()
+    private var job: (() -> Void)?
+    private var finished = false
+    /// The errno of joining the new keyring; 0 when it was joined.
+    private(set) var joinError: Int32 = 0
+
+    init() {
+        let started = DispatchSemaphore(value: 0)
+        let thread = Thread { [self] in
+            if coffer_key_join_session(nil) < 0 { joinError = errno }
+            started.signal()
+            loop()
+        }
+        thread.start()
+        started.wait()
+    }
+
+    /// Runs jobs until the process ends.
+    private func loop() {
+        condition.lock()
+        while true {
+            while job == nil { condition.wait() }
+            let next = job!
+            job = nil
+            condition.unlock()
+            next()
+            condition.lock()
+            finished = true
+            condition.broadcast()
+        }
+    }
+
+    /// Runs `body` on the thread, waits for it, and returns what it returned.
+    func perform<T>(_ body: () -> T) -> T {
+        var result: T?
+        withoutActuallyEscaping(body) { body in
+            condition.lock()
+            job = { result = body() }
+            finished = false
+            condition.broadcast()
+            while !finished { condition.wait() }
+            condition.unlock()
+        }
+        return result!
+    }
+}

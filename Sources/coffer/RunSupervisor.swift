@@ -98,6 +98,7 @@ final class RunSupervisor {
             }
         }
         if configuration.restartSignal != nil, let store {
+            Self.testPauseBeforeWatching()
             let pipe = try makePipe(nonblocking: true)
             changes = pipe
             let watched = Set(references.map { VaultItemID(service: $0.service, account: $0.account) })
@@ -350,6 +351,17 @@ final class RunSupervisor {
     }
 
     // MARK: - Changes
+
+    /// Test-only, deliberately absent from --help: with `COFFER_TEST_RUN_PAUSE=PATH`, `--watch`
+    /// creates `PATH.waiting` after reading the secrets and before watching for changes, then
+    /// waits (a minute at most) until PATH exists, so a test can change an item in between
+    /// (Tests/CofferCLITests/RunTests.swift). It reveals nothing and only delays this process.
+    private static func testPauseBeforeWatching() {
+        guard let path = getenv("COFFER_TEST_RUN_PAUSE").map({ String(cString: $0) }) else { return }
+        let fd = open(path + ".waiting", O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+        for _ in 0..<3000 where access(path, F_OK) != 0 { usleep(20_000) }
+    }
 
     /// Starts telling `notify` (one byte written) when an item of `items` changes, or anything
     /// may have; `nil` when `store` cannot be observed.

@@ -605,4 +605,36 @@ struct RunTests {
             standardError: .capture)
         #expect(child.wait() == 4, "\(child.transcript)")
     }
+
+    @Test("--watch: a change made after the secrets were read but before watching began is not missed", .timeLimit(.minutes(10)))
+    func watchSeesEarlyChange() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Self.secret("before"))
+        let (log, pause) = (box.path + "/starts", box.path + "/pause")
+        let program = """
+            import os, sys, time
+            value = os.environb[b"S"]
+            which = "first" if value.startswith(b"before-") else "second" if value.startswith(b"after-") else "other"
+            with open(sys.argv[1], "a") as log: log.write("%d %s\\n" % (os.getpid(), which))
+            deadline = time.time() + 300
+            while time.time() < deadline: time.sleep(0.05)
+            """
+        let child = try Self.startLive(
+            box, ["run", "--watch", "--env", "S=coffer://svc/acct", "--"] + Self.python(program, log),
+            environment: ["COFFER_TEST_RUN_PAUSE": pause])
+        func starts() -> [Substring] { String(decoding: Self.contents(log) ?? [], as: UTF8.self).split(separator: "\n") }
+        // coffer has read the secret and waits before watching: the change lands in between.
+        #expect(
+            Self.eventually(120) { FileManager.default.fileExists(atPath: pause + ".waiting") },
+            "coffer never paused: \(child.transcript)")
+        try box.set("svc", "acct", Self.secret("after"))
+        _ = FileManager.default.createFile(atPath: pause, contents: nil)
+        // The new value reaches a child: the first one, or (at worst) a restarted one.
+        #expect(
+            Self.eventually(60) { starts().last?.hasSuffix(" second") == true },
+            "the change was never seen: \(starts()) \(child.transcript)")
+        kill(child.process.processIdentifier, SIGTERM)
+        #expect(child.wait() == 128 + SIGTERM)
+    }
 }

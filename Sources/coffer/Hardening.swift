@@ -31,6 +31,29 @@ enum Hardening {
     // Written once, on the main thread, before parsing; read afterwards on the same thread.
     nonisolated(unsafe) private static var captured: [String: Captured] = [:]
 
+    /// The soft core size limit coffer was started with (written once in ``apply()``, before any
+    /// other thread starts; read afterwards).
+    nonisolated(unsafe) private static var originalCoreLimit: rlim_t = 0
+
+    #if canImport(Glibc)
+        private static let coreResource = __rlimit_resource_t(RLIMIT_CORE.rawValue)
+    #else
+        private static let coreResource = RLIMIT_CORE
+    #endif
+
+    /// Runs `spawn` with the core size limit coffer was started with, then sets it back to 0:
+    /// a program `coffer run` starts keeps the core files its user asked for (`ulimit -c`), and
+    /// coffer, not dumpable, writes none meanwhile.
+    static func withOriginalCoreLimit<T>(_ spawn: () throws -> T) rethrows -> T {
+        var limit = rlimit()
+        guard originalCoreLimit > 0, getrlimit(coreResource, &limit) == 0 else { return try spawn() }
+        var restored = limit
+        restored.rlim_cur = min(originalCoreLimit, limit.rlim_max)
+        _ = setrlimit(coreResource, &restored)
+        defer { _ = setrlimit(coreResource, &limit) }
+        return try spawn()
+    }
+
     /// Runs before anything else in `main`.
     ///
     /// The crash handlers replace Swift's backtracer (see ``ProcessHardening/suppressCrashReports(message:)``
@@ -39,7 +62,11 @@ enum Hardening {
     static func apply() throws {
         ProcessHardening.suppressCrashReports(message: crashMessage)
         do {
-            try ProcessHardening.disableCoreDumps()
+            var limit = rlimit()
+            if getrlimit(coreResource, &limit) == 0 { originalCoreLimit = limit.rlim_cur }
+            // The hard limit is kept, so `coffer run` can give its command the core size limit
+            // coffer was started with; coffer itself stays non-dumpable with a soft limit of 0.
+            try ProcessHardening.disableCoreDumps(keepingHardLimit: true)
         } catch {
             writeError("coffer: warning: cannot disable core dumps: \(error)\n")
         }

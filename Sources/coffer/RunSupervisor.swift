@@ -302,7 +302,9 @@ final class RunSupervisor {
         }
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        return posix_spawn(&pid, path, &actions, &attributes, arguments, environment)
+        // With the core size limit coffer was started with (Hardening keeps the hard limit):
+        // the command may write the core files its user asked for.
+        return Hardening.withOriginalCoreLimit { posix_spawn(&pid, path, &actions, &attributes, arguments, environment) }
     }
 
     /// Refuses to start a child that could reach the vault keys `coffer unlock` keeps: when

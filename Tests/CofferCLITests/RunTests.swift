@@ -586,6 +586,28 @@ struct RunTests {
         _ = try ring.perform { try box.start(["lock"], passphraseFile: false) }.wait()
     }
 
+    @Test("The command gets the core size limit coffer was started with (coffer itself writes no core file)", .timeLimit(.minutes(10)))
+    func coreLimitForTheCommand() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Array("never-shown-8".utf8))
+        // coffer started with a soft core limit of 4096 blocks; the command must see it, not
+        // the 0 coffer sets for itself (before, the hard limit was 0 too, so no command of
+        // `coffer run` could ever write a core file).
+        let report = box.path + "/core-limit"
+        let arguments =
+            ["-c", "ulimit -S -c 4096 2>/dev/null; ulimit -S -c > '\(report).before'; exec \"$0\" \"$@\"", cofferPath, "--vault", box.vault, "--passphrase-file", box.passphraseFile]
+            + ["run", "--env", "S=coffer://svc/acct", "--", "sh", "-c", "ulimit -S -c > '\(report)'"]
+        let child = try HelperChild(
+            arguments, executable: URL(fileURLWithPath: "/bin/sh"), environment: box.baseEnvironment,
+            inheritsEnvironment: false, standardError: .capture)
+        #expect(child.wait() == 0, "\(child.transcript)")
+        // 4096 where the hard limit allows it (this machine's is unlimited); the same as coffer
+        // was started with in any case.
+        let before = try String(contentsOfFile: report + ".before", encoding: .utf8)
+        #expect(try String(contentsOfFile: report, encoding: .utf8) == before && before != "0\n", "\(before)")
+    }
+
     @Test("As execvp: a script without #! runs with /bin/sh; without PATH, /bin:/usr/bin is searched", .timeLimit(.minutes(10)))
     func execvpParity() throws {
         let box = try Sandbox()

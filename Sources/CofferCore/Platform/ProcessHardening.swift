@@ -32,14 +32,24 @@ public enum ProcessHardening {
     /// Call it once, early in `main`. It is inherited across `fork`; `execve` makes a new
     /// program dumpable again (but keeps the limit).
     ///
+    /// - Parameter keepingHardLimit: Lower only the soft limit, so a program this process
+    ///   starts later may be given back the limit it would have had (`coffer run`); this process
+    ///   stays without core files (not dumpable, soft limit 0).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/io`` and the errno when a call fails.
-    public static func disableCoreDumps() throws {
-        var none = rlimit(rlim_cur: 0, rlim_max: 0)
+    public static func disableCoreDumps(keepingHardLimit: Bool = false) throws {
         #if canImport(Glibc)
             let resource = __rlimit_resource_t(RLIMIT_CORE.rawValue)
         #else
             let resource = RLIMIT_CORE
         #endif
+        var none = rlimit(rlim_cur: 0, rlim_max: 0)
+        if keepingHardLimit {
+            var current = rlimit()
+            guard getrlimit(resource, &current) == 0 else {
+                throw CofferError.io("getrlimit(RLIMIT_CORE)", path: nil, errno: errno)
+            }
+            none.rlim_max = current.rlim_max
+        }
         guard setrlimit(resource, &none) == 0 else {
             throw CofferError.io("setrlimit(RLIMIT_CORE, 0)", path: nil, errno: errno)
         }

@@ -44,12 +44,10 @@ test: deps postgres-deps
 ## lock failures or expects a guard-page SIGSEGV measures TSan there, not Coffer (and its memory
 ## scan child hangs under TSan). Those run in `make test`. So does the `coffer bench` output
 ## check: its child is single-threaded timing loops, which TSan would only slow past the
-## child's 30 s limit. disable_coredump=0: TSan's runtime would otherwise set every process's soft
-## core limit to 0 before `main`, so the test that `coffer run` hands its command the limit coffer
-## was started with would see TSan's 0, not the shell's (coffer still writes no core itself).
+## child's 30 s limit.
 test-tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(STRICT)
-	TSAN_OPTIONS=halt_on_error=1:disable_coredump=0 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
 		--skip MemoryHygieneTests --skip BenchCommandTests
 
 ## The main job: a guided tour on a temporary vault (no set-up, no prompt).

@@ -598,8 +598,13 @@ struct RunTests {
         let arguments =
             ["-c", "ulimit -S -c 4096 2>/dev/null; ulimit -S -c > '\(report).before'; exec \"$0\" \"$@\"", cofferPath, "--vault", box.vault, "--passphrase-file", box.passphraseFile]
             + ["run", "--env", "S=coffer://svc/acct", "--", "sh", "-c", "ulimit -S -c > '\(report)'"]
+        // disable_coredump=0: a ThreadSanitizer build's runtime (make test-tsan) would otherwise
+        // set the soft core limit to 0 before coffer's main, so coffer would start with 0 (an
+        // option the runtime of a build without sanitizers ignores).
+        var environment = box.baseEnvironment
+        environment["TSAN_OPTIONS"] = "halt_on_error=1:disable_coredump=0"
         let child = try HelperChild(
-            arguments, executable: URL(fileURLWithPath: "/bin/sh"), environment: box.baseEnvironment,
+            arguments, executable: URL(fileURLWithPath: "/bin/sh"), environment: environment,
             inheritsEnvironment: false, standardError: .capture)
         #expect(child.wait() == 0, "\(child.transcript)")
         // 4096 where the hard limit allows it (this machine's is unlimited); the same as coffer

@@ -17,6 +17,9 @@
 //   postgres.write.concurrent 32 tasks awaiting `$x.save`, each its own key, over 8 suites
 //   postgres.raw.concurrent   32 tasks sending a plain upsert through postgres-nio's own
 //                             PostgresClient (same pool size), the same bytes
+//   postgres.raw.coffersql.concurrent  Coffer's write statement, same keys and suites, sent by
+//                             that PostgresClient alone: write.concurrent / this is the cost of
+//                             Coffer's Swift layer, apart from its SQL
 //   postgres.partition.stall  64 property writes and 64 `load`s from tasks against a server that
 //                             accepts and never answers: how late an unrelated task's 5 ms sleep
 //                             wakes (max and median over 3 s)
@@ -142,13 +145,14 @@ struct BenchPostgresCommand: ParsableCommand {
         }
         writeOut(String(format: "write / raw upsert: %.2f×\n", write[2] / raw[2]))
         for (name, rate) in rates {
-            writeOut(name.padding(toLength: 26, withPad: " ", startingAt: 0) + String(format: "%9.0f writes/s\n", rate))
+            writeOut(name.padding(toLength: 34, withPad: " ", startingAt: 0) + String(format: "%9.0f writes/s\n", rate))
         }
         let onetask = rates.first { $0.0 == "postgres.write.onetask" }!.1
         let concurrent = rates.first { $0.0 == "postgres.write.concurrent" }!.1
         let rawConcurrent = rates.first { $0.0 == "postgres.raw.concurrent" }!.1
-        writeOut(String(format: "concurrent / raw concurrent: %.2f×   concurrent / one task: %.2f×\n",
-            concurrent / rawConcurrent, concurrent / onetask))
+        let rawCoffer = rates.first { $0.0 == "postgres.raw.coffersql.concurrent" }!.1
+        writeOut(String(format: "concurrent / raw concurrent: %.2f×   concurrent / one task: %.2f×   concurrent / raw coffersql: %.2f×\n",
+            concurrent / rawConcurrent, concurrent / onetask, concurrent / rawCoffer))
         let stall = try partitionStall()
         writeOut(
             "postgres.partition.stall".padding(toLength: 26, withPad: " ", startingAt: 0)
@@ -222,6 +226,8 @@ extension BenchPostgresCommand {
             var one: [Double] = []
             var many: [Double] = []
             var raw: [Double] = []
+            var rawCoffer: [Double] = []
+            let schema = configuration.quotedSchema
             for _ in 0..<3 {
                 one.append(try await rate(1) { _, round in try await properties[0].save(round) })
                 many.append(try await rate(32) { task, round in try await properties[task].save(round) })
@@ -232,10 +238,28 @@ extension BenchPostgresCommand {
                             "INSERT INTO coffer_bench_raw (key, value) VALUES (\(key), \(value)) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
                         )
                     })
+                // Coffer's own write statement (PostgresKeyValueStrategy's `write`) on the same
+                // 32 keys of the same 8 suites, sent by postgres-nio alone: what the SQL allows,
+                // so write.concurrent / this is what Coffer's Swift layer costs.
+                rawCoffer.append(
+                    try await rate(32) { task, _ in
+                        var binds = PostgresBindings()
+                        binds.append("\(prefix)-c\(task % 8)")
+                        try binds.append(Data("k\(task)".utf8))
+                        try binds.append(value)
+                        _ = try await client.query(
+                            PostgresQuery(
+                                unsafeSQL: """
+                                    INSERT INTO \(schema).coffer_kv AS t (suite, key, value, version, writer) \
+                                    VALUES ($1, $2, $3, 0, pg_current_xact_id()) ON CONFLICT (suite, key) \
+                                    DO UPDATE SET value = excluded.value, writer = excluded.writer RETURNING t.writer::text
+                                    """, binds: binds)
+                        ).collect()
+                    })
             }
             return [
                 ("postgres.write.onetask", one.sorted()[1]), ("postgres.write.concurrent", many.sorted()[1]),
-                ("postgres.raw.concurrent", raw.sorted()[1]),
+                ("postgres.raw.concurrent", raw.sorted()[1]), ("postgres.raw.coffersql.concurrent", rawCoffer.sorted()[1]),
             ]
         }
     }

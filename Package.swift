@@ -77,12 +77,18 @@ let package = Package(
         .target(name: "CSharedWord"),
         // The Linux kernel keyring (add_key, keyctl) for `coffer unlock` and `coffer lock`.
         .target(name: "CKeyring"),
-        .target(name: "CofferCore", dependencies: ["CofferSync", "CSharedWord"], swiftSettings: strictSettings),
+        .target(name: "CofferCore", dependencies: ["CofferSync"], swiftSettings: strictSettings),
+        // The runtime over the vocabulary (as NIOPosix over NIOCore): the kernel's file system,
+        // durable writes, the directory watcher, deadlines, process hardening. Not re-exported by Coffer.
+        .target(name: "CofferRuntime", dependencies: ["CofferCore", "CSharedWord"], swiftSettings: strictSettings),
         .target(
-            name: "CofferJournal", dependencies: ["CofferCore", "CCRC32C", "CSharedWord"], swiftSettings: strictSettings),
-        .target(name: "CofferStorage", dependencies: ["CofferCore", "CofferJournal"], swiftSettings: strictSettings),
+            name: "CofferJournal", dependencies: ["CofferCore", "CofferRuntime", "CCRC32C", "CSharedWord"],
+            swiftSettings: strictSettings),
         .target(
-            name: "CofferVault", dependencies: ["CofferCore", "CofferJournal", "CofferCrypto"],
+            name: "CofferStorage", dependencies: ["CofferCore", "CofferRuntime", "CofferJournal"],
+            swiftSettings: strictSettings),
+        .target(
+            name: "CofferVault", dependencies: ["CofferCore", "CofferRuntime", "CofferJournal", "CofferCrypto"],
             swiftSettings: strictSettings),
         .target(name: "CofferState", dependencies: ["CofferCore"], swiftSettings: strictSettings),
         // Test support (a public product); swift-log only for the integration children's and
@@ -90,7 +96,7 @@ let package = Package(
         .target(
             name: "CofferTesting",
             dependencies: [
-                "CofferCore",
+                "CofferCore", "CofferRuntime",
                 .product(
                     name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "ServiceLifecycle", "Postgres"])),
             ],
@@ -100,7 +106,7 @@ let package = Package(
         .target(
             name: "CofferPostgres",
             dependencies: [
-                "CofferCore", "CofferVault", "CofferCrypto",
+                "CofferCore", "CofferRuntime", "CofferVault", "CofferCrypto",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
             ],
@@ -114,7 +120,8 @@ let package = Package(
         .executableTarget(
             name: "coffer",
             dependencies: [
-                "Coffer", "CofferPostgres", "CKeyring", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Coffer", "CofferRuntime", "CofferCrypto", "CofferPostgres", "CKeyring",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ],
             swiftSettings: strictSettings
@@ -123,7 +130,8 @@ let package = Package(
         .executableTarget(
             name: "CofferTestHelper",
             dependencies: [
-                "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres", "CofferTesting",
+                "CofferRuntime", "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres",
+                "CofferTesting",
                 // The integration children (Integrations.swift), built with their traits.
                 .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
                 .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
@@ -143,22 +151,22 @@ let package = Package(
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
         .testTarget(
             name: "CofferCoreTests",
-            dependencies: ["CofferCore", "CofferTesting"],
+            dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferJournalTests",
-            dependencies: ["CofferJournal", "CofferCore", "CofferStorage", "CofferTesting"],
+            dependencies: ["CofferJournal", "CofferCore", "CofferRuntime", "CofferStorage", "CofferTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferStorageTests",
-            dependencies: ["CofferStorage", "CofferJournal", "CofferTesting", "CofferTestHelper"],
+            dependencies: ["CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferVaultTests",
-            dependencies: ["CofferVault", "CofferStorage", "CofferJournal", "CofferTesting"],
+            dependencies: ["CofferVault", "CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(

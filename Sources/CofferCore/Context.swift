@@ -37,8 +37,10 @@ public final class CofferContext: Sendable {
     public let durability: Durability
     /// How long a write waits for another process's lock before failing with ``CofferError/Code/busy``.
     public let lockTimeout: Duration
-    /// The file system the default stores use.
-    public let fileSystem: any FileSystem
+    /// The file system a test put in place of the kernel's, or `nil` for the kernel's own.
+    /// CofferRuntime's `fileSystem` resolves `nil` to its `LiveFileSystem`: this module holds the
+    /// vocabulary only and names no implementation.
+    package let fileSystemOverride: (any FileSystem)?
     private let settings: [ObjectIdentifier: any Sendable]
     private let stores = Locked<[String: StoreSlot]>([:])
 
@@ -48,7 +50,7 @@ public final class CofferContext: Sendable {
         appName: String = CofferContext.defaultAppName,
         durability: Durability = .coalesced,
         lockTimeout: Duration = .seconds(10),
-        fileSystem: any FileSystem = LiveFileSystem()
+        fileSystem: (any FileSystem)? = nil
     ) {
         self.init(
             directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
@@ -56,14 +58,14 @@ public final class CofferContext: Sendable {
     }
 
     private init(
-        directory: URL, appName: String, durability: Durability, lockTimeout: Duration, fileSystem: any FileSystem,
+        directory: URL, appName: String, durability: Durability, lockTimeout: Duration, fileSystem: (any FileSystem)?,
         settings: [ObjectIdentifier: any Sendable]
     ) {
         self.directory = directory
         self.appName = appName
         self.durability = durability
         self.lockTimeout = lockTimeout
-        self.fileSystem = fileSystem
+        self.fileSystemOverride = fileSystem
         self.settings = settings
     }
 
@@ -90,13 +92,20 @@ public final class CofferContext: Sendable {
     }
 
     /// A context in a new private (`0700`) temporary directory, for tests and demos.
-    public static func temporary(
-        prefix: String = "coffer", durability: Durability = .coalesced, fileSystem: any FileSystem = LiveFileSystem()
-    ) throws -> CofferContext {
+    ///
+    /// A test that puts its own file system in place uses CofferRuntime's
+    /// `temporary(prefix:durability:fileSystem:)`, which makes the directory through it.
+    public static func temporary(prefix: String = "coffer", durability: Durability = .coalesced) throws -> CofferContext {
+        let path = temporaryPath(prefix: prefix)
+        try makePrivateDirectory(path)
+        return CofferContext(directory: URL(fileURLWithPath: path), durability: durability)
+    }
+
+    /// A new, unused path in the system's temporary directory: `<tmp>/<prefix>-<random>`.
+    package static func temporaryPath(prefix: String) -> String {
+        var generator = SystemRandomNumberGenerator()
         let base = FileManager.default.temporaryDirectory.path
-        let path = "\(base)/\(prefix)-\(DurableIO.randomSuffix())"
-        try DurableIO.ensureDirectory(path, fileSystem: fileSystem)
-        return CofferContext(directory: URL(fileURLWithPath: path), durability: durability, fileSystem: fileSystem)
+        return "\(base)/\(prefix)-\(String(generator.next() as UInt64, radix: 36))"
     }
 
     /// The default base directory for an application.
@@ -120,7 +129,7 @@ public final class CofferContext: Sendable {
         settings[ObjectIdentifier(Setting.self)] = setting
         return CofferContext(
             directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
-            fileSystem: fileSystem, settings: settings)
+            fileSystem: fileSystemOverride, settings: settings)
     }
 
     /// The setting of type `Setting` attached with ``with(_:)``, if any.

@@ -1,5 +1,6 @@
 // The flock on a store's separate lock file, and the shared page mapped from it.
 package import CofferCore
+import CofferRuntime
 import Foundation
 
 /// An exclusive or shared `flock` on a separate, stable lock file (`<file>.lock`).

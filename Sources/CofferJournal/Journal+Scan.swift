@@ -1,5 +1,6 @@
 // Journal: catching up — a file replaced by compaction, reading every frame, judging a torn tail.
 import CofferCore
+import CofferRuntime
 import Foundation
 
 extension Journal {

@@ -1,5 +1,6 @@
 // Journal: the file underneath — space, zeros, syncs, rewriting (compaction), the control page.
 import CofferCore
+import CofferRuntime
 import Foundation
 
 extension Journal {

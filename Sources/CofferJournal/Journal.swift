@@ -1,5 +1,6 @@
 // The append-only storage engine: opening, reading, appending, compacting (see docs/FORMAT.md).
 package import CofferCore
+import CofferRuntime
 package import Foundation
 
 /// One record read back from a ``Journal``.

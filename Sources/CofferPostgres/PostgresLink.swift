@@ -1,5 +1,6 @@
 #if Postgres
 import CofferCore
+import CofferRuntime
 import Foundation
 import Logging
 import PostgresNIO

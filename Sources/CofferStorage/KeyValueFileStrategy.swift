@@ -1,4 +1,5 @@
 public import CofferCore
+public import CofferRuntime
 import CofferJournal
 public import Foundation
 import Synchronization

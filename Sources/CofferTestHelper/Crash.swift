@@ -1,6 +1,7 @@
 // Children for the reliability tests (RELIABILITY.md): kill -9 loops, a vault counter, guard
 // pages, and a scan of the process's own memory after Vault.lock().
 import CofferCore
+import CofferRuntime
 import CofferJournal
 import CofferCrypto
 import CofferStorage

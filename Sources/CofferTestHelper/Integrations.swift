@@ -9,6 +9,7 @@
 //       coalesced write, the default vault, properties watching both); prints "ready", waits for
 //       SIGTERM, and prints what was left: unsynced writes, the vault's lock, the watcher.
 import CofferCore
+import CofferRuntime
 import CofferCrypto
 import CofferState
 import CofferStorage

@@ -1,5 +1,6 @@
 public import CofferCrypto
 import CofferCore
+import CofferRuntime
 public import Foundation
 
 /// Identity files: the X25519 identities (`AGE-SECRET-KEY-1…`, age-keygen's format) a machine

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 package import CofferCrypto
 package import Foundation
 

@@ -1,5 +1,6 @@
 public import CofferCrypto
 import CofferCore
+import CofferRuntime
 public import Foundation
 
 /// What opens a vault: a passphrase, a key file, or a raw 32-byte key.

@@ -1,5 +1,6 @@
 // Changes from elsewhere: observing the items other processes change, and catching up to tell.
 public import CofferCore
+import CofferRuntime
 import Foundation
 
 extension Vault {

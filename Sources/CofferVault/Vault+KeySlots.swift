@@ -1,5 +1,6 @@
 // Key slots: which slot an unlock opens (within the KDF limit), and changing, adding and removing slots.
 import CofferCore
+import CofferRuntime
 import CofferJournal
 public import CofferCrypto
 

@@ -1,5 +1,6 @@
 // Creating, opening, salvaging, locking and unlocking a vault, and choosing and checking its header.
 public import CofferCore
+public import CofferRuntime
 import CofferJournal
 public import CofferCrypto
 public import Foundation

@@ -1,5 +1,6 @@
 // Rotation: a new master key, every item re-sealed, the kept key slots re-wrapped, in one atomic rewrite.
 import CofferCore
+import CofferRuntime
 import CofferJournal
 public import CofferCrypto
 

@@ -1,5 +1,6 @@
 // The vault: its type and state, the item API, maintenance, and the write path every change takes.
 import CofferCore
+import CofferRuntime
 import CofferJournal
 public import CofferCrypto
 public import Foundation

@@ -1,4 +1,5 @@
 public import CofferCore
+import CofferRuntime
 public import CofferCrypto
 public import Foundation
 

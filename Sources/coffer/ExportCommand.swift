@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCore
+import CofferRuntime
 import CofferCrypto
 import Foundation
 

@@ -1,5 +1,6 @@
 import Coffer
 import CofferCrypto
+import CofferRuntime
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,6 @@
 import Coffer
 import CofferCrypto
+import CofferRuntime
 import Foundation
 
 #if canImport(Glibc)

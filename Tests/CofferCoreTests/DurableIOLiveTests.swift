@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 import CofferTesting
 import Foundation
 import Testing

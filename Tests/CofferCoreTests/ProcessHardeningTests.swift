@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 import Testing
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 // Attacks on the journal with crafted files: frames built to make the damage search quadratic.
 @testable import CofferCore
+import CofferRuntime
 @testable import CofferJournal
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 @testable import CofferCore
+import CofferRuntime
 @testable import CofferJournal
 import CofferTesting
 import Foundation

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 import CofferStorage
 import CofferTesting
 import Foundation

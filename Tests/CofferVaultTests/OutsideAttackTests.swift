@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 import CofferCrypto
 import CofferTesting
 import Foundation

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferRuntime
 import CofferJournal
 import CofferCrypto
 import CofferTesting

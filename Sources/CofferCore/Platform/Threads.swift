@@ -39,11 +39,11 @@ package func yieldProcessor() {
 }
 
 /// A thread's identity (`pthread_t`), to tell whether a call comes from the watcher thread.
-struct ThreadIdentity: Equatable, @unchecked Sendable {
+package struct ThreadIdentity: Equatable, @unchecked Sendable {
     // @unchecked Sendable: an opaque handle, compared and never dereferenced.
     let handle: pthread_t
 
-    static var current: ThreadIdentity { ThreadIdentity(handle: pthread_self()) }
+    package static var current: ThreadIdentity { ThreadIdentity(handle: pthread_self()) }
 
-    static func == (a: ThreadIdentity, b: ThreadIdentity) -> Bool { pthread_equal(a.handle, b.handle) != 0 }
+    package static func == (a: ThreadIdentity, b: ThreadIdentity) -> Bool { pthread_equal(a.handle, b.handle) != 0 }
 }

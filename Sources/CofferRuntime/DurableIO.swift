@@ -1,3 +1,4 @@
+public import CofferCore
 public import Foundation
 import Synchronization
 

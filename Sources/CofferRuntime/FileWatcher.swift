@@ -1,3 +1,4 @@
+package import CofferCore
 import Foundation
 
 /// Tells stores that files in a directory changed, so they can catch up with writes made by

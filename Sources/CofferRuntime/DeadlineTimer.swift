@@ -2,6 +2,7 @@
 // PostgreSQL lease or statement): arming a deadline is a heap insertion under a lock, and
 // disarming it is a dictionary removal. Neither starts a task nor wakes a thread, where a
 // watchdog task per call cost several thread hand-offs on every call (BENCHMARKS.md, issue 22).
+import CofferCore
 import Foundation
 
 /// Deadlines of in-flight calls, served by one thread that sleeps until the earliest one.

@@ -1,3 +1,4 @@
+import CofferCore
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)

@@ -1,6 +1,7 @@
 // The platform layer's directory notifications for FileWatcher: inotify on Linux, kqueue on
 // Darwin (written but not compiled: CI is Linux only), none elsewhere (FileWatcher polls), and
 // the pipe that wakes the watcher thread.
+import CofferCore
 import CSharedWord
 
 #if canImport(Glibc)

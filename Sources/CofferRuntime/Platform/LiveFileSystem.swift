@@ -1,5 +1,6 @@
 // The platform layer's file calls: the real file system, one system call a method, for Glibc,
 // Musl and Darwin. The Darwin branches are written but have not been compiled (CI is Linux only).
+public import CofferCore
 import CSharedWord
 
 #if canImport(Glibc)

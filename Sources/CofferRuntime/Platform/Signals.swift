@@ -1,5 +1,6 @@
 // The platform layer's signal calls: installing a handler with sigaction, and putting back the action it replaced.
 
+import CofferCore
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)

@@ -33,27 +33,75 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// The journal's application number for key-value suites.
     static let application: UInt16 = 1
 
-    private struct Entry {
+    /// A value and the size of the record that set it.
+    struct Entry {
         var value: Data
         var recordSize: Int
     }
 
-    private struct State {
+    /// The suite in memory: the journal and the index of its live values (see ``JournalIndex``,
+    /// the engine the vault shares).
+    struct Suite: JournalIndex {
         var journal: Journal
         var index: [ExactKey: Entry] = [:]
         var liveBytes = 0
         var flushScheduled = false
-        /// Whether changes made outside this instance are collected for observers.
-        var tracking = false
-        /// The keys other writers changed since observers were last told (`outsideAll`: any).
-        var outside: Set<String> = []
-        var outsideAll = false
+        var outside = OutsideChanges<ExactKey>()
+
+        init(journal: Journal) {
+            self.journal = journal
+        }
+
+        mutating func forgetAll() {
+            index.removeAll()
+            liveBytes = 0
+        }
+
+        mutating func apply(records: [JournalRecord]) throws {
+            // At most one new key per record: grow the table once, not by doubling along the way.
+            index.reserveCapacity(index.count + records.count)
+            for record in records {
+                try apply(record.payload, size: record.payload.count + Journal.frameHeaderSize, offset: record.offset)
+            }
+        }
+
+        mutating func rewriteLive() throws {
+            let payloads = try index.map { try KeyValueFileStrategy.encode(key: $0.key.string, value: $0.value.value) }
+            try journal.rewrite(payloads: payloads)
+        }
+
+        static func change(_ keys: Set<ExactKey>?) -> StoreChange {
+            StoreChange(keys: keys.map { Set($0.map(\.string)) })
+        }
+
+        /// Record payload: op (1 = set, 2 = remove), key length (LEB128), key (UTF-8), value.
+        private mutating func apply(_ payload: Data, size: Int, offset: Int64) throws {
+            guard let (op, key, value) = KeyValueFileStrategy.decode(payload) else {
+                throw CofferError(
+                    .corrupted, "a record has a valid checksum but an invalid layout", path: journal.path,
+                    offset: offset)
+            }
+            let exact = ExactKey(key)
+            outside.note(exact)
+            indexRecord(key: exact, value: op == 1 ? value : nil, size: size)
+        }
+
+        /// Records a set (`value`) or a remove (`nil`) whose record takes `size` bytes.
+        mutating func indexRecord(key: ExactKey, value: Data?, size: Int) {
+            // One hash and probe per record (updateValue/removeValue return what was there).
+            let old: Entry?
+            if let value {
+                old = index.updateValue(Entry(value: value, recordSize: size), forKey: key)
+                liveBytes += size
+            } else {
+                old = index.removeValue(forKey: key)
+            }
+            if let old { liveBytes -= old.recordSize }
+        }
     }
 
-    private let state: Locked<State>
-
-    /// Who is told about outside changes, and the directory watch that tells this instance.
-    private let observers = WatchedObservers<StoreChange>()
+    /// The suite under its lock, with its observers: the journal-store engine.
+    let store: JournalStore<Suite>
 
     /// Opens (creating it, and its directory `0700`, if needed) the suite `suite` in `directory`.
     ///
@@ -88,21 +136,15 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
                 + " aside as <file>.damaged-<time>)"
             throw error
         }
-        var state = State(journal: journal)
-        try Self.apply(records, to: &state)
-        self.state = Locked(state)
-    }
-
-    deinit {
-        // Best effort: the data is already in the kernel; this only hastens it to the disk.
-        state.withLock { try? $0.journal.close() }
+        var suite = Suite(journal: journal)
+        try suite.apply(records: records)
+        self.store = JournalStore(
+            suite, path: path, fileSystem: fileSystem,
+            closedError: CofferError(.closed, "the key-value suite is closed", path: path))
     }
 
     public func load(_ key: String) throws -> Data? {
-        try state.withLock { state in
-            try Self.catchUp(&state)
-            return state.index[ExactKey(key)]?.value
-        }
+        try store.read { $0.index[ExactKey(key)]?.value }
     }
 
     public func save(_ data: Data, for key: String) throws {
@@ -114,10 +156,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     }
 
     public func keys() throws -> [String] {
-        try state.withLock { state in
-            try Self.catchUp(&state)
-            return state.index.keys.map(\.string)
-        }
+        try store.read { $0.index.keys.map(\.string) }
     }
 
     /// Applies every change as one commit (one append, at most one fsync): after a crash all of
@@ -158,34 +197,21 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
 
     /// Appends the changes `makeChanges` returns as one commit, under the write lock and after
     /// catching up, then applies them to the index (from the changes themselves: the records
-    /// just written are not decoded again).
+    /// just written are not decoded again). The engine then compacts when its rule says so.
     private func commit(_ makeChanges: ([ExactKey: Entry]) throws -> [(key: String, data: Data?)]) throws {
-        let (scheduleFlush, compactionFailure) = try state.withLock { state -> (Bool, CofferWarning?) in
-            let changes = try state.journal.withWriteLock { journalChanges in
-                try Self.apply(journalChanges, to: &state)
-                let changes = try makeChanges(state.index)
-                let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
-                try state.journal.append(payloads)
-                return zip(changes, payloads).map { ($0.0, $0.1.count + Journal.frameHeaderSize) }
+        let scheduleFlush = try store.write { suite -> Bool in
+            let changes = try makeChanges(suite.index)
+            let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
+            try suite.journal.append(payloads)
+            for (change, payload) in zip(changes, payloads) {
+                suite.indexRecord(key: ExactKey(change.key), value: change.data, size: payload.count + Journal.frameHeaderSize)
             }
-            for ((key, value), size) in changes { Self.index(key: ExactKey(key), value: value, size: size, in: &state) }
-            // The commit is durable (or in the kernel): a failed compaction must not report it
-            // as failed. Told once, after the lock; the next write tries again.
-            var failure: CofferWarning?
-            do {
-                try compactIfWorthIt(&state)
-            } catch {
-                failure = CofferWarning(
-                    .compactionFailed, "compacting after a write failed; the write itself is kept: \(error)",
-                    path: state.journal.path)
+            guard case .coalesced = durability, suite.journal.hasUnsyncedWrites, !suite.flushScheduled else {
+                return false
             }
-            guard case .coalesced = durability, state.journal.hasUnsyncedWrites, !state.flushScheduled else {
-                return (false, failure)
-            }
-            state.flushScheduled = true
-            return (true, failure)
+            suite.flushScheduled = true
+            return true
         }
-        if let compactionFailure { CofferWarnings.warn(compactionFailure) }
         if scheduleFlush, case .coalesced(let window) = durability {
             DispatchQueue.global().asyncAfter(deadline: .now() + window.inSeconds) { [weak self] in
                 // A failure here is kept by the journal and thrown by the next write or flush().
@@ -197,58 +223,21 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// Makes every write so far durable (fdatasync), now.
     /// - Throws: ``CofferError/Code/io`` with the errno when the disk refuses.
     public func flush() throws {
-        try state.withLock { state in
-            state.flushScheduled = false
-            try state.journal.flush()
+        try store.withIndex { suite in
+            suite.flushScheduled = false
+            try suite.journal.flush()
         }
     }
 
     /// Rewrites the suite with only its live values, whatever the garbage ratio.
     public func compact() throws {
-        try state.withLock { state in try Self.compact(&state) }
+        try store.compact()
     }
 
     /// Size facts, for `coffer info` and tests.
     public var statistics: (keys: Int, liveBytes: Int, fileBytes: Int64) {
-        state.withLock { ($0.index.count, $0.liveBytes, $0.journal.dataEnd) }
-    }
-
-    // MARK: - Internals
-
-    private func compactIfWorthIt(_ state: inout State) throws {
-        let used = Int(state.journal.dataEnd - state.journal.dataStart)
-        let garbage = used - state.liveBytes
-        if garbage > 64 * 1024 && garbage > state.liveBytes {
-            try Self.compact(&state)
-        }
-    }
-
-    private static func compact(_ state: inout State) throws {
-        try state.journal.withWriteLock { changes in
-            try apply(changes, to: &state)
-            let payloads = try state.index.map { try encode(key: $0.key.string, value: $0.value.value) }
-            try state.journal.rewrite(payloads: payloads)
-        }
-    }
-
-    private static func catchUp(_ state: inout State, checkingPath: Bool = false) throws {
-        let changes = try state.journal.refresh(checkingPath: checkingPath)
-        if !changes.isEmpty { try apply(changes, to: &state) }
-    }
-
-    /// Applies what other writers did; with observers, remembers which keys they changed.
-    private static func apply(_ changes: JournalChanges, to state: inout State) throws {
-        if changes.reset {
-            state.index.removeAll()
-            state.liveBytes = 0
-            if state.tracking { state.outsideAll = true }
-        }
-        try apply(changes.records, to: &state)
-        if state.tracking && !state.outsideAll {
-            for record in changes.records {
-                if let (_, key, _) = decode(record.payload) { state.outside.insert(key) }
-            }
-        }
+        // A suite is never closed while its strategy lives.
+        store.ifOpen { ($0.index.count, $0.liveBytes, $0.journal.dataEnd) } ?? (0, 0, 0)
     }
 
     // MARK: - Changes from elsewhere
@@ -257,78 +246,10 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     /// change. The suite's directory is watched (inotify on Linux, else polling; see
     /// `FileWatcher`) while at least one observation is alive.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        observers.add(handler) {
-            let journalPath = state.withLock { s -> String in
-                s.tracking = true
-                s.outside = []
-                s.outsideAll = false
-                return s.journal.path
-            }
-            let name = DurableIO.lastComponent(of: journalPath)
-            return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: journalPath)) { [weak self] names in
-                // Other files of the directory (other suites, temporary files) are not ours.
-                if let names, !names.isEmpty, !names.contains(name) { return }
-                self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
-            }
-        } stopped: { [weak self] in
-            self?.state.withLock { s in
-                s.tracking = false
-                s.outside = []
-                s.outsideAll = false
-            }
-        }
+        store.observeChanges(handler)
     }
 
-    /// Catches up with the file and tells the observers what other writers changed.
-    private func deliverOutsideChanges(checkingPath: Bool) {
-        let change: StoreChange?
-        do {
-            change = try state.withLock { s -> StoreChange? in
-                try Self.catchUp(&s, checkingPath: checkingPath)
-                guard s.outsideAll || !s.outside.isEmpty else { return nil }
-                defer {
-                    s.outside = []
-                    s.outsideAll = false
-                }
-                return StoreChange(keys: s.outsideAll ? nil : s.outside)
-            }
-        } catch {
-            // The file was removed or damaged: every observer rereads, and reports the error.
-            change = StoreChange(keys: nil)
-        }
-        if let change { observers.notify(change) }
-    }
-
-    private static func apply(_ records: [JournalRecord], to state: inout State) throws {
-        // At most one new key per record: grow the table once, not by doubling along the way.
-        state.index.reserveCapacity(state.index.count + records.count)
-        for record in records {
-            try apply(record.payload, size: record.payload.count + Journal.frameHeaderSize, to: &state, offset: record.offset)
-        }
-    }
-
-    /// Record payload: op (1 = set, 2 = remove), key length (LEB128), key (UTF-8), value.
-    private static func apply(_ payload: Data, size: Int, to state: inout State, offset: Int64? = nil) throws {
-        guard let (op, key, value) = decode(payload) else {
-            throw CofferError(
-                .corrupted, "a record has a valid checksum but an invalid layout", path: state.journal.path,
-                offset: offset)
-        }
-        index(key: ExactKey(key), value: op == 1 ? value : nil, size: size, in: &state)
-    }
-
-    /// Records a set (`value`) or a remove (`nil`) whose record takes `size` bytes.
-    private static func index(key: ExactKey, value: Data?, size: Int, in state: inout State) {
-        // One hash and probe per record (updateValue/removeValue return what was there).
-        let old: Entry?
-        if let value {
-            old = state.index.updateValue(Entry(value: value, recordSize: size), forKey: key)
-            state.liveBytes += size
-        } else {
-            old = state.index.removeValue(forKey: key)
-        }
-        if let old { state.liveBytes -= old.recordSize }
-    }
+    // MARK: - Record layout
 
     static func encode(key: String, value: Data?) throws -> Data {
         var bytes = Data()
@@ -405,8 +326,8 @@ extension Backing {
 }
 
 extension KeyValueFileStrategy: WatchStoppable {
-    package func stopWatching() { observers.stopAll() }
+    package func stopWatching() { store.stopWatching() }
 
     /// Whether coalesced writes are waiting for their fsync (a shutdown's flush clears it).
-    package var hasUnsyncedWrites: Bool { state.withLock { $0.journal.hasUnsyncedWrites } }
+    package var hasUnsyncedWrites: Bool { store.ifOpen { $0.journal.hasUnsyncedWrites } ?? false }
 }

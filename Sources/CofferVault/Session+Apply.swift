@@ -5,39 +5,43 @@ import CofferCrypto
 import Foundation
 import Synchronization
 
-extension Session {
-    mutating func apply(_ changes: JournalChanges) throws {
+extension Session: JournalIndex {
+    /// The file was replaced (another process compacted or rotated it): its header is adopted
+    /// (a rotation followed with what opened this session's slot), and the chain starts again
+    /// from the new epoch.
+    mutating func forgetAll() throws {
+        let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
         do {
-            try applyOrThrow(changes)
-        } catch var error as CofferError {
-            error.message += " — this vault stops here: lock and unlock it, or open it again, to read the file anew"
-            failure = error
-            throw error
+            try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
+            adopt(header)
+        } catch let error as CofferError where error.code == .corrupted && header.vaultID == self.header.vaultID {
+            try followRotation(to: header, copy: copy, macFailure: error)
         }
+        chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+        entries.removeAll()
+        recordCount = 0
+        liveBytes = 0
     }
 
-    private mutating func applyOrThrow(_ changes: JournalChanges) throws {
-        if changes.reset {
-            // Another process compacted the file: a new epoch, so a new chain from its start.
-            let (header, copy) = try Vault.selectHeader(journal.headerArea, path: journal.path)
-            do {
-                try Vault.verifyMAC(journal.headerArea, copy: copy, keys: keys, path: journal.path)
-                adopt(header)
-            } catch let error as CofferError where error.code == .corrupted && header.vaultID == self.header.vaultID {
-                try followRotation(to: header, copy: copy, macFailure: error)
-            }
-            chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
-            entries.removeAll()
-            recordCount = 0
-            liveBytes = 0
-            if outside.tracking { outside.all = true }
-        }
-        // Records from other writers: note which items they touch, for observers.
-        outside.collecting = outside.tracking && !outside.all
-        defer { outside.collecting = false }
-        try apply(changes.records)
+    mutating func apply(records: [JournalRecord]) throws {
+        try apply(records)
     }
 
+    static func change(_ keys: Set<ItemKey>?) -> Set<VaultItemID>? {
+        keys.map { Set($0.map { VaultItemID(service: $0.service.string, account: $0.account.string) }) }
+    }
+
+    /// What other writers did could not be applied: this session no longer describes the file,
+    /// so it stops (``failure``) until the vault is locked and unlocked, or opened again.
+    mutating func catchUpFailed(_ error: CofferError) -> CofferError {
+        var error = error
+        error.message += " — this vault stops here: lock and unlock it, or open it again, to read the file anew"
+        failure = error
+        return error
+    }
+}
+
+extension Session {
     /// The file was rewritten with a header this session's keys do not authenticate: the same
     /// vault, so another process rotated its master key (``Vault/rotate(removing:removingRecipients:keeping:)``),
     /// or the header was altered. What opened this session's slot opens the new header's copy of

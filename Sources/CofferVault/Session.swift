@@ -1,10 +1,16 @@
-// An unlocked vault's session: the open journal, the keys, the index of sealed records, commits and compaction.
+// An unlocked vault's session: the open journal, the keys, the index of sealed records, commits and compaction
+// (the vault's side of the journal-store engine, JournalIndex).
 import CofferCore
 import CofferJournal
 import CofferCrypto
 import Foundation
 
 /// An unlocked vault's state: the open journal, the keys and the index of sealed records.
+///
+/// The vault's index for the journal-store engine (``JournalIndex``, in `Session+Apply.swift`):
+/// the engine catches it up with other writers, holds the write lock around its commits,
+/// compacts it by the shared rule and collects the items other writers changed; the session
+/// itself seals, opens and chains the records.
 struct Session: Sendable {
     var journal: Journal
     /// The keys of the master key. They change only with a rotation (here or in another process).
@@ -19,7 +25,7 @@ struct Session: Sendable {
     var recordCount = 0
     var liveBytes = 0
     /// The items other writers changed since observers were last told (while observed).
-    var outside = OutsideChanges()
+    var outside = OutsideChanges<ItemKey>()
     /// Set when what other writers did could not be applied (the file was replaced by another
     /// vault, a record fails authentication): the journal has moved past it, so this session's
     /// items, keys and chain no longer describe the file. Every later call throws it — no stale
@@ -50,14 +56,15 @@ struct Session: Sendable {
         case .put(let item):
             // One hash and probe: updateValue returns the entry it replaced.
             let key = ItemKey(service: item.service, account: item.account)
-            if outside.collecting { outside.items.insert(key) }
+            outside.note(key)
             if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
             liveBytes += size
         case .delete(let service, let account):
-            if outside.collecting { outside.items.insert(ItemKey(service: service, account: account)) }
-            if let old = entries.removeValue(forKey: ItemKey(service: service, account: account)) {
+            let key = ItemKey(service: service, account: account)
+            outside.note(key)
+            if let old = entries.removeValue(forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
         }
@@ -134,32 +141,6 @@ struct Session: Sendable {
         var chainAfter: ChainValue
     }
 
-    /// ``compactIfWorthIt()`` after a commit that is already durable: a failure (a full disk,
-    /// say) must not make the caller believe the write failed, so it is returned as a warning
-    /// for the caller to tell through ``CofferWarnings`` once its locks are released, and the
-    /// file is left as it was (the next write tries again).
-    mutating func compactAfterCommit() -> CofferWarning? {
-        do {
-            try compactIfWorthIt()
-            return nil
-        } catch {
-            return CofferWarning(
-                .compactionFailed, "compacting after a write failed; the write itself is durable: \(error)",
-                path: journal.path)
-        }
-    }
-
-    mutating func compactIfWorthIt() throws {
-        let used = Int(journal.dataEnd - journal.dataStart)
-        let garbage = used - liveBytes
-        if garbage > 64 * 1024 && garbage > liveBytes {
-            try journal.withWriteLock { changes in
-                try apply(changes)
-                try compact()
-            }
-        }
-    }
-
     /// Rereads the header area from the file and adopts the header it holds; returns the
     /// current copy (0 or 1). Call under the write lock before writing a header, after applying
     /// the journal's changes.
@@ -199,9 +180,9 @@ struct Session: Sendable {
     }
 
     /// Re-seals every live item under a new epoch and rewrites the file, with the header the
-    /// file holds now (reread: see ``reloadHeader()``) and its sequence + 1. Call under the
-    /// write lock, after applying the journal's changes.
-    mutating func compact() throws {
+    /// file holds now (reread: see ``reloadHeader()``) and its sequence + 1. Called by the
+    /// engine (``JournalIndex``) under the write lock, after applying the journal's changes.
+    mutating func rewriteLive() throws {
         try compact(rekeying: nil)
     }
 
@@ -209,7 +190,7 @@ struct Session: Sendable {
     /// the header the file holds now, passed in).
     typealias Rekeying = (VaultHeader) throws -> (keys: VaultKeys, slots: [KeySlot], unlockedSlot: Int)
 
-    /// ``compact()``, and with `rekeying` a rotation: every live item re-sealed under the new
+    /// ``rewriteLive()``, and with `rekeying` a rotation: every live item re-sealed under the new
     /// keys, the header's slots replaced, in the same one atomic rewrite of the file (so the
     /// old vault or the new one is on disk at every moment, never a mix).
     mutating func compact(rekeying: Rekeying?) throws {

@@ -165,10 +165,7 @@ extension Vault {
         }
         // Under the lock: what other processes committed since the open first, then the
         // rewrite (which rereads the header, so a concurrent passphrase change is kept).
-        try journal.withWriteLock { changes in
-            try session.apply(changes)
-            try session.compact()
-        }
+        try session.compactNow()
     }
 
     private static func openSession(
@@ -201,15 +198,12 @@ extension Vault {
     // MARK: - Locking
 
     /// Whether the vault is locked (no keys in memory).
-    public var isLocked: Bool { state.withLock { $0 == nil } }
+    public var isLocked: Bool { store.isClosed }
 
     /// Drops every key and cached attribute from memory (keys are wiped). Pending coalesced
     /// writes are flushed first.
     public func lock() {
-        let session = state.withLock { session -> Session? in
-            defer { session = nil }
-            return session
-        }
+        let session = store.close()
         try? session?.journal.close()  // its error can only concern coalesced writes, already in the kernel
     }
 
@@ -220,17 +214,11 @@ extension Vault {
     /// - Throws: as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``.
     public func unlock(_ source: VaultUnlock, kdfLimit: Argon2idParameters? = nil) throws {
         if !isLocked { return }
-        var session = try Self.openSession(
+        let session = try Self.openSession(
             url: url, unlock: source, kdfLimit: kdfLimit ?? self.kdfLimit, options: options, fileSystem: fs)
-        let watch = observers.watch
-        session.outside.tracking = watch != nil
-        state.withLock { $0 = session }
         // Whatever changed while it was locked: observers reread everything (from the watcher
         // thread, never from inside this call).
-        if let watch {
-            state.withLock { $0?.outside.all = true }
-            FileWatcher.shared.schedule(watch)
-        }
+        store.open(session)
     }
 
     /// The current header: the intact copy with the highest sequence, and its index.

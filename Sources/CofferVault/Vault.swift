@@ -35,10 +35,10 @@ public final class Vault: Sendable {
     let options: JournalOptions
     /// The most ``unlock(_:kdfLimit:)`` lets a passphrase slot ask for, unless told otherwise.
     let kdfLimit: Argon2idParameters
-    let state: Locked<Session?>
-
-    /// Who is told about changes made by other processes, and the directory watch that tells.
-    let observers = WatchedObservers<Set<VaultItemID>?>()
+    /// The unlocked session (`nil` while locked) under its lock, and the watch that tells
+    /// observers what other processes changed: the journal-store engine the key-value file
+    /// shares (``JournalStore``).
+    let store: JournalStore<Session>
 
     static let application: UInt16 = 2
 
@@ -78,11 +78,9 @@ public final class Vault: Sendable {
         self.fs = fileSystem
         self.options = options
         self.kdfLimit = kdfLimit
-        self.state = Locked(session)
-    }
-
-    deinit {
-        state.withLock { session in try? session?.journal.close() }
+        self.store = JournalStore(
+            session, path: url.path, fileSystem: fileSystem,
+            closedError: CofferError(.locked, "the vault is locked", path: url.path))
     }
 
     // MARK: - Items
@@ -268,8 +266,7 @@ public final class Vault: Sendable {
     /// by another process shows at once (those rewrite the header in place, not the records).
     public func info() throws -> VaultInfo {
         try withSession { live in
-            let changes = try live.journal.refresh()
-            if !changes.isEmpty { try live.apply(changes) }
+            try live.catchUp()
             _ = try live.reloadHeader()
         }
         return try read { session in
@@ -285,11 +282,10 @@ public final class Vault: Sendable {
     /// - Returns: how many records authenticated and how many items they leave.
     /// - Throws: ``CofferError/Code/corrupted`` at the first failure, with its byte offset.
     public func verify() throws -> VaultVerification {
-        try state.withLock { session in
+        try store.state.withLock { session in
             guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
             // What other processes did first: a rotation made elsewhere changes the keys.
-            let changes = try session!.journal.refresh()
-            if !changes.isEmpty { try session!.apply(changes) }
+            try session!.catchUp()
             let live = session!
             let (journal, records) = try Journal.open(
                 path: url.path, options: options, fileSystem: fs, create: .openExisting)
@@ -304,20 +300,12 @@ public final class Vault: Sendable {
 
     /// Rewrites the file with only the live items, re-sealed under a new epoch.
     public func compact() throws {
-        try withSession { live in
-            try live.journal.withWriteLock { changes in
-                try live.apply(changes)
-                try live.compact()
-            }
-        }
+        try store.compact()
     }
 
     /// Makes coalesced writes durable now (nothing to do in `.immediate` mode).
     public func flush() throws {
-        try state.withLock { session in
-            guard let live = session else { return }
-            try live.journal.flush()
-        }
+        try store.ifOpen { try $0.journal.flush() }
     }
 
     // MARK: - Internals
@@ -325,19 +313,11 @@ public final class Vault: Sendable {
     /// Runs `body` on the unlocked session in place (never on a copy: copying the session would
     /// copy its index, making every call cost O(items)).
     func withSession<T>(_ body: (inout Session) throws -> T) throws -> T {
-        try state.withLock { session in
-            guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
-            if let failure = session!.failure { throw failure }
-            return try body(&session!)
-        }
+        try store.withIndex(body)
     }
 
     private func read<T>(_ body: (Session) throws -> T) throws -> T {
-        try withSession { live in
-            let changes = try live.journal.refresh()
-            if !changes.isEmpty { try live.apply(changes) }
-            return try body(live)
-        }
+        try store.read { try body($0) }
     }
 
     private func withSecret<T>(service: String, account: String, _ body: ([UInt8]) throws -> T) throws -> T? {
@@ -394,33 +374,28 @@ public final class Vault: Sendable {
     ) throws {
         try Self.checkIdentity(service: service, account: account)
         try Self.checkLengths(service: service, account: account, label: nil, comment: nil)
-        let warning = try withSession { live -> CofferWarning? in
-            try live.journal.withWriteLock { journalChanges in
-                try live.apply(journalChanges)
-                var current = try live.entries[ItemKey(service: service, account: account)].map {
-                    try openSecret($0, keys: live.keys, vaultID: live.header.vaultID)
-                }
-                defer { if current != nil { wipe(&current!) } }
-                var next = try transform(current)
-                defer { if next != nil { wipe(&next!) } }
-                switch (current, next) {
-                case (nil, nil):
-                    return
-                case (let old?, let new?) where constantTimeEqual(old, new):
-                    return  // unchanged: no record, and `modified` stays as it was
-                case (_, let new?):
-                    _ = try new.withUnsafeBytes { secret in
-                        try live.commit(
-                            CollectionOfOne(
-                                BorrowedSet(service: service, account: account, secret: secret, label: nil, comment: nil)))
-                    }
-                case (_?, nil):
-                    _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
-                }
+        try store.write { live in
+            var current = try live.entries[ItemKey(service: service, account: account)].map {
+                try openSecret($0, keys: live.keys, vaultID: live.header.vaultID)
             }
-            return live.compactAfterCommit()
+            defer { if current != nil { wipe(&current!) } }
+            var next = try transform(current)
+            defer { if next != nil { wipe(&next!) } }
+            switch (current, next) {
+            case (nil, nil):
+                return
+            case (let old?, let new?) where constantTimeEqual(old, new):
+                return  // unchanged: no record, and `modified` stays as it was
+            case (_, let new?):
+                _ = try new.withUnsafeBytes { secret in
+                    try live.commit(
+                        CollectionOfOne(
+                            BorrowedSet(service: service, account: account, secret: secret, label: nil, comment: nil)))
+                }
+            case (_?, nil):
+                _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
+            }
         }
-        if let warning { CofferWarnings.warn(warning) }
     }
 
     @discardableResult
@@ -434,15 +409,7 @@ public final class Vault: Sendable {
                 try Self.checkLengths(service: service, account: account, label: label, comment: comment)
             }
         }
-        let (written, warning) = try withSession { live in
-            let written = try live.journal.withWriteLock { journalChanges in
-                try live.apply(journalChanges)
-                return try live.commit(changes)
-            }
-            return (written, live.compactAfterCommit())
-        }
-        if let warning { CofferWarnings.warn(warning) }
-        return written
+        return try store.write { try $0.commit(changes) }
     }
 }
 

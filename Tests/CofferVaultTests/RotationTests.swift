@@ -25,7 +25,7 @@ struct RotationTests {
         let revokedMachine = try Vault.open(at: url, unlock: .identities([revoked]))
         #expect(try revokedMachine.string(service: "svc", account: "a1") == "secret 1")
         // What a revoked machine could have kept: the old master key.
-        let oldKeys = try revokedMachine.state.withLock { try #require($0).keys }
+        let oldKeys = try revokedMachine.store.state.withLock { try #require($0).keys }
 
         let rotation = try admin.rotate(removingRecipients: [revoked.recipient])
         #expect(
@@ -41,11 +41,11 @@ struct RotationTests {
         #expect("\(refused.map { String(describing: $0) } ?? "")".contains("revoked"))
         // Nor the old master key: no record of the rotated file opens under it, even given the
         // right chain value.
-        let entries = try admin.state.withLock { try #require($0).entries }
+        let entries = try admin.store.state.withLock { try #require($0).entries }
         #expect(entries.count == 31)
         for entry in entries.values {
             #expect(throws: CofferError.self) {
-                _ = try RecordCipher.open(entry.payload, keys: oldKeys, vaultID: admin.state.withLock { $0!.header.vaultID }, chain: entry.chain)
+                _ = try RecordCipher.open(entry.payload, keys: oldKeys, vaultID: admin.store.state.withLock { $0!.header.vaultID }, chain: entry.chain)
             }
         }
         // The kept identity and the passphrase follow, with no prompt and no KDF, and write.

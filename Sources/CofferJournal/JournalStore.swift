@@ -1,0 +1,348 @@
+// The journal-store engine the key-value file and the vault share: one lock over a store's index,
+// catching up with other writers, the write lock, the compaction rule, and the file watch that
+// tells observers which keys other writers changed.
+package import CofferCore
+import CofferRuntime
+
+/// What a store kept in a ``Journal`` holds in memory: the open journal and an index of its
+/// live records.
+///
+/// A store says what its records mean: how they change its index (``apply(records:)``,
+/// ``forgetAll()``), how the file is rewritten with only the live records (``rewriteLive()``),
+/// and what its observers are told (``change(_:)``). The rest is the engine's, the same for
+/// every store: catching up with other writers (``apply(_:)``, ``catchUp(checkingPath:)``), the
+/// write lock (``withWriteLock(_:)``), the compaction rule (``compactionIsWorthIt``), the
+/// collection of the keys other writers changed (``outside``), and, in ``JournalStore``, the
+/// lock over the index and the file watch. The key-value file (`KeyValueFileStrategy`) and the
+/// vault (`Vault`, whose index is its `Session`) are built on it.
+///
+/// Rule: an index is changed only inside its ``JournalStore``'s lock (or, before it is handed
+/// to one, by the thread that opened it), like the ``Journal`` it holds.
+package protocol JournalIndex: Sendable {
+    /// What names one value of the store: a key, a service and account.
+    associatedtype Key: Hashable & Sendable
+    /// What observers are told when other writers changed values.
+    associatedtype Change: Sendable
+
+    /// The open journal.
+    var journal: Journal { get }
+    /// The bytes of the file that the live records take, frame headers included: what a
+    /// compaction keeps. Everything else between the file's header and its end is superseded.
+    var liveBytes: Int { get }
+    /// The keys other writers changed since observers were last told. ``apply(records:)`` calls
+    /// `outside.note(_:)` for each key a record sets or removes; the engine decides when that
+    /// counts.
+    var outside: OutsideChanges<Key> { get set }
+    /// Set when what other writers did could not be applied and the store must stop (every
+    /// call of ``JournalStore`` then throws it). `nil` by default: a store that goes on.
+    var failure: CofferError? { get }
+
+    /// The file was replaced (compacted by another writer): forgets every record, so that those
+    /// of the new file, which follow, can be applied from the start.
+    mutating func forgetAll() throws
+    /// Applies records in order, noting each key they touch through `outside.note(_:)`.
+    mutating func apply(records: [JournalRecord]) throws
+    /// Rewrites the file with only the live records. Called holding the journal's write lock,
+    /// caught up with the other writers.
+    mutating func rewriteLive() throws
+    /// What observers are told about `keys` (`nil`: any key may have changed).
+    static func change(_ keys: Set<Key>?) -> Change
+    /// Catching up with the other writers failed with `error`: returns what to throw (and may
+    /// set ``failure``). By default `error` itself.
+    mutating func catchUpFailed(_ error: CofferError) -> CofferError
+}
+
+extension JournalIndex {
+    package var failure: CofferError? { nil }
+
+    package mutating func catchUpFailed(_ error: CofferError) -> CofferError { error }
+}
+
+/// The compaction rule every journal store follows.
+package enum JournalCompaction {
+    /// A file is compacted only once more than this many bytes of it are superseded records.
+    package static let minimumGarbage = 64 * 1024
+}
+
+extension JournalIndex {
+    // MARK: - Catching up
+
+    /// Applies what other writers did since this process last looked (``Journal/refresh()``,
+    /// or what ``Journal/withWriteLock(_:)`` hands over): after a replaced file, everything is
+    /// forgotten first and observers will be told that anything may have changed; otherwise the
+    /// keys the records touch are noted for them (while anyone observes).
+    @inlinable
+    package mutating func apply(_ changes: JournalChanges) throws {
+        do {
+            if changes.reset {
+                try forgetAll()
+                outside.noteAll()
+            }
+            outside.collecting = outside.tracking && !outside.all
+            defer { outside.collecting = false }
+            try apply(records: changes.records)
+        } catch let error as CofferError {
+            throw catchUpFailed(error)
+        }
+    }
+
+    /// Reads and applies what other writers appended since this process last looked, without
+    /// taking the write lock; with `checkingPath`, also checks that the path still names the file
+    /// open here (see ``Journal/refresh(checkingPath:)``).
+    @inlinable
+    package mutating func catchUp(checkingPath: Bool = false) throws {
+        let changes = try journal.refresh(checkingPath: checkingPath)
+        if !changes.isEmpty { try apply(changes) }
+    }
+
+    // MARK: - Writing
+
+    /// Runs `body` holding the journal's write lock, caught up with every other writer: what
+    /// `body` reads of the index is what the file holds, and what it appends lands after it.
+    @inlinable
+    package mutating func withWriteLock<T>(_ body: (inout Self) throws -> T) throws -> T {
+        try journal.withWriteLock { changes in
+            if !changes.isEmpty { try apply(changes) }
+            return try body(&self)
+        }
+    }
+
+    // MARK: - Compaction
+
+    /// The compaction rule: more than ``JournalCompaction/minimumGarbage`` bytes of the file are
+    /// superseded records, and more than the live records take (so a compaction at least halves
+    /// the file, and a store rewrites itself at most once per its own size written).
+    @inlinable
+    package var compactionIsWorthIt: Bool {
+        let garbage = Int(journal.dataEnd - journal.dataStart) - liveBytes
+        return garbage > JournalCompaction.minimumGarbage && garbage > liveBytes
+    }
+
+    /// Rewrites the file with only the live records now, under the write lock.
+    package mutating func compactNow() throws {
+        try withWriteLock { try $0.rewriteLive() }
+    }
+
+    /// Compacts when ``compactionIsWorthIt``.
+    package mutating func compactIfWorthIt() throws {
+        if compactionIsWorthIt { try compactNow() }
+    }
+
+    /// ``compactIfWorthIt()`` after a write that has already landed: a failure (a full disk, say)
+    /// must not make the caller believe the write failed, so it is returned as a warning to tell
+    /// through ``CofferWarnings`` once the store's lock is released, and the file is left as it
+    /// was (the next write tries again).
+    package mutating func compactAfterWrite() -> CofferWarning? {
+        do {
+            try compactIfWorthIt()
+            return nil
+        } catch {
+            let kept = journal.options.durability == .immediate ? "durable" : "kept"
+            return CofferWarning(
+                .compactionFailed, "compacting after a write failed; the write itself is \(kept): \(error)",
+                path: journal.path)
+        }
+    }
+}
+
+/// The keys other writers changed, collected for a store's observers while anyone observes.
+package struct OutsideChanges<Key: Hashable & Sendable>: Sendable {
+    /// Whether anyone observes (else nothing is collected).
+    package var tracking: Bool
+    /// Set while records of other writers are applied: only then does ``note(_:)`` count (a
+    /// store's own writes are not news to its observers).
+    package var collecting = false
+    /// The keys noted since observers were last told.
+    package var keys: Set<Key> = []
+    /// Anything may have changed: the file was replaced, or the store was reopened.
+    package var all = false
+
+    /// Nothing collected; `tracking` says whether anyone observes.
+    package init(tracking: Bool = false) {
+        self.tracking = tracking
+    }
+
+    /// Notes that a record of another writer set or removed `key`.
+    @inlinable
+    package mutating func note(_ key: Key) {
+        if collecting { keys.insert(key) }
+    }
+
+    /// Notes that anything may have changed (while anyone observes).
+    package mutating func noteAll() {
+        if tracking { all = true }
+    }
+
+    /// What to tell observers, emptied: `.none` for nothing, `.some(nil)` for anything.
+    package mutating func take() -> Set<Key>?? {
+        guard all || !keys.isEmpty else { return .none }
+        defer {
+            keys = []
+            all = false
+        }
+        return .some(all ? nil : keys)
+    }
+}
+
+/// A store kept in a ``Journal``: its index under one lock, and the watch that tells its
+/// observers which keys other writers changed.
+///
+/// The path of a write: ``write(_:)`` takes the lock, then the journal's write lock (catching up
+/// with other writers), runs the store's body (which appends one commit and indexes it), applies
+/// the compaction rule, releases both, and tells a failed compaction as a warning. A read
+/// (``read(_:)``) takes the lock and catches up first, without the write lock.
+///
+/// The path of an outside change: the first ``observeChanges(_:)`` starts collecting changed
+/// keys in the index (``OutsideChanges``) and watches the file's directory (`FileWatcher`:
+/// inotify, else polling). When the watcher thread reports the file's name (or anything), the
+/// store catches up under its lock — the records other writers appended note their keys, a
+/// replaced file notes "anything" — and tells every observer what was collected, from the
+/// watcher thread with no lock held. The last observation's end stops the watch and the
+/// collecting.
+///
+/// The index is `nil` while the store is closed (``close()``: a locked vault); calls then throw
+/// the owner's error, and observers are told "anything" on each event (readers say why).
+package final class JournalStore<Index: JournalIndex>: Sendable {
+    /// The index; `nil` while the store is closed.
+    package let state: Locked<Index?>
+    /// The observers, and the directory watch that serves them.
+    private let observers = WatchedObservers<Index.Change>()
+    /// The file as its owner names it: where the watch looks while the store is closed.
+    private let path: String
+    private let fileSystem: any FileSystem
+    /// What a call on the closed store throws.
+    @usableFromInline let closedError: CofferError
+
+    /// A store over `index`, which holds the journal at `path` opened and caught up.
+    /// - Parameter closedError: what calls throw while the store is closed.
+    package init(_ index: Index, path: String, fileSystem: any FileSystem, closedError: CofferError) {
+        self.state = Locked(index)
+        self.path = path
+        self.fileSystem = fileSystem
+        self.closedError = closedError
+    }
+
+    deinit {
+        // Best effort: the data is already in the kernel; this only hastens it to the disk.
+        state.withLock { index in try? index?.journal.close() }
+    }
+
+    // MARK: - Access
+
+    /// Runs `body` on the index in place, under the lock (never on a copy: that would copy the
+    /// index, making every call cost O(keys)).
+    /// - Throws: the owner's closed error, the index's ``JournalIndex/failure``, or what `body` throws.
+    @inlinable
+    package func withIndex<T>(_ body: (inout Index) throws -> T) throws -> T {
+        try state.withLock { index in
+            guard index != nil else { throw closedError }
+            if let failure = index!.failure { throw failure }
+            return try body(&index!)
+        }
+    }
+
+    /// Runs `body` on the index, if the store is open, under the lock; `nil` when it is closed.
+    @inlinable
+    package func ifOpen<T, E: Error>(_ body: (inout Index) throws(E) -> T) throws(E) -> T? {
+        try state.withLock { (index: inout Index?) throws(E) -> T? in
+            guard index != nil else { return nil }
+            return try body(&index!)
+        }
+    }
+
+    /// Runs `body` on the index caught up with every other writer (a read).
+    @inlinable
+    package func read<T>(_ body: (inout Index) throws -> T) throws -> T {
+        try withIndex { index in
+            try index.catchUp()
+            return try body(&index)
+        }
+    }
+
+    /// Runs `body` holding the journal's write lock, caught up with every other writer, then
+    /// compacts when the rule says so (a failure there is told through ``CofferWarnings``, after
+    /// the lock: the write itself stands). `body` appends one commit and indexes it.
+    @inlinable
+    package func write<T>(_ body: (inout Index) throws -> T) throws -> T {
+        let (result, warning) = try withIndex { index in
+            let result = try index.withWriteLock(body)
+            return (result, index.compactAfterWrite())
+        }
+        if let warning { CofferWarnings.warn(warning) }
+        return result
+    }
+
+    /// Rewrites the file with only the live records, whatever the rule says.
+    package func compact() throws {
+        try withIndex { try $0.compactNow() }
+    }
+
+    // MARK: - Opening and closing
+
+    /// Whether the store is closed.
+    package var isClosed: Bool { state.withLock { $0 == nil } }
+
+    /// Opens the store again with `index` (a vault unlocked): while anyone observes, observers
+    /// are told that anything may have changed (from the watcher thread, never from this call).
+    package func open(_ index: Index) {
+        var index = index
+        let watch = observers.watch
+        if watch != nil {
+            index.outside = OutsideChanges(tracking: true)
+            index.outside.noteAll()
+        }
+        state.withLock { $0 = index }
+        if let watch { FileWatcher.shared.schedule(watch) }
+    }
+
+    /// Closes the store (a vault locked) and returns its index, for the owner to close the
+    /// journal outside the lock.
+    package func close() -> Index? {
+        state.withLock { index in
+            defer { index = nil }
+            return index
+        }
+    }
+
+    // MARK: - Changes from elsewhere
+
+    /// Starts telling `handler` what other writers (other processes, other instances on this
+    /// file) change. The file's directory is watched while at least one observation is alive.
+    package func observeChanges(_ handler: @escaping @Sendable (Index.Change) -> Void) -> StoreObservation {
+        observers.add(handler) {
+            let open = state.withLock { index -> String? in
+                index?.outside = OutsideChanges(tracking: true)
+                return index?.journal.path
+            }
+            let file = open ?? (try? fileSystem.resolve(path)) ?? path
+            let name = DurableIO.lastComponent(of: file)
+            return FileWatcher.shared.watch(directory: DurableIO.parentDirectory(of: file)) { [weak self] names in
+                // Other files of the directory (other stores, temporary files) are not this one's.
+                if let names, !names.isEmpty, !names.contains(name) { return }
+                self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
+            }
+        } stopped: { [weak self] in
+            self?.state.withLock { $0?.outside = OutsideChanges() }
+        }
+    }
+
+    /// Drops every observer and stops the watch (a graceful shutdown).
+    package func stopWatching() { observers.stopAll() }
+
+    /// Catches up with the file and tells the observers what other writers changed.
+    private func deliverOutsideChanges(checkingPath: Bool) {
+        let change: Index.Change?
+        do {
+            change = try state.withLock { index -> Index.Change? in
+                // Closed: nothing can be read, and every reader will say so.
+                guard index != nil else { return Index.change(nil) }
+                try index!.catchUp(checkingPath: checkingPath)
+                return index!.outside.take().map { Index.change($0) }
+            }
+        } catch {
+            // The file was removed or damaged: every observer rereads, and reports the error.
+            change = Index.change(nil)
+        }
+        if let change { observers.notify(change) }
+    }
+}

@@ -124,6 +124,7 @@ extension JournalIndex {
     }
 
     /// Compacts when ``compactionIsWorthIt``.
+    @inlinable
     package mutating func compactIfWorthIt() throws {
         if compactionIsWorthIt { try compactNow() }
     }
@@ -132,6 +133,7 @@ extension JournalIndex {
     /// must not make the caller believe the write failed, so it is returned as a warning to tell
     /// through ``CofferWarnings`` once the store's lock is released, and the file is left as it
     /// was (the next write tries again).
+    @inlinable
     package mutating func compactAfterWrite() -> CofferWarning? {
         do {
             try compactIfWorthIt()

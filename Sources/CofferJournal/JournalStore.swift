@@ -33,8 +33,9 @@ package protocol JournalIndex: Sendable {
     /// `outside.note(_:)` for each key a record sets or removes; the engine decides when that
     /// counts.
     var outside: OutsideChanges<Key> { get set }
-    /// Set when what other writers did could not be applied and the store must stop (every
-    /// call of ``JournalStore`` then throws it). `nil` by default: a store that goes on.
+    /// Set when what other writers did could not be applied and the store must stop: every
+    /// read, write and compaction through ``JournalStore/withIndex(_:)`` then throws it. `nil`
+    /// by default: a store that goes on.
     var failure: CofferError? { get }
 
     /// The file was replaced (compacted by another writer): forgets every record, so that those

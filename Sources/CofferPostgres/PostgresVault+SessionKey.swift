@@ -7,4 +7,6 @@ extension PostgresVault {
     /// `open(name:unlock: .sessionKey(key), …)`.
     package var sessionKey: VaultSessionKey? { (try? sealing)?.sessionKey }
 }
+
+extension PostgresVault: SessionKeyLending {}
 #endif

@@ -6,7 +6,7 @@ public import Foundation
 public import Logging
 import PostgresNIO
 
-/// A vault kept in PostgreSQL, shared by a fleet: the keychain-style API of `Vault`, with the
+/// A vault kept in PostgreSQL, shared by a fleet: a ``Keychain``, as the file `Vault` is, with the
 /// database holding only sealed records.
 ///
 /// Everything the file vault encrypts — secret, service, account, label, comment, dates — is
@@ -231,6 +231,17 @@ public final class PostgresVault: Sendable {
         try await set(Data(secret.utf8), service: service, account: account, label: label, comment: comment)
     }
 
+    /// Stores a secret held in guarded memory. The one plain copy made for sealing is wiped when
+    /// the write ends.
+    public func set(
+        _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
+    ) async throws {
+        var bytes = secret.withUnsafeBytes { [UInt8]($0) }
+        // Runs after `apply`'s change is released, so the array is wiped in place.
+        defer { SecureMemory.zero(&bytes) }
+        try await apply([.set(service: service, account: account, secret: bytes, label: label, comment: comment)])
+    }
+
     /// The secret's bytes, or `nil` when there is no such item.
     /// - Throws: ``CofferError/Code/corrupted`` for a row that fails authentication (or was rolled
     ///   back or deleted behind Coffer's back, as far as this instance can tell); `.io`; `.busy`.
@@ -248,6 +259,18 @@ public final class PostgresVault: Sendable {
             throw CofferError(.decoding, "the secret is not UTF-8 text")
         }
         return text
+    }
+
+    /// The secret in guarded memory (wiped when released), or `nil` when there is no such item:
+    /// the form for secrets that matter (no `Data` copy is made).
+    public func secret(service: String, account: String) async throws -> SecureBytes? {
+        guard case .put(_, var secret) = try await body(service: service, account: account) else { return nil }
+        defer { secret.withUnsafeMutableBytes { zero($0) } }
+        do {
+            return try SecureBytes(copying: secret)
+        } catch let error as CryptoError {
+            throw CofferError(.crypto, "cannot hold the secret in guarded memory: \(error.message)")
+        }
     }
 
     /// The item's attributes (no secret), or `nil`.
@@ -436,9 +459,21 @@ public final class PostgresVault: Sendable {
         try Offload.wait { try await self.data(service: service, account: account) }
     }
 
+    /// Stores a secret held in guarded memory, blocking until it is committed.
+    public func set(
+        _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
+    ) throws {
+        try Offload.wait { try await self.set(secret, service: service, account: account, label: label, comment: comment) }
+    }
+
     /// The secret as text, blocking until it arrives.
     public func string(service: String, account: String) throws -> String? {
         try Offload.wait { try await self.string(service: service, account: account) }
+    }
+
+    /// The secret in guarded memory, or `nil`, blocking until it arrives.
+    public func secret(service: String, account: String) throws -> SecureBytes? {
+        try Offload.wait { try await self.secret(service: service, account: account) }
     }
 
     /// The item's attributes (no secret), or `nil`, blocking until they arrive.
@@ -887,6 +922,15 @@ public final class PostgresVault: Sendable {
         }
     }
 
+}
+
+extension PostgresVault: Keychain {
+    /// The vault's name with its server and database (never a password): `vault NAME on
+    /// postgres://user@host:port/database (tls: …)`.
+    public var location: String { "vault \(name) on \(configuration)" }
+
+    /// Nothing to do: every write is committed in the database when it returns.
+    public func flush() throws {}
 }
 
 extension VaultChange {

@@ -1,6 +1,6 @@
 #if Postgres
 public import CofferCore
-import CofferVault
+public import CofferVault
 import CofferCrypto
 public import Foundation
 
@@ -12,7 +12,7 @@ public import Foundation
 /// Every call is `async` (``AsyncPersistenceStrategy``): `@Stored` properties on it never block
 /// their caller on the network. The synchronous forms run the async ones on Coffer's threads.
 public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
-    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy, SealedPersistenceStrategy
+    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy, SealedPersistenceStrategy, KeychainItemsStrategy
 {
     /// The vault holding the items.
     public let vault: PostgresVault
@@ -23,6 +23,8 @@ public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCo
         self.vault = vault
         self.service = service
     }
+
+    package var keychain: any Keychain { vault }
 
     public func load(_ key: String) async throws -> Data? { try await vault.data(service: service, account: key) }
 
@@ -67,16 +69,9 @@ public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCo
     /// Tells `handler` which accounts of this service others change (see
     /// ``PostgresVault/observeChanges(_:)``).
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let service = service
-        return vault.observeChanges { items in
-            guard let items else { return handler(StoreChange(keys: nil)) }
-            let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
-            if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }
-        }
+        vault.observeChanges(StoreChange.accounts(of: service, handler))
     }
 }
-
-extension PostgresVault: ServiceKeychain {}
 
 extension Backing {
     /// An item of a vault kept in PostgreSQL, encrypted in this process.

@@ -29,18 +29,20 @@ public import ServiceLifecycle
 public struct CofferService: Service {
     private let context: CofferContext?
     private let stores: [any PersistenceStrategy]
-    private let vaults: [Vault]
+    private let vaults: [any Keychain]
     private let logger: Logger
 
     /// A service for the stores of `context` and any others given.
     ///
     /// - Parameters:
     ///   - context: The context whose open stores to shut down; `nil` for only the ones listed.
-    ///   - stores: More stores to flush and stop watching (a `VaultStrategy`'s vault is locked too).
-    ///   - vaults: More vaults to lock.
+    ///   - stores: More stores to flush and stop watching (the vault of a vault strategy is
+    ///     locked too).
+    ///   - vaults: More vaults to flush and lock: any ``Keychain``, a file `Vault` or a
+    ///     `PostgresVault`.
     ///   - logger: Where the shutdown is reported (what was flushed and locked, and failures).
     public init(
-        context: CofferContext? = CofferContext.current, stores: [any PersistenceStrategy] = [], vaults: [Vault] = [],
+        context: CofferContext? = CofferContext.current, stores: [any PersistenceStrategy] = [], vaults: [any Keychain] = [],
         logger: Logger
     ) {
         self.context = context
@@ -67,18 +69,23 @@ public struct CofferService: Service {
     /// - Throws: The first failure (a ``CofferError``, such as `.io` when the disk refused a
     ///   flush); each one is also logged.
     public func shutDown() throws {
-        var objects: [any Sendable] = context?.openStores ?? []
-        objects += stores.map { $0 as any Sendable }
-        objects += vaults.map { $0 as any Sendable }
-        // A store reachable twice (the context's and a listed one) is shut down once.
-        var seen = Set<ObjectIdentifier>()
-        var unique: [any Sendable] = []
-        for object in objects {
-            if type(of: object) is AnyObject.Type, !seen.insert(ObjectIdentifier(object as AnyObject)).inserted {
-                continue
+        // Keychains apart (a vault, a vault strategy's vault): each is flushed and locked, once
+        // however many ways it is reachable (the context's, a strategy's, a listed one).
+        var keychains: [any Keychain] = []
+        var others: [any Sendable] = []
+        // Other stores: each once, by its identity (a suite listed and also opened by the context).
+        var seenStores = Set<StoreID>()
+        for object in (context?.openStores ?? []) + stores.map({ $0 as any Sendable }) {
+            if let keychain = object as? any Keychain {
+                keychains.append(keychain)
+            } else if let strategy = object as? any KeychainItemsStrategy {
+                keychains.append(strategy.keychain)
+            } else if StoreID.of(object).map({ seenStores.insert($0).inserted }) ?? true {
+                others.append(object)
             }
-            unique.append(object)
         }
+        var seenKeychains = Set<ObjectIdentifier>()
+        keychains = (keychains + vaults).filter { seenKeychains.insert(ObjectIdentifier($0)).inserted }
         var firstError: (any Error)?
         func attempt(_ what: String, _ body: () throws -> Void) {
             do {
@@ -90,31 +97,19 @@ public struct CofferService: Service {
         }
 
         // Watches first, so nothing reloads into a vault being locked.
-        for case let store as any WatchStoppable in unique { store.stopWatching() }
+        for case let store as any WatchStoppable in others + keychains.map({ $0 as any Sendable }) { store.stopWatching() }
         var flushed = 0
-        var toLock: [Vault] = []
-        for object in unique {
-            switch object {
-            case let vault as Vault:
-                toLock.append(vault)
-            case let strategy as VaultStrategy:
-                strategy.vault.stopWatching()
-                toLock.append(strategy.vault)
-            case let store as any FlushablePersistenceStrategy:
-                attempt("flushing \(type(of: store))") { try store.flush() }
-                flushed += 1
-            default:
-                break
-            }
+        for case let store as any FlushablePersistenceStrategy in others {
+            attempt("flushing \(type(of: store))") { try store.flush() }
+            flushed += 1
         }
-        var locked = Set<ObjectIdentifier>()
-        for vault in toLock where locked.insert(ObjectIdentifier(vault)).inserted {
-            attempt("flushing the vault \(vault.url.path)") { try vault.flush() }
-            vault.lock()
+        for keychain in keychains {
+            attempt("flushing \(keychain.location)") { try keychain.flush() }
+            keychain.lock()
         }
         logger.info(
             "coffer: shut down",
-            metadata: ["coffer.flushed": "\(flushed + locked.count)", "coffer.locked": "\(locked.count)"])
+            metadata: ["coffer.flushed": "\(flushed + keychains.count)", "coffer.locked": "\(keychains.count)"])
         if let firstError { throw firstError }
     }
 }

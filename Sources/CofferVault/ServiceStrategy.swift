@@ -1,40 +1,27 @@
-// What the file vault's strategy and the PostgreSQL vault's share: a keychain of service/account
-// items, and the strategy over one service of one, written once.
+// The strategy over one service of a keychain, written once for the file vault's and the
+// PostgreSQL vault's.
 package import CofferCore
 import CofferCrypto
 package import Foundation
 
-/// A keychain of items named by service and account: what a strategy over one service needs of
-/// its vault. ``Vault`` is one, and so is CofferPostgres's `PostgresVault`.
-package protocol ServiceKeychain: AnyObject, Sendable {
-    func data(service: String, account: String) throws -> Data?
-    func set(_ secret: Data, service: String, account: String, label: String?, comment: String?) throws
-    @discardableResult func remove(service: String, account: String) throws -> Bool
-    func items(service: String?) throws -> [VaultItem]
-    func apply(_ changes: [VaultChange]) throws
-    /// Reads, transforms and writes one secret atomically with respect to every writer.
-    func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws
-    /// Tells `handler` which items others change (`nil`: any may have).
-    func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation
-}
-
-extension Vault: ServiceKeychain {}
-
-/// A ``PersistenceStrategy`` over one service of a ``ServiceKeychain``, each key an account:
-/// ``VaultStrategy`` and CofferPostgres's `PostgresVaultStrategy` are this, plus what their own
-/// vault adds (a file vault flushes and compacts). Values are stored in plain form (a String's
-/// UTF-8), so `coffer get` prints exactly what an `@Stored` property saved.
+/// A ``PersistenceStrategy`` over one service of a ``Keychain``, each key an account:
+/// ``VaultStrategy`` is this, plus what the file vault adds (it flushes and compacts).
+/// CofferPostgres's `PostgresVaultStrategy` does the same with the vault's `async` calls. Values
+/// are stored in plain form (a String's UTF-8), so `coffer get` prints exactly what an `@Stored`
+/// property saved.
 package protocol ServiceStrategy: BatchPersistenceStrategy, PlainValuePersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeychainItemsStrategy
 {
-    associatedtype Keychain: ServiceKeychain
+    associatedtype Store: Keychain
     /// The vault holding the items.
-    var vault: Keychain { get }
+    var vault: Store { get }
     /// The service every key of this strategy belongs to.
     var service: String { get }
 }
 
 extension ServiceStrategy {
+    package var keychain: any Keychain { vault }
+
     public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
 
     public func save(_ data: Data, for key: String) throws {
@@ -57,9 +44,7 @@ extension ServiceStrategy {
     }
 
     /// Stores `new` only if the item holds exactly `expected` (compared in constant time),
-    /// atomically with respect to every writer of the vault: the file vault holds its lock after
-    /// catching up with every other process, the PostgreSQL vault its version row from the read
-    /// to the write.
+    /// atomically with respect to every writer of the vault (``Keychain/update(service:account:_:)``).
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
         var swapped = false
         try vault.update(service: service, account: key) { current in
@@ -79,11 +64,20 @@ extension ServiceStrategy {
         }
     }
 
-    /// Tells `handler` which accounts of this service others change (see the vault's
-    /// `observeChanges(_:)`).
+    /// Tells `handler` which accounts of this service others change (see
+    /// ``Keychain/observeChanges(_:)``).
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        let service = self.service
-        return vault.observeChanges { items in
+        vault.observeChanges(StoreChange.accounts(of: service, handler))
+    }
+}
+
+extension StoreChange {
+    /// A keychain observer that tells `handler` the accounts of `service` among the items
+    /// changed (`nil`: any may have), and nothing when none of them is of `service`.
+    package static func accounts(
+        of service: String, _ handler: @escaping @Sendable (StoreChange) -> Void
+    ) -> @Sendable (Set<VaultItemID>?) -> Void {
+        { items in
             guard let items else { return handler(StoreChange(keys: nil)) }
             let accounts = Set(items.lazy.filter { $0.service == service }.map(\.account))
             if !accounts.isEmpty { handler(StoreChange(keys: accounts)) }

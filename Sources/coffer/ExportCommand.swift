@@ -72,7 +72,7 @@ struct ExportCommand: ParsableCommand {
         if !sealTo.isEmpty, output == nil, isatty(STDOUT_FILENO) == 1 {
             throw CLIError.usage("the sealed export is binary: write it to a file with -o FILE, or redirect standard output")
         }
-        let store = try root.global.openItemStore()
+        let store = try root.global.openKeychain()
         let items = try store.items(service: service)
         let json = try CofferJSON.write(items: items) { try store.secret(service: $0.service, account: $0.account) }
         let what = sealTo.isEmpty ? "in plaintext" : "sealed to \(sealTo.count) recipient\(sealTo.count == 1 ? "" : "s")"

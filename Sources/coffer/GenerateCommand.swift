@@ -95,7 +95,7 @@ struct GenerateCommand: ParsableCommand {
     }
 
     func run() throws {
-        let store = try root.global.openItemStore()
+        let store = try root.global.openKeychain()
         if !force, try store.items(service: service).contains(where: { $0.account == account }) {
             throw CLIError(
                 .failure,

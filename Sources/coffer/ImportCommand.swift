@@ -3,27 +3,11 @@ import Coffer
 import CofferCrypto
 import Foundation
 
-#if Postgres
-    import CofferPostgres
-#endif
 
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
     import Musl
-#endif
-
-/// A store that writes many changes as one commit: all of them or none.
-protocol BatchItemStore: ItemStore {
-    /// Applies every change as one commit: for a file vault one journal append and one fsync,
-    /// for a PostgreSQL vault one transaction.
-    func apply(_ changes: [VaultChange]) throws
-}
-
-extension Vault: BatchItemStore {}
-
-#if Postgres
-    extension PostgresVault: BatchItemStore {}
 #endif
 
 /// `coffer import`: items from another tool's export, written in one commit or not at all.
@@ -132,10 +116,7 @@ struct ImportCommand: ParsableCommand {
         }
         try batch.check()
 
-        let store = try root.global.openItemStore()
-        guard let writer = store as? any BatchItemStore else {
-            throw CLIError(.failure, "\(quotedName(store.location)) cannot write several items in one commit")
-        }
+        let store = try root.global.openKeychain()
         let plan = try Self.plan(batch, against: store)
         let clashes = plan.filter { $0.change == .replace }
         let counts = Dictionary(grouping: plan, by: \.change).mapValues(\.count)
@@ -157,16 +138,16 @@ struct ImportCommand: ParsableCommand {
             if !rows.isEmpty { writeOut(formatTable(rows, maximumWidth: ListCommand.maximumCellWidth)) }
             writeOut(
                 "dry run: would add \(added), replace \(replaced)\(refused ? " (refused without --overwrite)" : ""), "
-                    + "leave \(unchanged) unchanged in \(store.location); nothing was written\n")
+                    + "leave \(unchanged) unchanged in \(escapedName(store.location)); nothing was written\n")
             notes(batch)
             if refused { throw clashError }
             return
         }
         if refused { throw clashError }
         let changed = plan.filter { $0.change != .unchanged }.map(\.item)
-        if !changed.isEmpty { try Self.commit(changed, from: batch, to: writer) }
+        if !changed.isEmpty { try Self.commit(changed, from: batch, to: store) }
         writeOut(
-            "imported \(plan.count) item\(plan.count == 1 ? "" : "s") into \(store.location) in one commit: "
+            "imported \(plan.count) item\(plan.count == 1 ? "" : "s") into \(escapedName(store.location)) in one commit: "
                 + "\(added) added, \(replaced) replaced, \(unchanged) unchanged\n")
         notes(batch)
     }
@@ -177,7 +158,7 @@ struct ImportCommand: ParsableCommand {
     }
 
     /// Each item of `batch` with what importing it changes in `store`.
-    static func plan(_ batch: ImportBatch, against store: any ItemStore) throws -> [(item: ImportBatch.Item, change: Change)] {
+    static func plan(_ batch: ImportBatch, against store: any Keychain) throws -> [(item: ImportBatch.Item, change: Change)] {
         var existing: [ItemIdentity: VaultItem] = [:]
         for item in try store.items(service: nil) { existing[ItemIdentity(item.service, item.account)] = item }
         return try batch.items.map { item in
@@ -194,16 +175,17 @@ struct ImportCommand: ParsableCommand {
         }
     }
 
-    /// Writes `items` in one commit. The secrets are copied into arrays (what ``VaultChange``
-    /// holds) only now, and those arrays are wiped once the commit is done.
-    static func commit(_ items: [ImportBatch.Item], from batch: ImportBatch, to store: any BatchItemStore) throws {
+    /// Writes `items` in one commit (``Keychain/apply(_:)``: for a file vault one journal append
+    /// and one fsync, for a PostgreSQL vault one transaction). The secrets are copied into arrays
+    /// (what ``VaultChange`` holds) only now, and those arrays are wiped once the commit is done.
+    static func commit(_ items: [ImportBatch.Item], from batch: ImportBatch, to store: any Keychain) throws {
         var secrets = items.map { item in batch.withSecret(item) { [UInt8]($0) } }
         // Runs after `apply`'s changes are released, so each array is wiped in place.
         defer { for index in secrets.indices { SecureMemory.zero(&secrets[index]) } }
         try apply(items, secrets, to: store)
     }
 
-    private static func apply(_ items: [ImportBatch.Item], _ secrets: [[UInt8]], to store: any BatchItemStore) throws {
+    private static func apply(_ items: [ImportBatch.Item], _ secrets: [[UInt8]], to store: any Keychain) throws {
         let changes = zip(items, secrets).map { item, secret in
             VaultChange.set(
                 service: item.service, account: item.account, secret: secret, label: item.label, comment: item.comment)

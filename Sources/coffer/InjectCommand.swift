@@ -105,7 +105,7 @@ struct InjectCommand: ParsableCommand {
         let bytes = template.withUnsafeBytes { [UInt8]($0) }
         let found = try Self.placeholders(in: bytes)
         // Every secret first: a missing one fails before anything is written.
-        let store = try root.global.openItemStore()
+        let store = try root.global.openKeychain()
         var secrets: [SecretReference: SecureBytes] = [:]
         for placeholder in found where secrets[placeholder.reference] == nil {
             let reference = placeholder.reference

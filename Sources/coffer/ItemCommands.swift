@@ -42,7 +42,7 @@ struct SetCommand: ParsableCommand {
                 "set reads the secret from standard input, so the key cannot come from there too: "
                     + "give --key-file a file")
         }
-        let vault = try root.global.openItemStore()
+        let keychain = try root.global.openKeychain()
         let (secret, typed) = try Input.secretFromStandardInput(
             prompt: "Secret for \(escapedName(service)) / \(escapedName(account)): ")
         // An empty line at the prompt is most likely a slip of the Return key; an empty standard
@@ -52,7 +52,7 @@ struct SetCommand: ParsableCommand {
                 "the secret is empty: type it at the prompt, or give it on standard input, for example printf '%s' \"$TOKEN\" | coffer set \(shellQuoted(service)) \(shellQuoted(account))"
             )
         }
-        try vault.set(secret, service: service, account: account, label: label, comment: comment)
+        try keychain.set(secret, service: service, account: account, label: label, comment: comment)
         writeOut(
             "stored \(escapedName(service)) / \(escapedName(account)) (\(secret.count) byte\(secret.count == 1 ? "" : "s"))\n"
         )
@@ -77,9 +77,9 @@ struct GetCommand: ParsableCommand {
     @OptionGroup var item: ItemName
 
     func run() throws {
-        let vault = try root.global.openItemStore()
-        guard let secret = try vault.secret(service: item.service, account: item.account) else {
-            throw item.notFound(in: vault.location)
+        let keychain = try root.global.openKeychain()
+        guard let secret = try keychain.secret(service: item.service, account: item.account) else {
+            throw item.notFound(in: keychain.location)
         }
         let written = secret.withUnsafeBytes { writeAll(STDOUT_FILENO, $0) }
         guard written else {
@@ -128,8 +128,8 @@ struct ListCommand: ParsableCommand {
     }
 
     func run() throws {
-        let vault = try root.global.openItemStore()
-        let items = try vault.items(service: service)
+        let keychain = try root.global.openKeychain()
+        let items = try keychain.items(service: service)
         if json {
             let rows = items.map {
                 Row(
@@ -178,9 +178,9 @@ struct RemoveCommand: ParsableCommand {
     @OptionGroup var item: ItemName
 
     func run() throws {
-        let vault = try root.global.openItemStore()
-        guard try vault.remove(service: item.service, account: item.account) else {
-            throw item.notFound(in: vault.location)
+        let keychain = try root.global.openKeychain()
+        guard try keychain.remove(service: item.service, account: item.account) else {
+            throw item.notFound(in: keychain.location)
         }
         writeOut("removed \(escapedName(item.service)) / \(escapedName(item.account))\n")
     }

@@ -8,9 +8,7 @@ import CofferPostgres
 
 /// What `coffer slot` and `coffer rotate` work on: the key slots of a file vault or of a
 /// PostgreSQL vault (`--store`).
-protocol KeySlotStore {
-    /// Where the vault is, for messages: a path, or the server and vault (never a password).
-    var location: String { get }
+protocol KeySlotStore: Keychain {
     func keySlots() throws -> [KeySlotInfo]
     func addRecipient(_ recipient: X25519Recipient, label: String?) throws -> Bool
     func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters, label: String?) throws
@@ -41,12 +39,12 @@ extension GlobalOptions {
     func openKeySlotStore() throws -> any KeySlotStore {
         guard try storeURL != nil else { return try openVault(usingSessionKey: false) }
         #if Postgres
-        guard let vault = try openItemStore(usingSessionKey: false) as? PostgresVault else {
+        guard let vault = try openKeychain(usingSessionKey: false) as? PostgresVault else {
             throw CLIError(.failure, "--store did not open a PostgreSQL vault")
         }
         return vault
         #else
-        _ = try openItemStore()  // says that this coffer was built without PostgreSQL support
+        _ = try openKeychain()  // says that this coffer was built without PostgreSQL support
         throw CLIError(.failure, "this coffer was built without PostgreSQL support")
         #endif
     }

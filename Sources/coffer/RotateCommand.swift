@@ -81,7 +81,7 @@ struct RotateCommand: ParsableCommand {
             return
         }
         var text =
-            "rotated the key of \(vault.location): \(rotation.items) item\(rotation.items == 1 ? "" : "s") re-sealed, "
+            "rotated the key of \(escapedName(vault.location)): \(rotation.items) item\(rotation.items == 1 ? "" : "s") re-sealed, "
             + "\(rotation.keptSlots) slot\(rotation.keptSlots == 1 ? "" : "s") kept, \(rotation.removedSlots) removed\n"
         // What was revoked, to check against what was meant (slot numbers move when slots change).
         for slot in rotation.removed {

@@ -148,10 +148,10 @@ struct RunCommand: ParsableCommand {
         if watch && references.isEmpty {
             throw CLIError.usage("--watch: no variable refers to an item (coffer://SERVICE/ACCOUNT), so there is nothing to watch")
         }
-        var store: (any ItemStore)?
+        var store: (any Keychain)?
         var values: [SecretReference: SecureBytes] = [:]
         if !references.isEmpty {
-            let opened = try root.global.openItemStore()
+            let opened = try root.global.openKeychain()
             for (reference, origin) in references {
                 guard let secret = try opened.secret(service: reference.service, account: reference.account) else {
                     throw CLIError(.notFound, "\(origin) refers to \(reference), which is not in \(quotedName(opened.location))")

@@ -60,7 +60,7 @@ final class RunSupervisor {
     private let configuration: Configuration
     private let references: [SecretReference]
     /// Kept open (and unlocked) only with `--watch`.
-    private var store: (any ItemStore)?
+    private var store: (any Keychain)?
     /// The secrets the next child gets; kept only while needed (masking or `--watch`).
     private var values: [SecretReference: SecureBytes]
     private let concealed = ConcealedValues()
@@ -71,7 +71,7 @@ final class RunSupervisor {
     /// The thread every child is started from, in a session keyring of its own.
     private let spawner = IsolatedSpawner()
 
-    init(_ configuration: Configuration, store: (any ItemStore)?, values: [SecretReference: SecureBytes]) {
+    init(_ configuration: Configuration, store: (any Keychain)?, values: [SecretReference: SecureBytes]) {
         self.configuration = configuration
         self.references = configuration.environment.references.map(\.reference)
         self.store = configuration.restartSignal == nil ? nil : store
@@ -103,9 +103,6 @@ final class RunSupervisor {
             changes = pipe
             let watched = Set(references.map { VaultItemID(service: $0.service, account: $0.account) })
             observation = Self.observe(store, items: watched, notify: pipe.write)
-            if observation == nil {
-                throw CLIError(.failure, "--watch: \(quotedName(store.location)) cannot be watched for changes")
-            }
             // The secrets were read before the observation began: a change in between would
             // never be seen. Read once more now that every later one is (the first child gets
             // the newest values; nothing to restart yet).
@@ -366,18 +363,13 @@ final class RunSupervisor {
     }
 
     /// Starts telling `notify` (one byte written) when an item of `items` changes, or anything
-    /// may have; `nil` when `store` cannot be observed.
-    private static func observe(_ store: any ItemStore, items: Set<VaultItemID>, notify fd: Int32) -> StoreObservation? {
-        let handler: @Sendable (Set<VaultItemID>?) -> Void = { changed in
+    /// may have.
+    private static func observe(_ store: any Keychain, items: Set<VaultItemID>, notify fd: Int32) -> StoreObservation {
+        store.observeChanges { changed in
             if let changed, changed.isDisjoint(with: items) { return }
             var byte: UInt8 = 1
             _ = write(fd, &byte, 1)  // full pipe: a change is pending anyway
         }
-        if let vault = store as? Vault { return vault.observeChanges(handler) }
-        #if Postgres
-            if let vault = store as? PostgresVault { return vault.observeChanges(handler) }
-        #endif
-        return nil
     }
 
     /// Empties the change pipe; whether it held anything.

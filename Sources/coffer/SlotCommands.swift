@@ -117,16 +117,16 @@ struct SlotAddCommand: ParsableCommand {
         let vault = try root.global.openKeySlotStore()
         if let parsed {
             if try vault.addRecipient(parsed, label: label) {
-                writeOut("added a key slot for recipient \(parsed) to \(vault.location)\n")
+                writeOut("added a key slot for recipient \(parsed) to \(escapedName(vault.location))\n")
             } else {
-                writeOut("recipient \(parsed) already has a key slot in \(vault.location); nothing changed\n")
+                writeOut("recipient \(parsed) already has a key slot in \(escapedName(vault.location)); nothing changed\n")
             }
         } else if passphrase {
             try vault.addKeySlot(.passphrase(try Input.newPassphrase(file: newPassphraseFile)), kdf: kdf.parameters, label: label)
-            writeOut("added a passphrase slot to \(vault.location)\n")
+            writeOut("added a passphrase slot to \(escapedName(vault.location))\n")
         } else if let newKeyFile {
             try vault.addKeySlot(.keyFile(URL(fileURLWithPath: newKeyFile)), kdf: .moderate, label: label)  // no KDF for a key file
-            writeOut("added a key file slot to \(vault.location)\n")
+            writeOut("added a key file slot to \(escapedName(vault.location))\n")
         }
     }
 }
@@ -152,10 +152,10 @@ struct SlotRemoveCommand: ParsableCommand {
             // Found and removed under one lock: a slot change made meanwhile cannot shift it.
             let removed = try vault.removeRecipient(recipient)
             guard removed > 0 else { throw CLIError(.notFound, "the vault has no key slot for recipient \(recipient)") }
-            writeOut("removed the key slot for recipient \(recipient) from \(vault.location)\n")
+            writeOut("removed the key slot for recipient \(recipient) from \(escapedName(vault.location))\n")
         } else if let index = Int(which) {
             try vault.removeKeySlot(at: index)
-            writeOut("removed key slot \(index) from \(vault.location)\n")
+            writeOut("removed key slot \(index) from \(escapedName(vault.location))\n")
         }
     }
 }

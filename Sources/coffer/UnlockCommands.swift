@@ -3,9 +3,6 @@ import Coffer
 import CofferCrypto
 import CofferVault
 import Foundation
-#if Postgres
-import CofferPostgres
-#endif
 
 #if canImport(Glibc)
     import Glibc
@@ -57,22 +54,12 @@ struct UnlockCommand: ParsableCommand {
 
     func run() throws {
         let seconds = try SessionTimeout.parse(timeout)
-        let store = try root.global.openItemStore(usingSessionKey: false)
-        let kept: VaultSessionKey?
-        let description: String
-        if let vault = store as? Vault {
-            kept = vault.sessionKey
-            description = try SessionKeyring.description(forFile: vault.url)
-        } else {
-            #if Postgres
-            guard let vault = store as? PostgresVault else { throw CLIError(.failure, "unknown kind of vault") }
-            kept = vault.sessionKey
-            description = try SessionKeyring.description(forStore: vault.configuration, vault: vault.name)
-            #else
-            throw CLIError(.failure, "unknown kind of vault")
-            #endif
+        let store = try root.global.openKeychain(usingSessionKey: false)
+        let (description, _) = try root.global.sessionKeyDescription()
+        guard let lending = store as? any SessionKeyLending else {
+            throw CLIError(.failure, "\(quotedName(store.location)) cannot lend its key to the session keyring")
         }
-        guard let kept else {
+        guard let kept = lending.sessionKey else {
             throw CLIError.usage(
                 "an identity opens the vault without a prompt already, so there is nothing to keep: "
                     + "unlock with the passphrase or key file instead")
@@ -89,7 +76,7 @@ struct UnlockCommand: ParsableCommand {
                 + "user without one shares it)"
             : "the session keyring"
         writeOut(
-            "unlocked \(store.location): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
+            "unlocked \(escapedName(store.location)): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
                 + "(\(escapedName(description))) until \(formatter.string(from: expiry)) "
                 + "(\(SessionTimeout.describe(seconds))); `coffer lock` removes it sooner\n")
     }

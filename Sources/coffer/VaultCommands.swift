@@ -181,7 +181,7 @@ struct VerifyCommand: ParsableCommand {
 
     private func verifyStore() throws {
         #if Postgres
-        guard let vault = try root.global.openItemStore() as? PostgresVault else {
+        guard let vault = try root.global.openKeychain() as? PostgresVault else {
             throw CLIError.usage("--store takes a postgres:// URL")
         }
         let report = try vault.verify()

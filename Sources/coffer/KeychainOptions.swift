@@ -1,43 +1,9 @@
+// Which keychain the item commands work on: the file vault, or the PostgreSQL vault `--store` names.
 import Coffer
 import CofferCrypto
 import Foundation
 #if Postgres
 import CofferPostgres
-#endif
-
-/// What `set`, `get`, `list` and `rm` need of a vault: the file vault, or (with the `Postgres`
-/// trait) a vault in PostgreSQL named by `--store postgres://…` or `$COFFER_STORE`.
-protocol ItemStore {
-    /// Where the items are, for messages: a path, or the server and vault (never a password).
-    var location: String { get }
-    func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) throws
-    func secret(service: String, account: String) throws -> SecureBytes?
-    func items(service: String?) throws -> [VaultItem]
-    func remove(service: String, account: String) throws -> Bool
-}
-
-extension Vault: ItemStore {
-    var location: String { url.path }
-}
-
-#if Postgres
-extension PostgresVault: ItemStore {
-    var location: String { "vault \(escapedName(name)) on \(configuration)" }
-
-    func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) throws {
-        try apply([
-            .set(
-                service: service, account: account, secret: secret.withUnsafeBytes { [UInt8]($0) }, label: label,
-                comment: comment)
-        ])
-    }
-
-    func secret(service: String, account: String) throws -> SecureBytes? {
-        guard var data = try data(service: service, account: account) else { return nil }
-        defer { data.resetBytes(in: 0..<data.count) }
-        return try SecureBytes(copying: [UInt8](data))
-    }
-}
 #endif
 
 extension GlobalOptions {
@@ -79,12 +45,13 @@ extension GlobalOptions {
         return url
     }
 
-    /// The vault the item commands use: the PostgreSQL one `--store` names, else the file vault.
+    /// The keychain every item command (set, get, list, rm, generate, run, inject, import,
+    /// export, unlock) works on: the PostgreSQL vault `--store` names, else the file vault.
     /// A PostgreSQL vault is made by `coffer --store … init` only: a misspelled `vault=` is
     /// "not found", never a new, empty vault. Without an explicit unlock source, the key `coffer
     /// unlock` kept in the session keyring opens it without a prompt (not with `usingSessionKey:
     /// false`).
-    func openItemStore(usingSessionKey: Bool = true) throws -> any ItemStore {
+    func openKeychain(usingSessionKey: Bool = true) throws -> any Keychain {
         guard let url = try storeURL else { return try openVault(usingSessionKey: usingSessionKey) }
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
             throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")

@@ -44,13 +44,31 @@ public final class CofferContext: Sendable {
     private let settings: [ObjectIdentifier: any Sendable]
     private let stores = Locked<[String: StoreSlot]>([:])
 
+    /// How long a write waits for another process's lock by default, in the library and in the
+    /// `coffer` command alike: long enough for another process's vault unlock (Argon2id, up to
+    /// a second or two on a loaded machine) or compaction, short enough to report a stuck lock.
+    public static let defaultLockTimeout: Duration = .seconds(10)
+
     /// Creates a context rooted at `directory`.
     public convenience init(
         directory: URL,
         appName: String = CofferContext.defaultAppName,
         durability: Durability = .coalesced,
-        lockTimeout: Duration = .seconds(10),
-        fileSystem: (any FileSystem)? = nil
+        lockTimeout: Duration = CofferContext.defaultLockTimeout
+    ) {
+        self.init(
+            directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
+            fileSystem: nil, settings: [:])
+    }
+
+    /// Creates a context whose default stores use `fileSystem` (`nil`: the kernel's), for tests
+    /// that inject faults.
+    package convenience init(
+        directory: URL,
+        appName: String = CofferContext.defaultAppName,
+        durability: Durability = .coalesced,
+        lockTimeout: Duration = CofferContext.defaultLockTimeout,
+        fileSystem: (any FileSystem)?
     ) {
         self.init(
             directory: directory, appName: appName, durability: durability, lockTimeout: lockTimeout,
@@ -256,8 +274,9 @@ public struct Backing: Sendable, CustomStringConvertible {
     /// Memory only: the value lives as long as the property and is never written anywhere.
     public static let memory = Backing(description: "memory") { _ in nil }
 
-    /// Any strategy instance and a key in it. Properties on the same instance and key share
-    /// one value when the strategy is a class (a value-type strategy has no identity to share).
+    /// Any strategy and a key in it. Properties on the same store (equal
+    /// ``PersistenceStrategy/id``s: by default the same class instance) and key share one value;
+    /// a strategy without an id (a value type) gives each property a value of its own.
     public static func strategy(_ strategy: any PersistenceStrategy, key: String) -> Backing {
         Backing(description: "\(type(of: strategy))(key: \(key))", identity: .instance(strategy, key: key)) { _ in
             (strategy, key)
@@ -265,47 +284,62 @@ public struct Backing: Sendable, CustomStringConvertible {
     }
 
     /// What a backing stores its value in, as a value that can be compared without opening the
-    /// store: a key of a store instance, or a named place in the property's context.
+    /// store: a key of a store (``StoreID``), or a named place in the property's context.
     public struct Identity: Hashable, Sendable, CustomStringConvertible {
-        /// The store instance, for ``instance(_:key:)``; `nil` for ``inContext(_:)``.
-        let instance: ObjectIdentifier?
-        /// Keeps the instance alive, so its identifier is not reused while this identity is.
-        private let anchor: Anchor?
+        /// The store, for ``instance(_:key:)`` and ``object(_:_:)``; `nil` for ``inContext(_:)``.
+        let store: StoreID?
         let parts: [String]
 
-        private struct Anchor: Sendable {
-            let object: any Sendable
-        }
-
-        /// A key of one store instance. `nil` when the strategy is a value type.
+        /// A key of one store: the strategy's ``PersistenceStrategy/id``. `nil` when it has none
+        /// (a value-type strategy).
         public static func instance(_ strategy: any PersistenceStrategy, key: String) -> Identity? {
-            guard type(of: strategy) is AnyObject.Type else { return nil }
-            return Identity(instance: ObjectIdentifier(strategy as AnyObject), anchor: Anchor(object: strategy), parts: [key])
+            strategy.id.map { Identity(store: $0, parts: [key]) }
         }
 
         /// A place in one object (a vault, say), named by `parts`.
         public static func object(_ object: some AnyObject & Sendable, _ parts: [String]) -> Identity {
-            Identity(instance: ObjectIdentifier(object), anchor: Anchor(object: object), parts: parts)
+            Identity(store: StoreID(object), parts: parts)
         }
 
         /// A place named relative to the ``CofferContext`` the property is created in, such as
         /// `["keyValue", suite, key]`: equal in one context, distinct across contexts.
         public static func inContext(_ parts: [String]) -> Identity {
-            Identity(instance: nil, anchor: nil, parts: parts)
+            Identity(store: nil, parts: parts)
         }
 
         /// Whether it names a place relative to the property's context.
-        public var isContextual: Bool { instance == nil }
-
-        public static func == (a: Identity, b: Identity) -> Bool { a.instance == b.instance && a.parts == b.parts }
-        public func hash(into hasher: inout Hasher) {
-            hasher.combine(instance)
-            hasher.combine(parts)
-        }
+        public var isContextual: Bool { store == nil }
 
         public var description: String {
-            (instance.map { "\($0)" } ?? "context") + ":" + parts.joined(separator: "/")
+            (store.map { "\($0)" } ?? "context") + ":" + parts.joined(separator: "/")
         }
+    }
+}
+
+// MARK: The context of a new property
+
+extension CofferContext {
+    /// The context a property created now resolves in, and that `@Stored` and `StoredGroup`
+    /// capture: the one a dependency system scoped for this task (CofferDependencies'
+    /// `withDependencies { $0.cofferContext = … }`), else ``current``.
+    public static var inEffect: CofferContext {
+        guard ScopedContext.isInstalled.load(ordering: .acquiring),
+            let scoped = ScopedContext.provider.withLock({ $0 })?()
+        else { return current }
+        return scoped
+    }
+
+    /// Installs where ``inEffect`` finds a context a dependency system scoped: `provider` returns
+    /// it, or `nil` outside such a scope. One provider per process; installing again replaces it.
+    package static func setScopedContextProvider(_ provider: @escaping @Sendable () -> CofferContext?) {
+        ScopedContext.provider.withLock { $0 = provider }
+        ScopedContext.isInstalled.store(true, ordering: .releasing)
+    }
+
+    private enum ScopedContext {
+        /// Set once a provider is installed: until then ``inEffect`` takes no lock.
+        static let isInstalled = Atomic<Bool>(false)
+        static let provider = Locked<(@Sendable () -> CofferContext?)?>(nil)
     }
 }
 

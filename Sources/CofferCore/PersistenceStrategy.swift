@@ -27,6 +27,99 @@ public protocol PersistenceStrategy: Sendable {
     /// Every key currently stored, in no particular order.
     /// - Throws: ``CofferError`` when the store cannot be read.
     func keys() throws -> [String]
+    /// Which store this is (see ``StoreID``): `@Stored` properties on strategies with equal ids
+    /// are persisted in one commit per `batch { }` and observed once. By default a class
+    /// strategy is the store of its own instance, and a value-type strategy has no identity.
+    var id: StoreID? { get }
+}
+
+/// Which store a strategy is: two strategies with equal ids are one store, where a key names the
+/// same value through either of them (swift-sharing's `SharedReaderKey.id` plays this part).
+///
+/// `@Stored` groups and observes by it: inside one `batch { }` the properties of one store are
+/// persisted in one commit, and however many properties follow one store, it is observed once.
+/// A class strategy is, by default, the store of its own instance (``StoreID/init(_:_:)``); a
+/// strategy that is a view of something shared — a service of a vault, made anew for each use —
+/// names that instead:
+///
+/// ```swift
+/// public var id: StoreID? { StoreID(vault, ["service", service]) }
+/// ```
+public struct StoreID: Hashable, Sendable, CustomStringConvertible {
+    /// The object the store is, or lives in; `nil` for a store named by ``parts`` alone.
+    private let object: ObjectIdentifier?
+    /// Keeps the object alive, so its identifier is not reused while this id is.
+    private let anchor: Anchor?
+    /// What names the store within `object` (or on its own).
+    let parts: [String]
+
+    private struct Anchor: Sendable {
+        let object: any Sendable
+    }
+
+    /// The store that is `object` (`parts` empty), or a part of it named by `parts`.
+    public init(_ object: some AnyObject & Sendable, _ parts: [String] = []) {
+        self.object = ObjectIdentifier(object)
+        self.anchor = Anchor(object: object)
+        self.parts = parts
+    }
+
+    /// A store named by `parts` alone, such as `["file", path]` for a value-type strategy over
+    /// one file: equal names are one store, whichever instance carries them.
+    public init(named parts: [String]) {
+        self.object = nil
+        self.anchor = nil
+        self.parts = parts
+    }
+
+    /// The identity of `value` when it is a store or holds one: a strategy's ``PersistenceStrategy/id``,
+    /// else the instance of a class (a vault, say); `nil` for a value without one. A shutdown
+    /// uses it to handle each store once, however many ways it is reachable.
+    package static func of(_ value: any Sendable) -> StoreID? {
+        if let strategy = value as? any PersistenceStrategy { return strategy.id }
+        guard type(of: value) is AnyObject.Type else { return nil }
+        return StoreID(object: ObjectIdentifier(value as AnyObject), anchor: Anchor(object: value), parts: [])
+    }
+
+    private init(object: ObjectIdentifier?, anchor: Anchor?, parts: [String]) {
+        self.object = object
+        self.anchor = anchor
+        self.parts = parts
+    }
+
+    public static func == (a: StoreID, b: StoreID) -> Bool { a.object == b.object && a.parts == b.parts }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(object)
+        hasher.combine(parts)
+    }
+
+    public var description: String {
+        (object.map { "\($0)" } ?? "named") + (parts.isEmpty ? "" : ":" + parts.joined(separator: "/"))
+    }
+}
+
+extension PersistenceStrategy {
+    /// No identity: a value-type strategy is a store of its own each time it is used (its
+    /// properties are committed and observed apart). Implement ``id`` to say which store it is.
+    public var id: StoreID? { nil }
+}
+
+extension PersistenceStrategy where Self: AnyObject {
+    /// This instance: properties on the same instance are one store.
+    public var id: StoreID? { StoreID(self) }
+}
+
+/// A batch strategy that is one part of a larger store — a service of a vault — and can commit
+/// its changes together with those of the store's other parts: `batch { }` over properties of
+/// several services of one vault is one commit (one journal append), not one per service.
+package protocol JointBatchPersistenceStrategy: BatchPersistenceStrategy {
+    /// The whole store: equal for every part of it.
+    var jointStoreID: StoreID { get }
+    /// Commits every change, each to the key of its part (a strategy with the same
+    /// ``jointStoreID``), as one commit: all of them survive a crash, or none does.
+    /// - Throws: ``CofferError``, `.invalidArgument` when a part belongs to another store.
+    func saveJointBatch(_ changes: [(part: any PersistenceStrategy, key: String, data: Data?)]) throws
 }
 
 /// A strategy whose bytes other programs read as they are (the vault's secrets, read by

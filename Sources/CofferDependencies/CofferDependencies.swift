@@ -5,17 +5,22 @@ import CofferCrypto
 import CofferVault
 public import Dependencies
 import Foundation
-import Synchronization
 
 extension DependencyValues {
-    /// The ``CofferContext`` that `@Stored` properties created through the dependency system
-    /// resolve in: where their key-value suites, files and vault live.
+    /// The ``CofferContext`` where a settings object's `.shared` instance, and every `@Stored`
+    /// property created inside `withDependencies { $0.cofferContext = … }`, keep their key-value
+    /// suites, files and vault.
     ///
     /// - **live**: ``CofferContext/current`` (the standard `$XDG_DATA_HOME/<app name>`
     ///   unless the app scoped another one);
     /// - **test** and **preview**: a new private temporary directory, with a default vault
     ///   unlocked by a random key that never leaves memory — each test gets its own, and never
     ///   touches the user's files.
+    ///
+    /// Setting it makes it the context of every property created in that scope, in a settings
+    /// object or anywhere else (`MySettings()`, a `StoredGroup`, a model's `@Stored`), as
+    /// `CofferContext.$current.withValue` does; a `CofferContext.$current.withValue` inside the
+    /// scope wins over it, being the nearer.
     ///
     /// ```swift
     /// @Dependency(\.cofferContext) var coffer
@@ -24,12 +29,42 @@ extension DependencyValues {
     ///     $0.cofferContext = try! CofferContext.temporary()
     /// } operation: {
     ///     MySettings.shared.isSoundEnabled = true      // written in that directory
+    ///     let settings = MySettings()                  // so is this one
     /// }
     /// ```
     public var cofferContext: CofferContext {
         get { self[CofferContextKey.self] }
-        set { self[CofferContextKey.self] = newValue }
+        set {
+            self[CofferContextKey.self] = newValue
+            // Read back by `CofferContext.inEffect` when a property is created in the scope.
+            self[ScopedCofferContextKey.self] = ScopedCofferContext(context: newValue, outer: CofferContext.current)
+            _ = ScopedCofferContext.installOnce
+        }
     }
+}
+
+/// A context set with `withDependencies { $0.cofferContext = … }`, and the task's
+/// ``CofferContext/current`` when it was set: a `CofferContext.$current.withValue` inside the
+/// scope changes `current`, and then wins.
+private struct ScopedCofferContext: Sendable {
+    let context: CofferContext
+    let outer: CofferContext
+
+    /// Makes the scoped context the one new properties resolve in (``CofferContext/inEffect``).
+    static let installOnce: Void = CofferContext.setScopedContextProvider {
+        guard let scoped = DependencyValues._current[ScopedCofferContextKey.self],
+            scoped.outer === CofferContext.current
+        else { return nil }
+        return scoped.context
+    }
+}
+
+/// The context set explicitly in this scope, if any: unlike ``DependencyValues/cofferContext``
+/// it has no default, so a property created outside every override resolves as it always did.
+private enum ScopedCofferContextKey: DependencyKey {
+    static let liveValue: ScopedCofferContext? = nil
+    static let testValue: ScopedCofferContext? = nil
+    static let previewValue: ScopedCofferContext? = nil
 }
 
 private enum CofferContextKey: DependencyKey {
@@ -55,7 +90,7 @@ private enum CofferContextKey: DependencyKey {
 /// `AppStorage`-for-TCA pattern, on Coffer.
 ///
 /// ```swift
-/// final class MySettings: CofferSettings {
+/// struct MySettings: CofferSettings {
 ///     @Stored(backed: .keyValue(key: "username")) var username: String? = nil
 ///     @Stored(backed: .keyValue(key: "isSoundEnabled")) var isSoundEnabled = false
 /// }
@@ -72,9 +107,19 @@ private enum CofferContextKey: DependencyKey {
 /// `.shared` is one instance per ``DependencyValues/cofferContext``: the app's in production,
 /// and a fresh one in each test (or inside `withDependencies`), so tests never share values.
 ///
+/// Declare it a `struct`: its `@Stored` and `@Computed` properties are references, so every copy
+/// reads and writes the same values, and the struct is `Sendable` as declared — `.shared`, or a
+/// copy of it, crosses tasks:
+///
+/// ```swift
+/// let settings = MySettings.shared
+/// Task { settings.isSoundEnabled = true }
+/// ```
+///
 /// Rule: a settings object holds only `@Stored` and `@Computed` properties (and constants).
-/// Those are thread-safe, which is what lets `.shared` be used from any task.
-public protocol CofferSettings: AnyObject {
+/// Those are thread-safe. (A `final class` works too, declared `@unchecked Sendable` on that
+/// rule: Swift checks a class's stored properties, and a property wrapper's are variables.)
+public protocol CofferSettings: Sendable {
     /// Creates the settings; its `@Stored` properties resolve in the context in effect.
     init()
 }
@@ -156,21 +201,15 @@ extension CofferSettings {
 
 /// Serializes the reads and yields of one ``CofferSettings/values(_:)`` stream.
 private final class ReadGate: Sendable {
-    let lock = Mutex(())
+    let lock = Locked(())
 }
 
 /// The `.shared` settings objects, one per type and context.
 enum SettingsRegistry {
-    /// Carries a settings object between tasks.
-    // @unchecked Sendable: a settings object holds only @Stored/@Computed properties, each
-    // thread-safe (the rule on ``CofferSettings``); the box itself is immutable.
-    private final class Box: @unchecked Sendable {
-        let object: AnyObject
+    /// One settings object, and its context.
+    private struct Box: Sendable {
+        let settings: any CofferSettings
         let context: CofferContext  // keeps the context (and so its identifier) alive
-        init(object: AnyObject, context: CofferContext) {
-            self.object = object
-            self.context = context
-        }
     }
 
     private struct Key: Hashable {
@@ -178,20 +217,20 @@ enum SettingsRegistry {
         let context: ObjectIdentifier
     }
 
-    private static let instances = Mutex<[Key: Box]>([:])
+    private static let instances = Locked<[Key: Box]>([:])
 
     static func instance<Settings: CofferSettings>(_ type: Settings.Type, in context: CofferContext) -> Settings {
         let key = Key(type: ObjectIdentifier(type), context: ObjectIdentifier(context))  // so `as!` below cannot fail
-        if let existing = instances.withLock({ $0[key] }) { return existing.object as! Settings }
+        if let existing = instances.withLock({ $0[key] }) { return existing.settings as! Settings }
         // Created outside the lock: an `init` may read its properties, which opens stores.
         let made = CofferContext.$current.withValue(context) { Settings() }
         let box = instances.withLock { all in
             if let existing = all[key] { return existing }
-            let box = Box(object: made, context: context)
+            let box = Box(settings: made, context: context)
             all[key] = box
             return box
         }
-        return box.object as! Settings
+        return box.settings as! Settings
     }
 }
 #endif

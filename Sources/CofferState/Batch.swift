@@ -1,13 +1,14 @@
 import CofferCore
 import Foundation
 
-/// Runs `body` as one batch: its writes notify once and persist in one commit per strategy.
+/// Runs `body` as one batch: its writes notify once and persist in one commit per store.
 ///
 /// Inside the batch, reads see each write at once (computed values included). When the
 /// outermost batch ends — normally or by throwing — every property written in it notifies its
-/// observers once, with its final value, and then persists: the changes for one strategy are
-/// saved with a single `saveBatch` call when the strategy is a ``BatchPersistenceStrategy``
-/// (one append and one fsync for the key-value file), else key by key. A property on a remote
+/// observers once, with its final value, and then persists: the changes for one store (one
+/// ``PersistenceStrategy/id``; every service of one vault) are saved with a single `saveBatch`
+/// call when the strategy is a ``BatchPersistenceStrategy`` (one append and one fsync for the
+/// key-value file and the vault), else key by key. A property on a remote
 /// store (``AsyncPersistenceStrategy``) is persisted by its own background writer after the
 /// batch, key by key and in order, not as one transaction; the batch does not wait for it.
 ///
@@ -41,9 +42,9 @@ protocol BatchParticipant: AnyObject, Sendable {
     /// Notifies its own observers of the final value; returns itself for the propagation to
     /// computed dependents, which the batch does once for all participants.
     func batchDidEnd() -> any SourceNode
-    /// The strategy and key to persist to, or `nil` (memory, or a backing that failed to
-    /// resolve — the participant reports that failure itself).
-    func batchTarget() -> (strategy: any PersistenceStrategy, key: String)?
+    /// Where to persist, or `nil`: memory; a remote store (the participant's own writer persists
+    /// it); a backing that failed to resolve (the participant reports that failure itself).
+    func batchBinding() -> StoreBinding?
     func withPersistLock(_ body: () -> Void)
     /// The bytes to persist (`nil` data removes), unless the store already has the newest value.
     func pendingChange(encoding: ValueEncoding) -> PendingChange?
@@ -71,85 +72,113 @@ final class BatchScope {
         if seen.insert(ObjectIdentifier(participant)).inserted { participants.append(participant) }
     }
 
-    /// Notifies, then persists one group per strategy instance.
+    /// Notifies, then persists one group per store.
     func finish() {
         Graph.bumpEpoch()
         Graph.propagate(from: participants.map { $0.batchDidEnd() })
 
-        var groups: [(strategy: any PersistenceStrategy, members: [(participant: any BatchParticipant, key: String)])] = []
-        var groupOfStrategy: [ObjectIdentifier: Int] = [:]
+        var groups: [CommitGroup] = []
+        var groupOfStore: [CommitGroup.Store: Int] = [:]
         for participant in participants {
-            guard let (strategy, key) = participant.batchTarget() else { continue }
-            // Strategies that are classes group by identity; a value-type strategy is its own group.
-            if type(of: strategy) is AnyObject.Type {
-                let id = ObjectIdentifier(strategy as AnyObject)
-                if let index = groupOfStrategy[id] {
-                    groups[index].members.append((participant, key))
+            guard let binding = participant.batchBinding() else { continue }
+            let member = CommitGroup.Member(participant: participant, binding: binding)
+            // A strategy without an identity (a value type) is a group of its own.
+            if let store = CommitGroup.store(of: binding.strategy) {
+                if let index = groupOfStore[store] {
+                    groups[index].members.append(member)
                     continue
                 }
-                groupOfStrategy[id] = groups.count
+                groupOfStore[store] = groups.count
             }
-            groups.append((strategy, [(participant, key)]))
+            groups.append(CommitGroup(strategy: binding.strategy, members: [member]))
         }
 
         for group in groups {
-            let outcomes = Self.persist(group.members, to: group.strategy)
-            for (participant, error) in outcomes { participant.reportPersistOutcome(error) }
+            for (participant, error) in Self.persist(group) { participant.reportPersistOutcome(error) }
         }
     }
 
     /// Persists a group under all its members' persist locks (taken in address order, so two
     /// batches can never deadlock) and returns each member's outcome.
-    private static func persist(
-        _ members: [(participant: any BatchParticipant, key: String)], to strategy: any PersistenceStrategy
-    ) -> [(any BatchParticipant, CofferError?)] {
-        let ordered = members.sorted {
+    private static func persist(_ group: CommitGroup) -> [(any BatchParticipant, CofferError?)] {
+        let ordered = group.members.sorted {
             UInt(bitPattern: ObjectIdentifier($0.participant)) < UInt(bitPattern: ObjectIdentifier($1.participant))
         }
+        let strategy = group.strategy
         var outcomes: [(any BatchParticipant, CofferError?)] = []
         withPersistLocks(ordered[...]) {
-            var changes: [(key: String, data: Data?)] = []
-            var included: [(participant: any BatchParticipant, version: UInt64)] = []
-            for (participant, key) in ordered {
-                guard let change = participant.pendingChange(encoding: strategy.valueEncoding) else { continue }
+            var changes: [(member: CommitGroup.Member, data: Data?)] = []
+            var versions: [UInt64] = []
+            for member in ordered {
+                guard let change = member.participant.pendingChange(encoding: member.binding.encoding) else { continue }
                 switch change.data {
                 case .failure(let error):
-                    outcomes.append((participant, error))
+                    outcomes.append((member.participant, error))
                 case .success(let data):
-                    changes.append((key, data))
-                    included.append((participant, change.version))
+                    changes.append((member, data))
+                    versions.append(change.version)
                 }
             }
-            guard !included.isEmpty else { return }
-            if let batchStrategy = strategy as? any BatchPersistenceStrategy {
+            guard !changes.isEmpty else { return }
+            func commitAll(_ commit: () throws -> Void) {
                 do {
-                    try batchStrategy.saveBatch(changes)
-                    for member in included { member.participant.markPersisted(member.version) }
-                    outcomes += included.map { ($0.participant, nil) }
+                    try commit()
+                    for (change, version) in zip(changes, versions) { change.member.participant.markPersisted(version) }
+                    outcomes += changes.map { ($0.member.participant, nil) }
                 } catch {
                     let failure = CofferError.wrapping(error, "saving a batch of \(changes.count) to \(type(of: strategy))")
-                    outcomes += included.map { ($0.participant, failure) }
+                    outcomes += changes.map { ($0.member.participant, failure) }
                 }
-                return
             }
-            for (index, member) in included.enumerated() {
-                let change = changes[index]
+            if let joint = strategy as? any JointBatchPersistenceStrategy {
+                return commitAll {
+                    try joint.saveJointBatch(changes.map { ($0.member.binding.strategy, $0.member.binding.key, $0.data) })
+                }
+            }
+            if let batchStrategy = strategy as? any BatchPersistenceStrategy {
+                // One store: its strategies (equal ids) name the same value by the same key.
+                return commitAll { try batchStrategy.saveBatch(changes.map { ($0.member.binding.key, $0.data) }) }
+            }
+            for (change, version) in zip(changes, versions) {
+                let (participant, key) = (change.member.participant, change.member.binding.key)
                 do {
-                    if let data = change.data { try strategy.save(data, for: change.key) } else { try strategy.remove(change.key) }
-                    member.participant.markPersisted(member.version)
-                    outcomes.append((member.participant, nil))
+                    if let data = change.data { try strategy.save(data, for: key) } else { try strategy.remove(key) }
+                    participant.markPersisted(version)
+                    outcomes.append((participant, nil))
                 } catch {
-                    outcomes.append((member.participant, .wrapping(error, "saving \(change.key) to \(type(of: strategy))")))
+                    outcomes.append((participant, .wrapping(error, "saving \(key) to \(type(of: strategy))")))
                 }
             }
         }
         return outcomes
     }
 
-    private static func withPersistLocks(
-        _ members: ArraySlice<(participant: any BatchParticipant, key: String)>, _ body: () -> Void
-    ) {
+    private static func withPersistLocks(_ members: ArraySlice<CommitGroup.Member>, _ body: () -> Void) {
         guard let first = members.first else { return body() }
         first.participant.withPersistLock { withPersistLocks(members.dropFirst(), body) }
+    }
+}
+
+/// The properties of one batch that one commit persists: those of one store.
+private struct CommitGroup {
+    struct Member {
+        let participant: any BatchParticipant
+        let binding: StoreBinding
+    }
+
+    /// What a group is keyed by: a store's identity, or a whole store whose parts commit jointly.
+    enum Store: Hashable {
+        case store(StoreID)
+        case joint(StoreID)
+    }
+
+    /// The strategy of the group's first member: it commits for all of them.
+    let strategy: any PersistenceStrategy
+    var members: [Member]
+
+    /// The group `strategy` commits in, or `nil` for a strategy without an identity.
+    static func store(of strategy: any PersistenceStrategy) -> Store? {
+        if let joint = strategy as? any JointBatchPersistenceStrategy { return .joint(joint.jointStoreID) }
+        return strategy.id.map(Store.store)
     }
 }

@@ -1,4 +1,4 @@
-import CofferCore
+package import CofferCore
 
 /// A cell that follows changes made outside its strategy instance.
 protocol OutsideChangeReceiver: AnyObject, Sendable {
@@ -6,14 +6,16 @@ protocol OutsideChangeReceiver: AnyObject, Sendable {
     func reloadAfterOutsideChange()
 }
 
-/// Routes each strategy's outside changes to the cells bound to the changed keys.
+/// Routes each store's outside changes to the cells bound to the changed keys.
 ///
-/// A cell subscribes when it first resolves its backing (its first read, load or write) on a
+/// Stores are told apart by their identity (``PersistenceStrategy/id``), not by the strategy
+/// instance: the `.vault` backings make a strategy for each property, and every property of one
+/// vault service shares one observation of it. A cell subscribes when it first resolves its backing (its first read, load or write) on a
 /// ``ChangeObservingPersistenceStrategy``, and unsubscribes when it is dropped (its last
 /// property went away). The strategy is observed while at least one cell is subscribed to it:
 /// the watching starts with the first observed or loaded property on a store and stops, thread
 /// and descriptors included, with the last.
-enum ChangeRouter {
+package enum ChangeRouter {
     private struct Subscription: Sendable {
         var observation: StoreObservation?
         /// An observation is held or being started; false again after a start failed, so the
@@ -23,17 +25,16 @@ enum ChangeRouter {
         var count = 0
     }
 
-    private static let subscriptions = Locked<[ObjectIdentifier: Subscription]>([:])
+    private static let subscriptions = Locked<[StoreID: Subscription]>([:])
 
-    /// Subscribes `cell` to outside changes of `key` in `strategy`; returns what unsubscribes it,
-    /// or `nil` when the strategy cannot tell (then nothing is watched).
+    /// Subscribes `cell` to outside changes of `key` in `strategy`'s store; returns what
+    /// unsubscribes it, or `nil` when the strategy cannot tell or has no identity (then nothing is
+    /// watched). The store is observed through the first subscriber's strategy.
     static func subscribe(
         _ cell: any OutsideChangeReceiver, to strategy: any PersistenceStrategy, key: String
     ) -> Unsubscribe? {
-        guard let observable = strategy as? any ChangeObservingPersistenceStrategy,
-            type(of: strategy) is AnyObject.Type
+        guard let observable = strategy as? any ChangeObservingPersistenceStrategy, let storeID = strategy.id
         else { return nil }
-        let storeID = ObjectIdentifier(strategy as AnyObject)
         let cellID = ObjectIdentifier(cell)
         let start = subscriptions.withLock { all -> Bool in
             var subscription = all[storeID] ?? Subscription()
@@ -64,20 +65,19 @@ enum ChangeRouter {
                 return nil
             }
             // Lost a race with another first subscriber. Cancelled here: a cell subscribes with
-            // none of its locks held (`StoredCell.target()`), so waiting for the watcher thread,
+            // none of its locks held (`StoredCell.binding()`), so waiting for the watcher thread,
             // which may take them, cannot deadlock.
             if let unused { unused.cancel() }
         }
-        return Unsubscribe(store: storeID, key: key, cell: cellID, anchor: strategy)
+        return Unsubscribe(store: storeID, key: key, cell: cellID)
     }
 
     /// What ``subscribe(_:to:key:)`` hands back.
     struct Unsubscribe: Sendable {
-        let store: ObjectIdentifier
+        /// The store (its id keeps the object it names alive while subscribed).
+        let store: StoreID
         let key: String
         let cell: ObjectIdentifier
-        /// Keeps the strategy (so its identifier) alive while subscribed.
-        let anchor: any PersistenceStrategy
     }
 
     static func unsubscribe(_ token: Unsubscribe) {
@@ -97,12 +97,22 @@ enum ChangeRouter {
         ended?.cancel()  // with no lock held (it may wait for the watcher thread)
     }
 
-    private static func deliver(_ change: StoreChange, from store: ObjectIdentifier) {
+    private static func deliver(_ change: StoreChange, from store: StoreID) {
         let cells = subscriptions.withLock { all -> [any OutsideChangeReceiver] in
             guard let subscription = all[store] else { return [] }
             guard let keys = change.keys else { return subscription.cells.values.flatMap(\.values) }
             return keys.flatMap { subscription.cells[$0].map { Array($0.values) } ?? [] }
         }
         for cell in cells { cell.reloadAfterOutsideChange() }
+    }
+
+    /// How many observations of `strategy`'s store the router holds (0 or 1), and how many cells
+    /// follow it: a test checks that properties of one store share one observation.
+    package static func observation(of strategy: any PersistenceStrategy) -> (observations: Int, cells: Int) {
+        guard let id = strategy.id else { return (0, 0) }
+        return subscriptions.withLock { all in
+            guard let subscription = all[id] else { return (0, 0) }
+            return (subscription.observation == nil ? 0 : 1, subscription.count)
+        }
     }
 }

@@ -45,14 +45,14 @@ extension Stored where Value: Codable {
 
 extension StoredCell {
     func migrate(from old: Backing) throws -> MigrationOutcome {
-        let resolved = self.target()
+        let resolved = self.binding()
         let (outcome, changed) = try persistLock.withLock { _ throws(CofferError) -> (MigrationOutcome, Bool) in
-            let target: (strategy: any PersistenceStrategy, key: String)?
+            let binding: StoreBinding?
             switch resolved {
             case .failure(let error): throw error
-            case .success(let resolved): target = resolved
+            case .success(let resolved): binding = resolved
             }
-            guard let (destination, key) = target else {
+            guard let destination = binding?.strategy, let key = binding?.key else {
                 throw CofferError(
                     .invalidArgument,
                     "cannot migrate \(old) into \(backing): memory is not durable, and the old copy would be lost")
@@ -60,7 +60,7 @@ extension StoredCell {
             let source: (strategy: any PersistenceStrategy, key: String)?
             do { source = try old.resolve(context) } catch { throw .wrapping(error, "opening \(old)") }
             guard let (sourceStrategy, oldKey) = source else { return (.nothingToMigrate, false) }
-            if oldKey == key, Self.sameInstance(sourceStrategy, destination) { return (.nothingToMigrate, false) }
+            if oldKey == key, Self.sameStore(sourceStrategy, destination) { return (.nothingToMigrate, false) }
 
             do {
                 guard let data = try sourceStrategy.load(oldKey) else { return (.nothingToMigrate, false) }
@@ -94,8 +94,10 @@ extension StoredCell {
         return outcome
     }
 
-    private static func sameInstance(_ a: any PersistenceStrategy, _ b: any PersistenceStrategy) -> Bool {
-        guard type(of: a) is AnyObject.Type, type(of: b) is AnyObject.Type else { return false }
-        return (a as AnyObject) === (b as AnyObject)
+    /// Whether two strategies are one store (equal ``PersistenceStrategy/id``s): moving a key onto
+    /// itself there would delete the value.
+    private static func sameStore(_ a: any PersistenceStrategy, _ b: any PersistenceStrategy) -> Bool {
+        guard let id = a.id else { return false }
+        return id == b.id
     }
 }

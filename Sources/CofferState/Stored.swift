@@ -24,9 +24,10 @@
 // }
 // ```
 //
-// **Default context.** `.keyValue`, `.disk` and `.vault` resolve against
-// `CofferContext.current`, captured when the property is created (`$XDG_DATA_HOME/<app>` unless
-// overridden). Tests create models inside `CofferContext.$current.withValue(try .temporary()) { … }`.
+// **Default context.** `.keyValue`, `.disk` and `.vault` resolve against the context in effect
+// when the property is created (`CofferContext.inEffect`: `CofferContext.current`, or the one
+// CofferDependencies' `withDependencies` scoped; `$XDG_DATA_HOME/<app>` unless overridden).
+// Tests create models inside `CofferContext.$current.withValue(try .temporary()) { … }`.
 //
 // **Reads and writes.** The first read loads from the strategy (absent → the initial value;
 // a remote store loads in the background and shows the initial value meanwhile); later reads
@@ -70,8 +71,9 @@ public import Observation
 /// - A write equal to the current value (when `Value` is `Equatable`) does nothing. Any other
 ///   write updates memory, invalidates the ``Computed`` values that read this one, notifies
 ///   Observation and ``values``, and persists (an `Optional` set to `nil` removes the key).
-/// - The backing resolves against ``CofferContext/current`` as it was when the property was
-///   created.
+/// - The backing resolves against the context in effect when the property was created
+///   (``CofferContext/inEffect``: ``CofferContext/current``, or the context CofferDependencies'
+///   `withDependencies { $0.cofferContext = … }` scoped).
 /// - Safe to use from any thread or task. The projected value (`$name`) is the `Stored` itself, a
 ///   reference that closures can capture.
 /// - `Value` must be `Codable` to persist. A memory-only property takes any `Sendable` value
@@ -86,7 +88,7 @@ public final class Stored<Value: Sendable>: Sendable {
     /// value of the first of them that is still alive when the value is loaded. Give them the
     /// same default.
     public let initialValue: Value
-    /// The context the backing resolves in: ``CofferContext/current`` when this property was created.
+    /// The context the backing resolves in: ``CofferContext/inEffect`` when this property was created.
     public let context: CofferContext
     /// The value this property shares with every other property bound to the same key.
     @usableFromInline let cell: StoredCell<Value>
@@ -101,8 +103,12 @@ public final class Stored<Value: Sendable>: Sendable {
     ///   - wrappedValue: The value until one is stored, and after the stored one is removed.
     ///   - backing: Where the value persists: `.memory`, `.keyValue(key:)`, `.disk(key:)`,
     ///     `.vault(service:account:)`, or `.strategy(_:key:)` for a strategy of your own.
-    public init(wrappedValue: Value, backed backing: Backing = .memory) where Value: Codable {
-        let context = CofferContext.current
+    public convenience init(wrappedValue: Value, backed backing: Backing = .memory) where Value: Codable {
+        self.init(wrappedValue: wrappedValue, backed: backing, in: .inEffect)
+    }
+
+    /// A property whose backing resolves in `context` (a ``StoredGroup``'s, made lazily).
+    init(wrappedValue: Value, backed backing: Backing, in context: CofferContext) where Value: Codable {
         self.backing = backing
         self.initialValue = wrappedValue
         self.context = context
@@ -124,7 +130,7 @@ public final class Stored<Value: Sendable>: Sendable {
     public init(wrappedValue: Value) {
         self.backing = .memory
         self.initialValue = wrappedValue
-        self.context = CofferContext.current
+        self.context = CofferContext.inEffect
         self.cell = StoredCell(initialValue: wrappedValue, backing: .memory, context: context, registryKey: nil)
     }
 

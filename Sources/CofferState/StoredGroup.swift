@@ -66,7 +66,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     public let keys: Keys
     /// Where every key of the group persists.
     public let backend: Backend
-    /// The context the backend resolves in: ``CofferContext/current`` when the group was made.
+    /// The context the backend resolves in: ``CofferContext/inEffect`` when the group was made.
     public let context: CofferContext
     private let properties = Locked(Properties())
 
@@ -77,7 +77,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
         var byKey: [AnyKeyPath: any Sendable] = [:]
     }
 
-    /// A group whose keys persist in `backend`, resolved in ``CofferContext/current``.
+    /// A group whose keys persist in `backend`, resolved in ``CofferContext/inEffect``.
     ///
     /// - Parameters:
     ///   - keys: The keys (by default `Keys()`).
@@ -86,7 +86,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     public init(_ keys: Keys = Keys(), backend: Backend) {
         self.keys = keys
         self.backend = backend
-        self.context = CofferContext.current
+        self.context = CofferContext.inEffect
     }
 
     /// The value of a key, loaded on first use; setting it persists it (`nil` removes an
@@ -121,9 +121,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     public func stored<Value>(_ key: KeyPath<Keys, StoredKey<Value>>) -> Stored<Value> {
         if let existing = properties.withLock({ $0.byKey[key] as? Stored<Value> }) { return existing }
         let definition = keys[keyPath: key]
-        let made = CofferContext.$current.withValue(context) {
-            Stored(wrappedValue: definition.defaultValue, backed: backend.backing(key: definition.name))
-        }
+        let made = Stored(wrappedValue: definition.defaultValue, backed: backend.backing(key: definition.name), in: context)
         return properties.withLock { properties in
             // Another thread may have made it meanwhile: keep the first, so both share it.
             if let existing = properties.byKey[key] as? Stored<Value> { return existing }

@@ -11,10 +11,10 @@ public import Foundation
 /// ```
 public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
     CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy,
-    ChangeObservingPersistenceStrategy, ServiceStrategy, SealedPersistenceStrategy
+    ChangeObservingPersistenceStrategy, ServiceStrategy, SealedPersistenceStrategy, JointBatchPersistenceStrategy
 {
     // load, save, remove, keys, saveBatch, compareAndSwap and observeChanges are
-    // ServiceStrategy's, shared with the PostgreSQL vault's strategy.
+    // ServiceStrategy's (written once over any Keychain).
 
     /// The vault holding the items.
     public let vault: Vault
@@ -29,6 +29,31 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
 
     public func flush() throws { try vault.flush() }
     public func compact() throws { try vault.compact() }
+
+    /// One service of one vault: every `VaultStrategy` over them is this store, so `@Stored`
+    /// properties of the service are committed together and observed once, however many
+    /// strategies the `.vault` backings made.
+    public var id: StoreID? { StoreID(vault, ["service", service]) }
+
+    /// The vault: a `batch { }` over several of its services is one commit too.
+    package var jointStoreID: StoreID { StoreID(vault) }
+
+    /// Applies changes to items of several services of this vault as one commit (one journal
+    /// append, one fdatasync).
+    package func saveJointBatch(_ changes: [(part: any PersistenceStrategy, key: String, data: Data?)]) throws {
+        try vault.apply(
+            changes.map { change in
+                guard let part = change.part as? VaultStrategy, part.vault === vault else {
+                    throw CofferError(
+                        .invalidArgument,
+                        "a batch for the vault \(vault.url.path) was given a change for \(type(of: change.part))")
+                }
+                if let data = change.data {
+                    return .set(service: part.service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
+                }
+                return .remove(service: part.service, account: change.key)
+            })
+    }
 }
 
 /// How the default vault of a ``CofferContext`` is found and unlocked, for `.vault(service:account:)`.
@@ -37,7 +62,7 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
 /// let context = CofferContext(directory: dir).with(VaultConfiguration(unlock: .keyFile(keyURL)))
 /// ```
 public struct VaultConfiguration: Sendable {
-    /// The vault file; `nil` means `<context directory>/default.coffervault`.
+    /// The vault file; `nil` means `<context directory>/default.coffer` (``defaultFileName``).
     public var url: URL?
     /// How to unlock it.
     public var unlock: VaultUnlock
@@ -48,6 +73,13 @@ public struct VaultConfiguration: Sendable {
     /// The most Argon2id work the vault file may ask of an unlock (see ``Vault/defaultKDFLimit``).
     /// Opening allows at least ``kdf`` too, so a vault this configuration creates always reopens.
     public var kdfLimit: Argon2idParameters
+
+    /// The default vault's file name in a context's directory: the `coffer` command's too
+    /// (`~/.local/share/coffer/default.coffer`), so a context named "coffer" shares its vault.
+    public static let defaultFileName = "default.coffer"
+    /// The name the library gave the default vault before it took the command's: a vault there
+    /// is still opened when no ``defaultFileName`` exists beside it.
+    static let formerDefaultFileName = "default.coffervault"
 
     public init(
         url: URL? = nil, unlock: VaultUnlock, createIfMissing: Bool = true, kdf: Argon2idParameters = .moderate,
@@ -76,13 +108,15 @@ extension Backing {
         }
     }
 
-    /// An item of an explicit vault.
+    /// An item of an explicit vault. Shares its value with `.strategy(VaultStrategy(vault:service:), key:)`
+    /// on the same item: both are a key of one store.
     public static func vault(_ vault: Vault, service: String, account: String) -> Backing {
-        Backing(
+        let strategy = VaultStrategy(vault: vault, service: service)
+        return Backing(
             description: "vault(\(vault.url.path), service: \(service), account: \(account))",
-            identity: .object(vault, [service, account])
+            identity: .instance(strategy, key: account)
         ) { _ in
-            (VaultStrategy(vault: vault, service: service), account)
+            (strategy, account)
         }
     }
 }
@@ -114,7 +148,7 @@ extension CofferContext {
                 .locked,
                 "no default vault is configured: attach a VaultConfiguration to the CofferContext to say how to unlock it")
         }
-        let url = configuration.url ?? directory.appendingPathComponent("default.coffervault")
+        let url = try configuration.url ?? defaultVaultURL()
         return try sharedStore(id: "vault:\(url.path)") { () throws -> Vault in
             if try !Vault.exists(at: url, fileSystem: fileSystem) && configuration.createIfMissing {
                 return try Vault.create(
@@ -125,5 +159,16 @@ extension CofferContext {
                 at: url, unlock: configuration.unlock, kdfLimit: configuration.kdfLimit.raised(to: configuration.kdf),
                 lockTimeout: lockTimeout, fileSystem: fileSystem)
         }
+    }
+
+    /// `<directory>/default.coffer`, or `<directory>/default.coffervault` when only a vault under
+    /// that former name exists (made by an earlier version of the library), so it is still found.
+    func defaultVaultURL() throws -> URL {
+        let url = directory.appendingPathComponent(VaultConfiguration.defaultFileName)
+        let former = directory.appendingPathComponent(VaultConfiguration.formerDefaultFileName)
+        if try !Vault.exists(at: url, fileSystem: fileSystem), try Vault.exists(at: former, fileSystem: fileSystem) {
+            return former
+        }
+        return url
     }
 }

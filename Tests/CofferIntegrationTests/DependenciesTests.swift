@@ -8,8 +8,9 @@ import Dependencies
 import Foundation
 import Testing
 
-/// The seed's settings object (`Dependency.AppStorage` for TCA), on Coffer.
-final class MySettings: CofferSettings {
+/// The seed's settings object (`Dependency.AppStorage` for TCA), on Coffer: a struct, `Sendable`
+/// as declared (its properties are references, so its copies share their values).
+struct MySettings: CofferSettings {
     @Stored(backed: .keyValue(key: "username")) var username: String? = nil
     @Stored(backed: .keyValue(key: "isSoundEnabled")) var isSoundEnabled = false
     @Stored(backed: .vault(service: "api.example.com", account: "me")) var token: String? = nil
@@ -26,7 +27,7 @@ struct DependenciesTests {
         MySettings.shared.token = "t0ken"
         #expect(MySettings.shared.$token.error == nil)
         #expect(MySettings.shared.token == "t0ken")
-        #expect(FileManager.default.fileExists(atPath: context.directory.appendingPathComponent("default.coffervault").path))
+        #expect(FileManager.default.fileExists(atPath: context.directory.appendingPathComponent(VaultConfiguration.defaultFileName).path))
     }
 
     @Test("Live, the context is the current one")
@@ -48,11 +49,11 @@ struct DependenciesTests {
         } operation: {
             MySettings.shared.isSoundEnabled = true
             MySettings.shared.username = "blob"
-            #expect(MySettings.shared === MySettings.shared)
+            #expect(MySettings.shared.$isSoundEnabled === MySettings.shared.$isSoundEnabled)
             return MySettings.shared
         }
         #expect(settings.isSoundEnabled)
-        #expect(MySettings.shared !== settings)  // this test's own context
+        #expect(MySettings.shared.$isSoundEnabled !== settings.$isSoundEnabled)  // this test's own context
         #expect(MySettings.shared.isSoundEnabled == false)
         let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
         #expect(try suite.get(Bool.self, for: "isSoundEnabled") == true)
@@ -130,5 +131,62 @@ struct DependenciesTests {
             #expect(settings.isSoundEnabled)
         }
     }
+
+    @Test("A settings object made inside `withDependencies { $0.cofferContext = … }` resolves in that context")
+    func propertiesMadeUnderTheDependency() async throws {
+        let scratch = try Scratch("deps-made")
+        let context = CofferContext(directory: scratch.url, durability: .immediate)
+        let settings = withDependencies {
+            $0.cofferContext = context
+        } operation: {
+            MySettings()
+        }
+        #expect(settings.$isSoundEnabled.context === context)
+        #expect(settings.$token.context === context)
+        settings.isSoundEnabled = true
+        let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+        #expect(try suite.get(Bool.self, for: "isSoundEnabled") == true)
+
+        // A group, and a property made in a task started in the scope, resolve there too.
+        let (group, inTask) = await withDependencies {
+            $0.cofferContext = context
+        } operation: {
+            let group = StoredGroup<Keys>(backend: .keyValue)
+            let inTask = await Task { Stored(wrappedValue: 0, backed: .keyValue(key: "n")).context }.value
+            return (group, inTask)
+        }
+        #expect(group.context === context)
+        #expect(inTask === context)
+
+        // `CofferContext.$current.withValue` inside the scope is nearer, and wins.
+        let inner = try CofferContext.temporary(prefix: "deps-inner")
+        defer { try? FileManager.default.removeItem(at: inner.directory) }
+        withDependencies {
+            $0.cofferContext = context
+        } operation: {
+            CofferContext.$current.withValue(inner) {
+                #expect(MySettings().$username.context === inner)
+            }
+        }
+        // Outside any override, as always: the current context.
+        #expect(MySettings().$username.context === CofferContext.current)
+    }
+
+    @Test("Settings cross tasks: `let s = MySettings.shared; Task { s.… }` compiles without @unchecked")
+    func settingsAreSendable() async throws {
+        func requireSendable<T: Sendable>(_: T.Type) {}
+        requireSendable(MySettings.self)
+        let settings = MySettings.shared
+        let writer = Task { settings.isSoundEnabled = true }
+        let reader = Task { settings.username }
+        await writer.value
+        #expect(await reader.value == nil)
+        #expect(settings.isSoundEnabled)
+        #expect(MySettings.shared.isSoundEnabled)  // a copy: the same values
+    }
+}
+
+private struct Keys: StoredKeyGroup {
+    let count = StoredKey("count", default: 0)
 }
 #endif

@@ -1,0 +1,52 @@
+// Following changes made elsewhere: the subscription a cell makes when it resolves, the reload
+// a change from another process brings, and the reload of the cells that share its key with
+// another value type (siblings).
+import CofferCore
+
+extension StoredCell {
+    /// Subscribes the cell to outside changes of its store (``ChangeRouter``: one observation per
+    /// store identity, however many cells). Called once, by the thread whose resolution was
+    /// stored, with no lock held.
+    func subscribe(to binding: StoreBinding) {
+        let token = ChangeRouter.subscribe(self, to: binding.strategy, key: binding.key)
+        let unused = state.withLock { s -> ChangeRouter.Unsubscribe? in
+            s.subscribing = false
+            guard !s.detached else { return token }
+            s.subscription = token
+            return nil
+        }
+        if let unused { ChangeRouter.unsubscribe(unused) }
+    }
+
+    /// Tells the properties bound to this key with another value type that it was stored anew.
+    func notifySiblings() {
+        guard let registryKey, hasSiblings.load(ordering: .relaxed) else { return }
+        for sibling in CellRegistry.siblings(of: registryKey) { sibling.reloadAfterSiblingChange() }
+    }
+}
+
+extension StoredCell: RegisteredCell, OutsideChangeReceiver {
+    func reloadAfterSiblingChange() {
+        if reloadRemotely() { return }
+        _ = try? load(keepingUnsavedWrite: true)  // a failure is recorded in `error`
+    }
+
+    /// Another process (or instance) changed the key: reload it. The value in memory is kept
+    /// when that fails (a locked vault, a removed file), and `error` says why. A remote store is
+    /// reloaded in the background: this runs on the store's feed, which must not wait.
+    func reloadAfterOutsideChange() {
+        guard state.withLock({ $0.loaded && !$0.detached }) else { return }  // nobody read it yet
+        if reloadRemotely() { return }
+        _ = try? load(keepingUnsavedWrite: true)
+    }
+
+    /// The last property using this cell went away: stop following outside changes.
+    func detach() {
+        let subscription = state.withLock { s -> ChangeRouter.Unsubscribe? in
+            s.detached = true
+            defer { s.subscription = nil }
+            return s.subscription
+        }
+        if let subscription { ChangeRouter.unsubscribe(subscription) }
+    }
+}

@@ -1,0 +1,86 @@
+// `update { }`: read, transform with no lock held, and store only if nobody wrote meanwhile —
+// the compare-and-swap loop, on memory, on a local store, and (synchronously) on a remote one.
+import CofferCore
+import Foundation
+
+extension StoredCell {
+    /// Reads, transforms and writes the value as one step (see ``Stored/update(_:)``).
+    @discardableResult
+    func update(_ body: (inout Value) throws -> Void) throws -> Value {
+        let resolved: StoreBinding?
+        switch self.binding() {
+        case .failure(let error):
+            setSaveError(error)
+            throw error
+        case .success(let binding): resolved = binding
+        }
+        // `body` runs with no lock held (it may read or write this property, or others), so
+        // each form is optimistic: read, transform, then apply only if nothing changed meanwhile.
+        guard let binding = resolved else {
+            while true {  // memory: compare the version
+                let (current, version) = read()
+                var value = current
+                try body(&value)
+                let applied: Bool? = mutate { s in
+                    guard s.version == version else { return nil }
+                    return adoptStored(value, in: &s, keepingUnsavedWrite: false)
+                }
+                if let changed = applied {
+                    if changed { valueDidChange() }
+                    return value
+                }
+            }
+        }
+        let (strategy, key, encoding) = (binding.strategy, binding.key, binding.encoding)
+        do {
+            // A write made here and not saved yet (inside a batch, or on its way to a remote
+            // store) is newer than the store: saved first, so `body` starts from it.
+            if binding.remote != nil {
+                try Offload.wait { try await self.flush() }
+            } else if let error = persist(force: false, resolved: .success(binding)) {
+                throw error
+            }
+            // Each attempt ends by the store's own limits; no new one starts after the context's
+            // lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
+            let giveUp = ContinuousClock.now + context.lockTimeout
+            while true {
+                try checkUpdateBudget(giveUp)
+                let before = state.withLock { $0.writes }
+                let current = try strategy.load(key)
+                var value = try current.map { try decodeValue($0, as: encoding) } ?? initialValue
+                try body(&value)
+                let next: Data? = isNilValue(value) ? nil : try encodeValue(value, as: encoding)
+                let swapped: Bool
+                if let swappable = strategy as? any CompareAndSwapPersistenceStrategy {
+                    swapped = try swappable.compareAndSwap(key, expected: current, new: next)  // across processes
+                } else {
+                    // Within this process only: the persist lock serialises this property's writers.
+                    swapped = try persistLock.withLock { _ throws -> Bool in
+                        guard try strategy.load(key) == current else { return false }
+                        if let next { try strategy.save(next, for: key) } else { try strategy.remove(key) }
+                        return true
+                    }
+                }
+                guard swapped else { continue }  // another writer got in between: run `body` again
+                let changed = persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) }
+                setSaveError(nil)
+                if changed { valueDidChange() }
+                notifySiblings()
+                return value
+            }
+        } catch let error as CofferError {
+            setSaveError(error)
+            throw error
+        }
+    }
+
+    /// Ends an `update` that would start a new attempt after `giveUp` (the context's lock
+    /// timeout after it began): the value kept changing elsewhere.
+    func checkUpdateBudget(_ giveUp: ContinuousClock.Instant) throws(CofferError) {
+        guard ContinuousClock.now >= giveUp else { return }
+        throw CofferError(
+            .busy,
+            "\(backing) kept changing elsewhere for \(context.lockTimeout.inSeconds.secondsText) s; "
+                + "the update was not applied")
+    }
+}

@@ -1,6 +1,5 @@
 #if ServiceLifecycle
 public import CofferCore
-import CofferStorage
 public import CofferVault
 public import Logging
 public import ServiceLifecycle

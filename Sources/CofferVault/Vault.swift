@@ -5,7 +5,8 @@ import CofferJournal
 public import CofferCrypto
 public import Foundation
 
-/// An encrypted, keychain-style store of credentials in one file.
+/// An encrypted, keychain-style store of credentials in one file: a ``Keychain``, as
+/// CofferPostgres's `PostgresVault` is, so code written against the protocol works on either.
 ///
 /// Items are identified by a service and an account, carry a label, a comment and dates, and
 /// hold a secret. Everything in the file except record sizes is encrypted and authenticated

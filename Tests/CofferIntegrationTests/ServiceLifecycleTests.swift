@@ -1,5 +1,6 @@
 #if ServiceLifecycle
 import CofferCore
+import CofferCrypto
 import CofferServiceLifecycle
 import CofferStorage
 import CofferTesting
@@ -80,6 +81,54 @@ struct ServiceLifecycleTests {
         observation.cancel()  // does nothing now, and must not fail
         #expect(try suite.get(Int.self, for: "answer") == 43)  // the store itself still works
         #expect(logged.withLock { $0 }.contains { $0.contains("coffer: shut down") && $0.contains("coffer.locked=1") })
+    }
+
+    /// A keychain reachable several ways — the context's default vault, a listed strategy over
+    /// it, a listed vault — is flushed and locked once; and any ``Keychain`` is, not only the
+    /// file vault (the service works on the protocol).
+    @Test("Every keychain is flushed and locked once, however many ways it is reachable")
+    func keychainsAreLockedOnce() throws {
+        let scratch = try Scratch("lifecycle-keychains")
+        let context = CofferContext(directory: scratch.url)
+            .with(VaultConfiguration(unlock: .passphrase("keychain test passphrase"), kdf: .minimum))
+        let vault = try context.defaultVault()
+        try vault.set("value", service: "s", account: "a")
+        let other = RecordingKeychain()
+        let logged = Mutex<[String]>([])
+        let logger = Logger(label: "test") { _ in
+            CapturingLogHandler { _, message, fields in logged.withLock { $0.append("\(message) \(fields)") } }
+        }
+        let service = CofferService(
+            context: context, stores: [VaultStrategy(vault: vault, service: "s")], vaults: [vault, other, other],
+            logger: logger)
+        try service.shutDown()
+        #expect(vault.isLocked)
+        #expect(other.calls.withLock { $0 } == ["flush", "lock"])
+        #expect(logged.withLock { $0 }.contains { $0.contains("coffer: shut down") && $0.contains("coffer.locked=2") })
+    }
+}
+
+/// A ``Keychain`` that only records ``flush()`` and ``lock()``: what `CofferService` does to a
+/// keychain that is not the file vault. It holds no items.
+final class RecordingKeychain: Keychain {
+    let calls = Mutex<[String]>([])
+    var location: String { "recording keychain" }
+    var isLocked: Bool { calls.withLock { $0.contains("lock") } }
+    func data(service: String, account: String) throws -> Data? { nil }
+    func string(service: String, account: String) throws -> String? { nil }
+    func secret(service: String, account: String) throws -> SecureBytes? { nil }
+    func item(service: String, account: String) throws -> VaultItem? { nil }
+    func items(service: String?) throws -> [VaultItem] { [] }
+    func set(_ secret: Data, service: String, account: String, label: String?, comment: String?) throws {}
+    func set(_ secret: String, service: String, account: String, label: String?, comment: String?) throws {}
+    func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) throws {}
+    func remove(service: String, account: String) throws -> Bool { false }
+    func apply(_ changes: [VaultChange]) throws {}
+    func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {}
+    func lock() { calls.withLock { $0.append("lock") } }
+    func flush() throws { calls.withLock { $0.append("flush") } }
+    func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
+        StoreObservation {}
     }
 }
 #endif

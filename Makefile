@@ -6,6 +6,10 @@ TEST_FLAGS   ?=
 # `make test` builds every optional integration (package traits, see README "Integrations");
 # `make test-tsan` builds the core alone, which also proves the core needs none of them.
 TRAITS       ?= --enable-all-traits
+# Who may import what (docs/ARCHITECTURE.md): SwiftPM refuses an import of a package target that
+# is not among the importer's dependencies, even transitive ones; scripts/check-imports.py
+# refuses one that is not among its direct dependencies (`coffer` importing CofferCrypto).
+IMPORT_CHECK := --explicit-target-dependency-import-check error
 
 .PHONY: all deps postgres-deps build install test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
@@ -20,7 +24,8 @@ postgres-deps:
 	@./scripts/install-postgres.sh
 
 build: deps
-	$(SWIFT) build $(STRICT)
+	./scripts/check-imports.py
+	$(SWIFT) build $(STRICT) $(IMPORT_CHECK)
 
 ## `make install PREFIX=/usr/local` (DESTDIR honoured): the release binary, with every
 ## integration, and its manual page and bash, zsh and fish completions, generated from the
@@ -36,7 +41,8 @@ test: deps postgres-deps
 	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) check the vectors; optional.
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
 		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2
-	$(SWIFT) build --build-tests $(STRICT) $(TRAITS)
+	./scripts/check-imports.py
+	$(SWIFT) build --build-tests $(STRICT) $(TRAITS) $(IMPORT_CHECK)
 	$(SWIFT) test --skip-build $(TRAITS) $(TEST_FLAGS)
 
 ## Every test again under ThreadSanitizer (a separate build folder), except the memory-hygiene
@@ -46,7 +52,7 @@ test: deps postgres-deps
 ## check: its child is single-threaded timing loops, which TSan would only slow past the
 ## child's 30 s limit.
 test-tsan: deps
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(STRICT)
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(STRICT) $(IMPORT_CHECK)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
 		--skip MemoryHygieneTests --skip BenchCommandTests
 

@@ -1,13 +1,19 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Layers (see DESIGN.md): each module imports only the ones below it.
-//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferJournal → CofferCore
+// Layers (docs/ARCHITECTURE.md): each module imports only the ones below it, and only those it
+// lists in its own `dependencies:` (scripts/check-imports.py, run by `make build` and `make test`).
+//   coffer (CLI) → Coffer (umbrella) → CofferState → CofferVault, CofferStorage → CofferJournal
+//     → CofferRuntime → CofferCore → CofferSync
+//   CofferCore (the vocabulary: PersistenceStrategy and its capabilities, CofferError,
+//     CofferContext, Backing, ValueCodec, JSONValue, warnings, the FileSystem protocol, and the
+//     executor the async strategies' synchronous calls run on; Locked re-exported from CofferSync)
+//   CofferRuntime (the runtime, as NIOPosix is NIOCore's: LiveFileSystem, DurableIO, FileWatcher
+//     and its inotify thread, DeadlineTimer, ProcessHardening, signals; no public API but
+//     ProcessHardening, which Coffer exports by name; Coffer does not re-export the module)
 //   CofferJournal (the storage engine: journal, control page, file lock, CRC-32C; `package` API only)
 //     → CCRC32C, CSharedWord
-//   CofferCore (the vocabulary: PersistenceStrategy, CofferError, ValueCodec, CofferContext,
-//     FileSystem, warnings, FileWatcher; Platform/ is the one place that calls the C library)
-//   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type; re-exported by CofferCore)
+//   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type)
 //   CofferVault → CofferCrypto → CSodium (libsodium: the only C boundary for crypto, zeroing,
 //     constant-time comparison); CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
@@ -114,13 +120,13 @@ let package = Package(
         ),
         .target(
             name: "Coffer",
-            dependencies: ["CofferCore", "CofferStorage", "CofferVault", "CofferState"],
+            dependencies: ["CofferCore", "CofferRuntime", "CofferStorage", "CofferVault", "CofferState"],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "coffer",
             dependencies: [
-                "Coffer", "CofferRuntime", "CofferCrypto", "CofferPostgres", "CKeyring",
+                "Coffer", "CofferCore", "CofferRuntime", "CofferCrypto", "CofferVault", "CofferPostgres", "CKeyring",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ],
@@ -130,8 +136,8 @@ let package = Package(
         .executableTarget(
             name: "CofferTestHelper",
             dependencies: [
-                "CofferRuntime", "CofferStorage", "CofferVault", "CofferState", "CofferJournal", "CofferPostgres",
-                "CofferTesting",
+                "CofferCore", "CofferCrypto", "CofferRuntime", "CofferStorage", "CofferVault", "CofferState",
+                "CofferJournal", "CofferPostgres", "CofferTesting",
                 // The integration children (Integrations.swift), built with their traits.
                 .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
                 .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
@@ -145,7 +151,7 @@ let package = Package(
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
         .executableTarget(
             name: "CofferFuzz",
-            dependencies: ["CofferCore", "CofferJournal", "CofferVault"],
+            dependencies: ["CofferCore", "CofferCrypto", "CofferJournal", "CofferVault"],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
@@ -161,20 +167,27 @@ let package = Package(
         ),
         .testTarget(
             name: "CofferStorageTests",
-            dependencies: ["CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting", "CofferTestHelper"],
+            dependencies: ["CofferCore", "CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting", "CofferTestHelper"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferVaultTests",
-            dependencies: ["CofferVault", "CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting"],
+            dependencies: [
+                "CofferCore", "CofferCrypto", "CofferVault", "CofferStorage", "CofferJournal", "CofferRuntime", "CofferTesting",
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CofferStateTests",
-            dependencies: ["CofferState", "CofferStorage", "CofferVault", "CofferTesting", "CofferTestHelper"],
+            dependencies: [
+                "CofferCore", "CofferCrypto", "CofferState", "CofferStorage", "CofferVault", "CofferTesting", "CofferTestHelper",
+            ],
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "CofferCLITests", dependencies: ["coffer", "CofferTesting"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "CofferCLITests",
+            dependencies: ["coffer", "CofferCore", "CofferCrypto", "CofferVault", "CKeyring", "CofferTesting"],
+            swiftSettings: strictSettings),
 
         // Integrations. Each target compiles to an empty module unless its trait is enabled
         // (its sources are wrapped in `#if Trait`), and its package dependency is conditional.
@@ -234,7 +247,8 @@ let package = Package(
         .testTarget(
             name: "CofferPostgresTests",
             dependencies: [
-                "CofferPostgres", "CofferState", "CofferVault", "CofferTesting", "CofferTestHelper",
+                "CofferCore", "CofferCrypto", "CofferPostgres", "CofferState", "CofferVault", "CofferTesting",
+                "CofferTestHelper",
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
             ],
             swiftSettings: strictSettings

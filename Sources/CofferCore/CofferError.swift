@@ -76,18 +76,21 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
         public var description: String { wrapped.rawValue }
     }
 
+    // Read-only to users (`package(set)`): Coffer's own modules add a path, an offset or a
+    // hint to an error on its way up; a caller reads what Coffer said and cannot rewrite it.
+
     /// What kind of failure this is.
-    public var code: Code
+    public package(set) var code: Code
     /// A sentence a person can act on. Never contains a secret.
-    public var message: String
+    public package(set) var message: String
     /// The file involved, when there is one.
-    public var path: String?
+    public package(set) var path: String?
     /// The errno of the failed system call, for ``Code/io`` and some ``Code/busy`` errors.
-    public var errno: Int32?
+    public package(set) var errno: Int32?
     /// The byte offset in the file of a damaged record, when known.
-    public var offset: Int64?
+    public package(set) var offset: Int64?
     /// The underlying error, when this one wraps another.
-    public var cause: (any Error & Sendable)?
+    public package(set) var cause: (any Error & Sendable)?
 
     public init(
         _ code: Code,

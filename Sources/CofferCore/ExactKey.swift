@@ -4,13 +4,13 @@
 /// spelled with "e" + U+0301. File names, network services and other keychains treat those as
 /// two different names, so Coffer's indexes do too: a key saved in one spelling is never
 /// returned, overwritten or removed through the other.
-public struct ExactKey: Hashable, Sendable, CustomStringConvertible {
+package struct ExactKey: Hashable, Sendable, CustomStringConvertible {
     /// The string, as given.
-    public let string: String
+    package let string: String
 
-    public init(_ string: String) { self.string = string }
+    package init(_ string: String) { self.string = string }
 
-    public static func == (lhs: ExactKey, rhs: ExactKey) -> Bool {
+    package static func == (lhs: ExactKey, rhs: ExactKey) -> Bool {
         // Native strings are contiguous UTF-8: compare lengths, then the bytes in one call.
         guard lhs.string.utf8.count == rhs.string.utf8.count else { return false }
         var a = lhs.string

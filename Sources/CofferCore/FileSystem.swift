@@ -6,7 +6,7 @@
 ///
 /// Paths are absolute POSIX paths. Descriptors are plain integers owned by the caller, who must
 /// ``close(_:)`` them.
-public protocol FileSystem: Sendable {
+package protocol FileSystem: Sendable {
     /// Opens (and with `create`, creates with `mode`) a file for reading and writing.
     /// With `exclusive`, fails with `EEXIST` when the file exists.
     ///
@@ -68,12 +68,12 @@ public protocol FileSystem: Sendable {
 
 extension FileSystem {
     /// A file system without symbolic links (the default): paths are already resolved.
-    public func resolve(_ path: String) throws -> String { path }
+    package func resolve(_ path: String) throws -> String { path }
 }
 
 /// Memory shared between processes through a file, as returned by ``FileSystem/mapShared(_:length:path:)``.
 /// Unmapped when the last reference goes.
-public protocol SharedMapping: AnyObject, Sendable {
+package protocol SharedMapping: AnyObject, Sendable {
     /// The first mapped byte (page-aligned).
     var base: UnsafeMutableRawPointer { get }
     /// How many bytes are mapped.
@@ -81,23 +81,23 @@ public protocol SharedMapping: AnyObject, Sendable {
 }
 
 /// What ``FileSystem/stat(_:)`` tells: enough to notice a file that grew or was replaced.
-public struct FileStatus: Sendable, Equatable {
+package struct FileStatus: Sendable, Equatable {
     /// Size in bytes.
-    public var size: Int64
+    package var size: Int64
     /// Device and inode: a file replaced by rename has a different identity.
-    public var device: UInt64
-    public var inode: UInt64
+    package var device: UInt64
+    package var inode: UInt64
     /// Permission bits (`0o600` …).
-    public var mode: UInt32
-    public var isDirectory: Bool
+    package var mode: UInt32
+    package var isDirectory: Bool
     /// Whether it is a regular file (not a directory, FIFO, socket or device).
-    public var isRegularFile: Bool
+    package var isRegularFile: Bool
     /// The owner's user ID, when the file system has owners.
-    public var owner: UInt32?
+    package var owner: UInt32?
     /// How many names (hard links) the file has.
-    public var linkCount: UInt64
+    package var linkCount: UInt64
 
-    public init(
+    package init(
         size: Int64, device: UInt64, inode: UInt64, mode: UInt32, isDirectory: Bool, isRegularFile: Bool? = nil,
         owner: UInt32? = nil, linkCount: UInt64 = 1
     ) {
@@ -115,7 +115,7 @@ public struct FileStatus: Sendable, Equatable {
 extension FileSystem {
     /// Writes all of `bytes` at `offset`, looping over short writes.
     /// - Throws: the first error; a write that makes no progress is `EIO`.
-    public func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+    package func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
         var done = 0
         while done < bytes.count {
             let n = try pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), at: offset + Int64(done))
@@ -125,7 +125,7 @@ extension FileSystem {
     }
 
     /// Reads exactly `buffer.count` bytes at `offset`, or fewer only at end of file; returns the count.
-    public func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    package func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         var done = 0
         while done < buffer.count {
             let n = try pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), at: offset + Int64(done))

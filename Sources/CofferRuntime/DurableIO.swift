@@ -1,5 +1,5 @@
-public import CofferCore
-public import Foundation
+package import CofferCore
+package import Foundation
 import Synchronization
 
 /// Crash-safe file operations shared by every strategy that writes files.
@@ -7,11 +7,11 @@ import Synchronization
 /// - ``atomicReplace(_:with:fileSystem:)``: a reader sees the old bytes or the new bytes, never a
 ///   mix, and once it returns the new bytes survive power loss.
 /// - Files Coffer creates are `0600`; directories `0700`.
-public enum DurableIO {
+package enum DurableIO {
     /// Permission bits of every file Coffer creates.
-    public static let fileMode: UInt32 = 0o600
+    package static let fileMode: UInt32 = 0o600
     /// Permission bits of every directory Coffer creates.
-    public static let directoryMode: UInt32 = 0o700
+    package static let directoryMode: UInt32 = 0o700
 
     /// A free name beside `path` for a damaged file set aside by a salvage:
     /// `<path>.damaged-<seconds since 1970><suffix>`, then `-2`, `-3`, … when that name is taken,
@@ -35,7 +35,7 @@ public enum DurableIO {
     /// `path`, then fsyncs the directory so the rename itself survives power loss. On any failure
     /// the temporary file is removed and the old file is untouched.
     /// - Throws: ``CofferError`` (``CofferError/Code/io`` with the errno) on failure.
-    public static func atomicReplace(_ path: String, with bytes: UnsafeRawBufferPointer, fileSystem fs: any FileSystem)
+    package static func atomicReplace(_ path: String, with bytes: UnsafeRawBufferPointer, fileSystem fs: any FileSystem)
         throws
     {
         let directory = parentDirectory(of: path)
@@ -60,19 +60,19 @@ public enum DurableIO {
     }
 
     /// ``atomicReplace(_:with:fileSystem:)`` for `Data`.
-    public static func atomicReplace(_ path: String, with data: Data, fileSystem fs: any FileSystem) throws {
+    package static func atomicReplace(_ path: String, with data: Data, fileSystem fs: any FileSystem) throws {
         try data.withUnsafeBytes { try atomicReplace(path, with: $0, fileSystem: fs) }
     }
 
     /// ``atomicReplace(_:with:fileSystem:)`` for a byte array.
-    public static func atomicReplace(_ path: String, with bytes: [UInt8], fileSystem fs: any FileSystem) throws {
+    package static func atomicReplace(_ path: String, with bytes: [UInt8], fileSystem fs: any FileSystem) throws {
         try bytes.withUnsafeBytes { try atomicReplace(path, with: $0, fileSystem: fs) }
     }
 
     /// Reads a whole file, or returns `nil` when it does not exist.
     /// - Throws: ``CofferError/Code/limitExceeded`` for a file larger than `maximumSize`
     ///   (checked before anything is allocated: a sparse file may claim any size).
-    public static func readFile(
+    package static func readFile(
         _ path: String, maximumSize: Int64 = maximumReadSize, fileSystem fs: any FileSystem
     ) throws -> Data? {
         let fd: Int32
@@ -91,10 +91,10 @@ public enum DurableIO {
 
     /// The largest file Coffer reads whole into memory: 4 GiB (a store file at open, a salvage
     /// image, a disk strategy's value). Above it, ``CofferError/Code/limitExceeded``.
-    public static let maximumReadSize: Int64 = 4 << 30
+    package static let maximumReadSize: Int64 = 4 << 30
 
     /// `size`, or ``CofferError/Code/limitExceeded`` when it is above `maximum`.
-    public static func checkSize(_ size: Int64, maximum: Int64 = maximumReadSize, path: String) throws -> Int64 {
+    package static func checkSize(_ size: Int64, maximum: Int64 = maximumReadSize, path: String) throws -> Int64 {
         guard size > maximum else { return size }
         throw CofferError(
             .limitExceeded,
@@ -104,7 +104,7 @@ public enum DurableIO {
     }
 
     /// Removes a file durably (unlink, then fsync the directory). A missing file is not an error.
-    public static func remove(_ path: String, fileSystem fs: any FileSystem) throws {
+    package static func remove(_ path: String, fileSystem fs: any FileSystem) throws {
         guard try fs.stat(path) != nil else { return }
         try fs.unlink(path)
         try fs.fsyncDirectory(parentDirectory(of: path))
@@ -112,7 +112,7 @@ public enum DurableIO {
 
     /// Creates `path` and any missing parents with mode `0700`; existing directories are left as they are.
     /// - Throws: ``CofferError`` when a component exists and is not a directory, or mkdir fails.
-    public static func ensureDirectory(_ path: String, fileSystem fs: any FileSystem) throws {
+    package static func ensureDirectory(_ path: String, fileSystem fs: any FileSystem) throws {
         if let st = try fs.stat(path) {
             if st.isDirectory { return }
             throw CofferError(.io, "a file is in the way of the directory Coffer needs", path: path, errno: ENOTDIR_)
@@ -125,14 +125,14 @@ public enum DurableIO {
     }
 
     /// The directory part of a path (`/a/b` → `/a`; `/a` → `/`).
-    public static func parentDirectory(of path: String) -> String {
+    package static func parentDirectory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
     /// The last component of a path.
-    public static func lastComponent(of path: String) -> String {
+    package static func lastComponent(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return path }
         return String(path[path.index(after: slash)...])
     }

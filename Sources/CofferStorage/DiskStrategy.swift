@@ -1,5 +1,5 @@
 public import CofferCore
-public import CofferRuntime
+import CofferRuntime
 import CofferJournal
 public import Foundation
 
@@ -31,7 +31,12 @@ public final class DiskStrategy: PersistenceStrategy, ChangeObservingPersistence
 
     /// Uses (creating it `0700` if needed) `directory`.
     /// - Throws: ``CofferError/Code/io`` when the directory cannot be created.
-    public init(directory: URL, fileSystem: any FileSystem = LiveFileSystem()) throws {
+    public convenience init(directory: URL) throws {
+        try self.init(directory: directory, fileSystem: LiveFileSystem())
+    }
+
+    /// Uses `directory` through `fileSystem` (a test's, to inject faults).
+    package init(directory: URL, fileSystem: any FileSystem) throws {
         self.directory = directory.path
         self.fs = fileSystem
         try DurableIO.ensureDirectory(self.directory, fileSystem: fileSystem)

@@ -1,5 +1,5 @@
 public import CofferCore
-public import CofferRuntime
+import CofferRuntime
 import CofferJournal
 public import Foundation
 import Synchronization
@@ -114,9 +114,21 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
     ///     damage is; `.salvage` keeps every intact record and sets the damaged file aside.
     /// - Throws: ``CofferError`` — ``CofferError/Code/corrupted`` for damage,
     ///   ``CofferError/Code/busy`` when another process holds the lock, ``CofferError/Code/io``.
-    public init(
-        directory: URL, suite: String = "standard", durability: Durability = .coalesced, lockTimeout: Duration = .seconds(10),
-        exclusive: Bool = false, recovery: JournalRecovery = .strict, fileSystem: any FileSystem = LiveFileSystem()
+    public convenience init(
+        directory: URL, suite: String = "standard", durability: Durability = .coalesced,
+        lockTimeout: Duration = CofferContext.defaultLockTimeout, exclusive: Bool = false, recovery: JournalRecovery = .strict
+    ) throws {
+        try self.init(
+            directory: directory, suite: suite, durability: durability, lockTimeout: lockTimeout, exclusive: exclusive,
+            recovery: recovery, fileSystem: LiveFileSystem())
+    }
+
+    /// Opens the suite through `fileSystem` (a test's, to inject faults); see
+    /// ``init(directory:suite:durability:lockTimeout:exclusive:recovery:)``.
+    package init(
+        directory: URL, suite: String = "standard", durability: Durability = .coalesced,
+        lockTimeout: Duration = CofferContext.defaultLockTimeout, exclusive: Bool = false, recovery: JournalRecovery = .strict,
+        fileSystem: any FileSystem
     ) throws {
         guard !suite.isEmpty, !suite.contains("/"), suite != ".", suite != "..", !suite.contains("\0") else {
             throw CofferError(.invalidArgument, "a suite name must be a non-empty file name without '/'")

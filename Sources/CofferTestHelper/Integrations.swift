@@ -16,7 +16,6 @@ import CofferStorage
 import CofferTesting  // IntegrationSecrets, CapturingLogHandler
 import CofferVault
 import Foundation
-import Synchronization
 
 #if Logging
 import CofferLogging
@@ -31,7 +30,7 @@ import ServiceLifecycle
 /// Runs an integration command to its end (main.swift is synchronous).
 func runIntegrationCommand(_ arguments: [String]) {
     let done = DispatchSemaphore(value: 0)
-    let failure = Mutex<String?>(nil)
+    let failure = Locked<String?>(nil)
     Task {
         do {
             try await integrationCommand(arguments)
@@ -77,7 +76,7 @@ func printingLogHandler(_ seen: @escaping @Sendable (String) -> Void = { _ in })
 
 #if Logging
 private func logWarnings(directory: String) throws {
-    let lines = Mutex<[String]>([])
+    let lines = Locked<[String]>([])
     let logger = Logger(label: "coffer.test") { _ in printingLogHandler { line in lines.withLock { $0.append(line) } } }
     CofferWarnings.log(to: logger)
 

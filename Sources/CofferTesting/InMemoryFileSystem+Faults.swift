@@ -12,7 +12,7 @@ import Darwin
 
 extension InMemoryFileSystem {
     /// The kinds of call this file system records and can fail.
-    public enum Operation: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    package enum Operation: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
         /// ``FileSystem/open(_:create:exclusive:mode:)``.
         case open
         /// ``FileSystem/openReadOnly(_:)``.
@@ -51,31 +51,31 @@ extension InMemoryFileSystem {
         case mmap
 
         /// The operation's name.
-        public var description: String { rawValue }
+        package var description: String { rawValue }
     }
 
     /// One recorded call: its operation and the path it concerned (for descriptor calls, the
     /// path the descriptor was opened with; `nil` for an unknown descriptor).
-    public struct Call: Sendable, Hashable, CustomStringConvertible {
+    package struct Call: Sendable, Hashable, CustomStringConvertible {
         /// What was called.
-        public var operation: Operation
+        package var operation: Operation
         /// The path involved.
-        public var path: String?
+        package var path: String?
 
         /// A recorded call.
-        public init(operation: Operation, path: String?) {
+        package init(operation: Operation, path: String?) {
             self.operation = operation
             self.path = path
         }
 
         /// `pwrite(/dir/file)`.
-        public var description: String { "\(operation)(\(path ?? "?"))" }
+        package var description: String { "\(operation)(\(path ?? "?"))" }
     }
 
     /// A failure to inject into a future call; install it with ``InMemoryFileSystem/inject(_:)``.
-    public struct Fault: Sendable, CustomStringConvertible {
+    package struct Fault: Sendable, CustomStringConvertible {
         /// What happens when the fault fires.
-        public enum Effect: Sendable, Hashable {
+        package enum Effect: Sendable, Hashable {
             /// The call fails with this errno and changes nothing.
             case fail(errno: Int32)
             /// (`pwrite` only.) The call writes at most `bytes` bytes and returns that count
@@ -84,18 +84,18 @@ extension InMemoryFileSystem {
         }
 
         /// The operation to fail.
-        public var operation: Operation
+        package var operation: Operation
         /// Which matching call fires the fault: 1 is the next one, counted from installation.
-        public var occurrence: Int
+        package var occurrence: Int
         /// What the failing call does.
-        public var effect: Effect
+        package var effect: Effect
         /// When true, every matching call from `occurrence` on fails, not only that one.
-        public var persistent: Bool
+        package var persistent: Bool
         /// Only calls whose path this accepts count and fail; `nil` matches every call.
-        public var matches: (@Sendable (String) -> Bool)?
+        package var matches: (@Sendable (String) -> Bool)?
 
         /// A fault with every property spelled out.
-        public init(
+        package init(
             operation: Operation, occurrence: Int = 1, effect: Effect, persistent: Bool = false,
             matches: (@Sendable (String) -> Bool)? = nil
         ) {
@@ -107,7 +107,7 @@ extension InMemoryFileSystem {
         }
 
         /// Fails the `occurrence`-th matching call of `operation` with `errno` (28 ENOSPC, 5 EIO, …).
-        public static func fail(
+        package static func fail(
             _ operation: Operation, occurrence: Int = 1, errno: Int32, persistent: Bool = false,
             where matches: (@Sendable (String) -> Bool)? = nil
         ) -> Fault {
@@ -117,7 +117,7 @@ extension InMemoryFileSystem {
         }
 
         /// Makes the `occurrence`-th matching `pwrite` write only `bytes` bytes; the next one fails with `thenErrno`.
-        public static func shortWrite(
+        package static func shortWrite(
             occurrence: Int = 1, bytes: Int, thenErrno: Int32 = 28, where matches: (@Sendable (String) -> Bool)? = nil
         ) -> Fault {
             Fault(operation: .pwrite, occurrence: occurrence, effect: .shortWrite(bytes: bytes, thenErrno: thenErrno),
@@ -125,7 +125,7 @@ extension InMemoryFileSystem {
         }
 
         /// `fail(fsync #2, errno 28)`, without the predicate.
-        public var description: String {
+        package var description: String {
             switch effect {
             case .fail(let errno): return "fail(\(operation) #\(occurrence), errno \(errno)\(persistent ? ", persistent" : ""))"
             case .shortWrite(let bytes, let errno): return "shortWrite(pwrite #\(occurrence), \(bytes) bytes, then errno \(errno))"

@@ -11,7 +11,7 @@ import Darwin
 
 extension InMemoryFileSystem {
     /// What happens to file data written since the file's last `fsync`/`fdatasync` when power is lost.
-    public enum UnsyncedData: Sendable, Hashable {
+    package enum UnsyncedData: Sendable, Hashable {
         /// Every unsynced write survives.
         case keep
         /// Every unsynced write is lost: files hold what they held at their last fsync.
@@ -23,7 +23,7 @@ extension InMemoryFileSystem {
     }
 
     /// What happens to directory changes made since the directory's last fsync when power is lost.
-    public enum UnsyncedMetadata: Sendable, Hashable {
+    package enum UnsyncedMetadata: Sendable, Hashable {
         /// Every change survives.
         case keep
         /// Only changes made durable by ``InMemoryFileSystem/fsyncDirectory(_:)`` survive (the strict POSIX minimum).
@@ -35,23 +35,23 @@ extension InMemoryFileSystem {
     }
 
     /// What a simulated power loss did, counted in changes, never in content.
-    public struct PowerLossReport: Sendable, Hashable, CustomStringConvertible {
+    package struct PowerLossReport: Sendable, Hashable, CustomStringConvertible {
         /// Unsynced data sectors and truncations that survived intact.
-        public var keptWrites = 0
+        package var keptWrites = 0
         /// Unsynced data sectors and truncations that were lost.
-        public var droppedWrites = 0
+        package var droppedWrites = 0
         /// Unsynced data sectors that survived as garbage.
-        public var garbledWrites = 0
+        package var garbledWrites = 0
         /// Unsynced directory changes that survived.
-        public var keptDirectoryChanges = 0
+        package var keptDirectoryChanges = 0
         /// Unsynced directory changes that were undone.
-        public var droppedDirectoryChanges = 0
+        package var droppedDirectoryChanges = 0
 
         /// True when the crash lost or damaged something.
-        public var lostAnything: Bool { droppedWrites + garbledWrites + droppedDirectoryChanges > 0 }
+        package var lostAnything: Bool { droppedWrites + garbledWrites + droppedDirectoryChanges > 0 }
 
         /// Counts only.
-        public var description: String {
+        package var description: String {
             "writes kept \(keptWrites), dropped \(droppedWrites), garbled \(garbledWrites); "
                 + "directory changes kept \(keptDirectoryChanges), dropped \(droppedDirectoryChanges)"
         }

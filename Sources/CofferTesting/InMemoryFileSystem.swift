@@ -1,6 +1,6 @@
-public import CofferCore
+package import CofferCore
 import CofferRuntime
-public import Foundation
+package import Foundation
 import Synchronization
 
 #if canImport(Glibc)
@@ -56,69 +56,69 @@ import Darwin
 ///
 /// All state sits in one `Mutex`; a lock wait sleeps outside it. Path predicates of faults run
 /// while the state is locked and must not call back into the file system.
-public final class InMemoryFileSystem: FileSystem {
+package final class InMemoryFileSystem: FileSystem {
     /// The device number every `stat` reports.
-    public static let deviceNumber: UInt64 = 0xC0FF
+    package static let deviceNumber: UInt64 = 0xC0FF
 
     private let state: Locked<State>
 
     /// An empty file system holding only `/`, with umask `0o022`.
-    public init(umask: UInt32 = 0o022) {
+    package init(umask: UInt32 = 0o022) {
         state = Locked(State(umask: umask))
     }
 
     // MARK: - Test controls
 
     /// Bits removed from the mode of every file and directory created from now on.
-    public var umask: UInt32 {
+    package var umask: UInt32 {
         get { state.withLock { $0.umask } }
         set { state.withLock { $0.umask = newValue & 0o777 } }
     }
 
     /// Installs a fault; it fires on a future call and, unless persistent, is then removed.
-    public func inject(_ fault: Fault) {
+    package func inject(_ fault: Fault) {
         state.withLock { $0.faults.append(ActiveFault(fault: fault)) }
     }
 
     /// Removes every installed fault that has not fired yet.
-    public func removeAllFaults() {
+    package func removeAllFaults() {
         state.withLock { $0.faults.removeAll() }
     }
 
     /// The number of installed faults that have not fired yet (persistent faults count until removed).
-    public var pendingFaultCount: Int { state.withLock { $0.faults.count } }
+    package var pendingFaultCount: Int { state.withLock { $0.faults.count } }
 
     /// Makes writes that grow files fail with `ENOSPC` once `remaining` more bytes were
     /// allocated (a write that only partly fits is short). `nil` means unlimited. Space is not
     /// given back when files shrink or are removed.
-    public func setDiskSpace(remaining: Int?) {
+    package func setDiskSpace(remaining: Int?) {
         state.withLock { $0.diskBudget = remaining.map { max(0, $0) } }
     }
 
     /// Every call made since creation or the last ``resetCalls()``, in order.
-    public var calls: [Call] { state.withLock { $0.calls } }
+    package var calls: [Call] { state.withLock { $0.calls } }
 
     /// How many calls of `operation` were made since creation or the last ``resetCalls()``.
-    public func callCount(_ operation: Operation) -> Int {
+    package func callCount(_ operation: Operation) -> Int {
         state.withLock { $0.calls.reduce(0) { $1.operation == operation ? $0 + 1 : $0 } }
     }
 
     /// How many calls of `operation` on paths `matches` accepts were made since the last ``resetCalls()``.
-    public func callCount(_ operation: Operation, where matches: (String) -> Bool) -> Int {
+    package func callCount(_ operation: Operation, where matches: (String) -> Bool) -> Int {
         let calls = self.calls
         return calls.reduce(0) { $1.operation == operation && $1.path.map(matches) == true ? $0 + 1 : $0 }
     }
 
     /// Forgets the recorded calls.
-    public func resetCalls() {
+    package func resetCalls() {
         state.withLock { $0.calls.removeAll() }
     }
 
     /// How many descriptors are open (a test can check that a failed operation closed its own).
-    public var openDescriptorCount: Int { state.withLock { $0.descriptors.count } }
+    package var openDescriptorCount: Int { state.withLock { $0.descriptors.count } }
 
     /// The current bytes of the file at `path`, or `nil` when there is no file there. Not recorded, never fails.
-    public func contents(atPath path: String) -> Data? {
+    package func contents(atPath path: String) -> Data? {
         state.withLock { state in
             guard let node = try? state.resolve(path), !node.isDirectory else { return nil }
             return Data(node.data)
@@ -126,12 +126,12 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// The permission bits of the file or directory at `path`, or `nil` when there is none.
-    public func permissions(atPath path: String) -> UInt32? {
+    package func permissions(atPath path: String) -> UInt32? {
         state.withLock { state in (try? state.resolve(path))?.mode }
     }
 
     /// Every path in the file system except `/`, sorted; directories end with `/`.
-    public func allPaths() -> [String] {
+    package func allPaths() -> [String] {
         state.withLock { state in
             var result: [String] = []
             state.walk(state.root, prefix: "") { path, node in result.append(node.isDirectory ? path + "/" : path) }
@@ -140,7 +140,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Creates a directory and its missing parents (mode `0o700`), durably, without recording calls.
-    public func createDirectory(atPath path: String, mode: UInt32 = 0o700) throws {
+    package func createDirectory(atPath path: String, mode: UInt32 = 0o700) throws {
         try state.withLock { (state) throws(CofferError) in
             do throws(PosixError) {
                 var current = state.root
@@ -163,7 +163,7 @@ public final class InMemoryFileSystem: FileSystem {
 
     /// Creates or replaces the file at `path` with `contents`, durably, without recording calls.
     /// Missing parent directories are created.
-    public func createFile(atPath path: String, contents: Data, mode: UInt32 = 0o600) throws {
+    package func createFile(atPath path: String, contents: Data, mode: UInt32 = 0o600) throws {
         try createDirectory(atPath: DurableIO.parentDirectory(of: path))
         try state.withLock { (state) throws(CofferError) in
             do throws(PosixError) {
@@ -180,13 +180,13 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Makes every change durable, as `sync(2)` does.
-    public func syncAll() {
+    package func syncAll() {
         state.withLock { $0.syncAll() }
     }
 
     /// True when the file or directory at `path`, as it is now, would survive any power loss:
     /// its data is synced and every directory change leading to it is durable.
-    public func isDurable(_ path: String) -> Bool {
+    package func isDurable(_ path: String) -> Bool {
         state.withLock { state in
             guard let node = try? state.resolve(path) else { return false }
             guard node.pending.isEmpty else { return false }
@@ -203,7 +203,7 @@ public final class InMemoryFileSystem: FileSystem {
 
     /// Invalidates every descriptor and releases every lock, keeping all data: what a process
     /// crash (`kill -9`) leaves behind.
-    public func simulateProcessCrash() {
+    package func simulateProcessCrash() {
         state.withLock { state in
             state.descriptors.removeAll()
             for node in state.nodes.values {
@@ -220,7 +220,7 @@ public final class InMemoryFileSystem: FileSystem {
     /// history gives the same result). Every descriptor becomes invalid and every lock is released.
     /// - Returns: how many unsynced changes were kept, dropped or garbled.
     @discardableResult
-    public func simulatePowerLoss(
+    package func simulatePowerLoss(
         seed: UInt64, data: UnsyncedData = .random, metadata: UnsyncedMetadata = .orderedPrefix
     ) -> PowerLossReport {
         state.withLock { $0.powerLoss(seed: seed, data: data, metadata: metadata) }
@@ -229,7 +229,7 @@ public final class InMemoryFileSystem: FileSystem {
     // MARK: - FileSystem
 
     /// Opens or creates a file (O_RDWR, with O_CREAT/O_EXCL as asked); the mode is masked by ``umask``.
-    public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
+    package func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
         try perform(.open, "open", path: path) { (state, _) throws(PosixError) in
             let (parent, name) = try state.parent(of: path)
             let node: Node
@@ -248,7 +248,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Opens a file (or directory) read-only.
-    public func openReadOnly(_ path: String) throws -> Int32 {
+    package func openReadOnly(_ path: String) throws -> Int32 {
         try perform(.openReadOnly, "open", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
             return state.openDescriptor(node: node, path: path, writable: false)
@@ -256,7 +256,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Closes a descriptor and releases its lock; an unknown descriptor is ignored.
-    public func close(_ fd: Int32) {
+    package func close(_ fd: Int32) {
         state.withLock { state in
             state.calls.append(Call(operation: .close, path: state.descriptors[fd]?.path))
             guard state.descriptors.removeValue(forKey: fd) != nil else { return }
@@ -269,7 +269,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Reads at `offset`; 0 at end of file.
-    public func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    package func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         try perform(.pread, "read", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
             if node.isDirectory { throw PosixError(EISDIR) }
@@ -285,7 +285,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Writes at `offset` (zero-filling a gap), subject to faults and the disk budget; may be short.
-    public func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+    package func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
         try perform(.pwrite, "write", fd: fd) { (state, shortWrite) throws(PosixError) in
             let (node, writable) = try state.descriptor(fd)
             guard writable, !node.isDirectory else { throw PosixError(EBADF) }
@@ -312,7 +312,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Makes the file's data durable.
-    public func fsync(_ fd: Int32) throws {
+    package func fsync(_ fd: Int32) throws {
         try perform(.fsync, "fsync", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
             node.markSynced()
@@ -320,7 +320,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Makes the file's data durable (same as ``fsync(_:)`` in this model).
-    public func fdatasync(_ fd: Int32) throws {
+    package func fdatasync(_ fd: Int32) throws {
         try perform(.fdatasync, "fdatasync", fd: fd) { (state, _) throws(PosixError) in
             let (node, _) = try state.descriptor(fd)
             node.markSynced()
@@ -328,7 +328,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Sets the file's size; `EINVAL` on a read-only descriptor.
-    public func ftruncate(_ fd: Int32, size: Int64) throws {
+    package func ftruncate(_ fd: Int32, size: Int64) throws {
         try perform(.ftruncate, "ftruncate", fd: fd) { (state, _) throws(PosixError) in
             let (node, writable) = try state.descriptor(fd)
             guard writable, !node.isDirectory, size >= 0 else { throw PosixError(EINVAL) }
@@ -337,14 +337,14 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// The descriptor's file status.
-    public func fstat(_ fd: Int32) throws -> FileStatus {
+    package func fstat(_ fd: Int32) throws -> FileStatus {
         try perform(.fstat, "fstat", fd: fd) { (state, _) throws(PosixError) in
             try state.descriptor(fd).node.status
         }
     }
 
     /// The status at `path`, or `nil` for `ENOENT`/`ENOTDIR`.
-    public func stat(_ path: String) throws -> FileStatus? {
+    package func stat(_ path: String) throws -> FileStatus? {
         try perform(.stat, "stat", path: path) { (state, _) throws(PosixError) in
             do throws(PosixError) {
                 return try state.resolve(path).status
@@ -355,7 +355,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Renames atomically, replacing a file (or an empty directory) at `to`.
-    public func rename(_ from: String, _ to: String) throws {
+    package func rename(_ from: String, _ to: String) throws {
         try perform(.rename, "rename to \(to)", path: from) { (state, _) throws(PosixError) in
             let (sourceDir, sourceName) = try state.parent(of: from)
             guard let id = sourceDir.entries[sourceName], let node = state.nodes[id] else { throw PosixError(ENOENT) }
@@ -377,7 +377,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Removes a file; a missing file is not an error, a directory is `EISDIR`.
-    public func unlink(_ path: String) throws {
+    package func unlink(_ path: String) throws {
         try perform(.unlink, "unlink", path: path) { (state, _) throws(PosixError) in
             let parent: Node
             let name: [UInt8]
@@ -395,7 +395,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Creates a directory; an existing directory is not an error.
-    public func mkdir(_ path: String, mode: UInt32) throws {
+    package func mkdir(_ path: String, mode: UInt32) throws {
         try perform(.mkdir, "mkdir", path: path) { (state, _) throws(PosixError) in
             if let components = try? State.components(path), components.isEmpty { return }  // "/"
             let (parent, name) = try state.parent(of: path)
@@ -410,7 +410,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// The names in a directory.
-    public func contentsOfDirectory(_ path: String) throws -> [String] {
+    package func contentsOfDirectory(_ path: String) throws -> [String] {
         try perform(.contentsOfDirectory, "opendir", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
             guard node.isDirectory else { throw PosixError(ENOTDIR) }
@@ -419,7 +419,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Makes the directory's entry changes durable.
-    public func fsyncDirectory(_ path: String) throws {
+    package func fsyncDirectory(_ path: String) throws {
         try perform(.fsyncDirectory, "fsync directory", path: path) { (state, _) throws(PosixError) in
             let node = try state.resolve(path)
             guard node.isDirectory else { throw PosixError(ENOTDIR) }
@@ -428,7 +428,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Takes an `flock` for this descriptor, polling until `timeout`; throws ``CofferError/Code/busy`` then.
-    public func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
+    package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         let start = ContinuousClock.now
         var pause = 0.000_05  // seconds, doubling up to 5 ms
         var first = true
@@ -452,7 +452,7 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     /// Releases this descriptor's `flock`.
-    public func unlock(_ fd: Int32) {
+    package func unlock(_ fd: Int32) {
         state.withLock { state in
             state.calls.append(Call(operation: .unlock, path: state.descriptors[fd]?.path))
             guard let descriptor = state.descriptors[fd], let node = state.nodes[descriptor.node] else { return }
@@ -467,7 +467,7 @@ public final class InMemoryFileSystem: FileSystem {
     /// file's surviving bytes). It starts as a copy of
     /// the file's bytes and is not kept in step with ``pread(_:into:at:)`` and
     /// ``pwrite(_:_:at:)`` afterwards: Coffer only maps lock files, which it never reads or writes.
-    public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+    package func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
         try perform(.mmap, "mmap", fd: fd, errorPath: path) { (state, _) throws(PosixError) -> (any SharedMapping)? in
             let (node, writable) = try state.descriptor(fd)
             // A real mapping past the end of the file faults on access (SIGBUS): refuse it here.

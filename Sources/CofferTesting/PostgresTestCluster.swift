@@ -1,3 +1,4 @@
+import CofferCore
 import Foundation
 
 #if canImport(Glibc)
@@ -29,8 +30,8 @@ public final class PostgresTestCluster: @unchecked Sendable {
     /// The binaries' directory.
     public let binaries: String
     private let runAs: String?
-    private let lock = NSLock()
-    private var running = false
+    /// Whether this process started the server and has not stopped it.
+    private let running = Locked(false)
 
     /// `postgres://coffer@127.0.0.1:<port>/postgres`.
     public var url: String { "postgres://\(user)@127.0.0.1:\(port)/postgres?sslmode=disable" }
@@ -44,8 +45,8 @@ public final class PostgresTestCluster: @unchecked Sendable {
         try PostgresTestCluster()
     }
 
-    private static let registry = NSLock()
-    nonisolated(unsafe) private static var live: [PostgresTestCluster] = []
+    /// The clusters this process started and has not stopped, stopped at exit.
+    private static let live = Locked<[PostgresTestCluster]>([])
 
     /// Starts a new cluster of its own (for a test that stops or restarts its server).
     /// - Throws: ``PostgresTestCluster/Failure`` when PostgreSQL is not installed or does not start.
@@ -71,10 +72,11 @@ public final class PostgresTestCluster: @unchecked Sendable {
             "initdb", ["-D", data, "-U", user, "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"],
             what: "initdb")
         try start()
-        Self.registry.lock()
-        Self.live.append(self)
-        if Self.live.count == 1 { atexit { PostgresTestCluster.stopAll() } }
-        Self.registry.unlock()
+        let first = Self.live.withLock { live in
+            live.append(self)
+            return live.count == 1
+        }
+        if first { atexit { PostgresTestCluster.stopAll() } }
         startWatchdog()
     }
 
@@ -87,18 +89,14 @@ public final class PostgresTestCluster: @unchecked Sendable {
                 "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200 "
                     + "-c fsync=on -c synchronous_commit=on", "start",
             ], what: "pg_ctl start")
-        lock.lock()
-        running = true
-        lock.unlock()
+        running.withLock { $0 = true }
     }
 
     /// Stops the server, keeping its data: `fast` (a clean shutdown) or `immediate` (as if it
     /// crashed: no checkpoint; committed transactions must come back from the WAL).
     public func stopServer(mode: String = "fast") throws {
         try run("pg_ctl", ["-D", directory + "/data", "-m", mode, "-w", "stop"], what: "pg_ctl stop")
-        lock.lock()
-        running = false
-        lock.unlock()
+        running.withLock { $0 = false }
     }
 
     /// Copies the data directory to `name` beside it, as a cold backup (stop the server first).
@@ -122,10 +120,10 @@ public final class PostgresTestCluster: @unchecked Sendable {
 
     /// Stops the server and deletes its directory.
     public func stop() {
-        lock.lock()
-        let wasRunning = running
-        running = false
-        lock.unlock()
+        let wasRunning = running.withLock { running in
+            defer { running = false }
+            return running
+        }
         if wasRunning { _ = try? run("pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"], what: "stop") }
         try? FileManager.default.removeItem(atPath: directory)
     }
@@ -149,10 +147,10 @@ public final class PostgresTestCluster: @unchecked Sendable {
     }
 
     private static func stopAll() {
-        registry.lock()
-        let all = live
-        live = []
-        registry.unlock()
+        let all = live.withLock { live in
+            defer { live = [] }
+            return live
+        }
         for cluster in all { cluster.stop() }
     }
 

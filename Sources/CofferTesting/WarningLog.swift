@@ -1,11 +1,10 @@
 // Collects the process's Coffer warnings for tests (warnings are process-wide, told once each).
 package import CofferCore
-package import Synchronization
 
 /// Every warning told while the tests run. Install once; tests filter by kind and path.
 package enum WarningLog {
-    package static let shared = Mutex<[CofferWarning]>([])
-    private static let installed = Mutex(false)
+    package static let shared = Locked<[CofferWarning]>([])
+    private static let installed = Locked(false)
 
     package static func install() {
         let first = installed.withLock { done in

@@ -1,6 +1,6 @@
 // Creating, opening, salvaging, locking and unlocking a vault, and choosing and checking its header.
 public import CofferCore
-public import CofferRuntime
+import CofferRuntime
 import CofferJournal
 public import CofferCrypto
 public import Foundation
@@ -19,7 +19,17 @@ extension Vault {
     /// - Throws: ``CofferError`` — ``CofferError/Code/alreadyExists``, ``CofferError/Code/io``, …
     public static func create(
         at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
-        lockTimeout: Duration = .seconds(10), fileSystem: any FileSystem = LiveFileSystem()
+        lockTimeout: Duration = CofferContext.defaultLockTimeout
+    ) throws -> Vault {
+        try create(
+            at: url, unlock: unlock, kdf: kdf, durability: durability, lockTimeout: lockTimeout,
+            fileSystem: LiveFileSystem())
+    }
+
+    /// ``create(at:unlock:kdf:durability:lockTimeout:)`` through `fileSystem` (a test's, to inject faults).
+    package static func create(
+        at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
+        lockTimeout: Duration = CofferContext.defaultLockTimeout, fileSystem: any FileSystem
     ) throws -> Vault {
         let (keys, header, opener) = try newKeys(unlock: unlock, kdf: kdf, fileSystem: fileSystem)
         try DurableIO.ensureDirectory(DurableIO.parentDirectory(of: url.path), fileSystem: fileSystem)
@@ -87,8 +97,20 @@ extension Vault {
     ///   ``CofferError/Code/unsupportedVersion``, ``CofferError/Code/busy``, ``CofferError/Code/io``.
     public static func open(
         at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
-        durability: Durability = .immediate, lockTimeout: Duration = .seconds(10), recovery: JournalRecovery = .strict,
-        fileSystem: any FileSystem = LiveFileSystem()
+        durability: Durability = .immediate, lockTimeout: Duration = CofferContext.defaultLockTimeout,
+        recovery: JournalRecovery = .strict
+    ) throws -> Vault {
+        try open(
+            at: url, unlock: unlock, kdfLimit: kdfLimit, durability: durability, lockTimeout: lockTimeout,
+            recovery: recovery, fileSystem: LiveFileSystem())
+    }
+
+    /// ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:)`` through `fileSystem` (a
+    /// test's, to inject faults).
+    package static func open(
+        at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
+        durability: Durability = .immediate, lockTimeout: Duration = CofferContext.defaultLockTimeout,
+        recovery: JournalRecovery = .strict, fileSystem: any FileSystem
     ) throws -> Vault {
         let options = journalOptions(durability: durability, lockTimeout: lockTimeout)
         if recovery == .salvage {
@@ -100,7 +122,12 @@ extension Vault {
     }
 
     /// Whether a vault file exists at `url`.
-    public static func exists(at url: URL, fileSystem: any FileSystem = LiveFileSystem()) throws -> Bool {
+    public static func exists(at url: URL) throws -> Bool {
+        try exists(at: url, fileSystem: LiveFileSystem())
+    }
+
+    /// Whether a vault file exists at `url` in `fileSystem`.
+    package static func exists(at url: URL, fileSystem: any FileSystem) throws -> Bool {
         try fileSystem.stat(url.path) != nil
     }
 

@@ -16,7 +16,6 @@ import Coffer
 import CofferCrypto
 import Foundation
 import Observation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -84,7 +83,7 @@ extension BenchSuite {
             guard writer.readLine() == "ready" else { throw CLIError(.failure, "bench: the writer process failed") }
             var latencies: [Double] = []
             for _ in 0..<samples {
-                let seen = Mutex<UInt64>(0)
+                let seen = Locked<UInt64>(0)
                 let signal = DispatchSemaphore(value: 0)
                 _ = withObservationTracking { property.wrappedValue } onChange: {
                     seen.withLock { $0 = monotonicNanoseconds() }

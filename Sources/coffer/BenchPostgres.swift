@@ -31,7 +31,6 @@ import ArgumentParser
 import Coffer
 import Foundation
 import Observation
-import Synchronization
 #if Postgres
 import CofferPostgres
 import PostgresNIO
@@ -103,7 +102,7 @@ struct BenchPostgresCommand: ParsableCommand {
         var latencies: [Double] = []
         var fromStart: [Double] = []
         for _ in 0..<min(samples, 300) {
-            let seen = Mutex<UInt64>(0)
+            let seen = Locked<UInt64>(0)
             let signal = DispatchSemaphore(value: 0)
             _ = withObservationTracking { property.wrappedValue } onChange: {
                 seen.withLock { $0 = monotonicNanoseconds() }

@@ -25,7 +25,7 @@ struct CofferCommand: ParsableCommand {
 
             Every change (set, rm, passwd, compact) is on stable storage when coffer exits 0. \
             Another process using the same vault is waited for up to $COFFER_LOCK_TIMEOUT seconds \
-            (default 5, at most 86400).
+            (default 10, at most 86400).
 
             --vault, --key-file, --identity and --passphrase-file may also follow the command name.
 

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Coffer
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -152,7 +151,7 @@ func printError(_ message: String) {
 
 /// The errno of the first write to standard output that failed, if any; `main` turns it into
 /// exit 1 once the command has run.
-let standardOutputFailure = Mutex<Int32?>(nil)
+let standardOutputFailure = Locked<Int32?>(nil)
 
 /// Writes `text` to standard output; a failure is remembered in ``standardOutputFailure``.
 func writeOut(_ text: String) {

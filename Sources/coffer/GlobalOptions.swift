@@ -72,15 +72,15 @@ struct GlobalOptions: ParsableArguments {
     /// `Int64` nanoseconds and trapped before this check existed, issue 13 item 9).
     static let maximumLockTimeout: Double = 86_400
 
-    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default 5,
-    /// at most ``maximumLockTimeout``.
+    /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default the
+    /// library's (`CofferContext.defaultLockTimeout`, 10 s), at most ``maximumLockTimeout``.
     func lockTimeout() throws -> Duration {
         .seconds(try Self.lockTimeout(environmentText("COFFER_LOCK_TIMEOUT")))
     }
 
-    /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the default of 5 seconds).
+    /// Parses a `$COFFER_LOCK_TIMEOUT` value (`nil`: unset, the library's default of 10 seconds).
     static func lockTimeout(_ text: String?) throws -> Double {
-        guard let text else { return 5 }
+        guard let text else { return CofferContext.defaultLockTimeout.inSeconds }
         let shown = quotedName(text)
         guard let value = Double(text), value.isFinite, value >= 0 else {
             throw CLIError.usage("COFFER_LOCK_TIMEOUT must be a number of seconds, got \(shown)")

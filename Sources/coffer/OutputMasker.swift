@@ -1,3 +1,4 @@
+import CofferCore
 import CofferCrypto
 import Foundation
 import Synchronization
@@ -13,7 +14,7 @@ import Synchronization
 /// The secret values `coffer run` conceals in its child's output, shared by the two relays and
 /// replaced when `--watch` restarts the child.
 final class ConcealedValues: Sendable {
-    private let values = Mutex<[SecureBytes]>([])
+    private let values = Locked<[SecureBytes]>([])
 
     /// Conceals exactly `values` from now on (empty ones are ignored).
     func replace(with values: [SecureBytes]) {

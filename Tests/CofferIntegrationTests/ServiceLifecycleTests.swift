@@ -34,7 +34,7 @@ struct ServiceLifecycleTests {
         let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
         #expect(try suite.get(String.self, for: "greeting") == "hello from before the shutdown")
         let vault = try Vault.open(
-            at: scratch.url.appendingPathComponent("default.coffervault"),
+            at: scratch.url.appendingPathComponent(VaultConfiguration.defaultFileName),
             unlock: .passphrase(IntegrationSecrets.passphrase))
         // Plain Booleans and indices: a failed #expect prints its operands, which must not be secrets.
         let vaultKeptTheToken = try vault.string(service: "api", account: "token") == IntegrationSecrets.vaultSecret

@@ -70,7 +70,7 @@ struct AtomicUpdateTests {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
             let key = try SecureBytes(copying: [UInt8](repeating: 0x5a, count: 32))
             if vault {
-                _ = try Vault.create(at: directory.appendingPathComponent("default.coffervault"), unlock: .key(key))
+                _ = try Vault.create(at: directory.appendingPathComponent(VaultConfiguration.defaultFileName), unlock: .key(key))
             }
             let children = try (0..<4).map { _ in
                 try HelperChild(["stored-increment", directory.path, "500"] + (vault ? ["vault"] : []))

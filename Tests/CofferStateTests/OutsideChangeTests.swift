@@ -152,7 +152,7 @@ struct VaultOutsideChangeTests {
         _ arguments: [String], in context: CofferContext, stdin: String? = nil, newPassphrase: Bool = false
     ) throws -> Int32 {
         try HelperChild.run(
-            ["--vault", context.directory.appendingPathComponent("default.coffervault").path] + arguments,
+            ["--vault", context.directory.appendingPathComponent(VaultConfiguration.defaultFileName).path] + arguments,
             executable: builtProduct(named: "coffer"), input: Data((stdin ?? "").utf8),
             environment: [
                 "PATH": "/usr/bin:/bin", "HOME": context.directory.path,
@@ -198,7 +198,7 @@ struct VaultOutsideChangeTests {
         try await withTemporaryContext(vault: true) { (context: CofferContext) async throws in
             let model = Credentials()
             model.token = "before"
-            let vault = try context.sharedStore(id: "vault:\(context.directory.appendingPathComponent("default.coffervault").path)") {
+            let vault = try context.sharedStore(id: "vault:\(context.directory.appendingPathComponent(VaultConfiguration.defaultFileName).path)") {
                 () throws -> Vault in
                 Issue.record("the default vault should be open")
                 throw CofferError(.notFound, "")

@@ -330,7 +330,7 @@ struct SpellingTests {
             let reopened = StoredGroup<Credentials>(backend: .vault(service: "tokens"))
             #expect(reopened.github == "ghp_example")
             #expect(reopened.gitlab == nil)
-            let file = try Data(contentsOf: context.directory.appendingPathComponent("default.coffervault"))
+            let file = try Data(contentsOf: context.directory.appendingPathComponent(VaultConfiguration.defaultFileName))
             #expect(file.range(of: Data("ghp_example".utf8)) == nil)
         }
     }

@@ -1,6 +1,6 @@
 // The platform layer's file calls: the real file system, one system call a method, for Glibc,
 // Musl and Darwin. The Darwin branches are written but have not been compiled (CI is Linux only).
-public import CofferCore
+package import CofferCore
 import CSharedWord
 
 #if canImport(Glibc)
@@ -17,8 +17,8 @@ typealias SystemStat = Darwin.stat
 
 /// The real file system: each method is one system call, retried on `EINTR`, its failure
 /// translated into a ``CofferError`` with the path and errno.
-public struct LiveFileSystem: FileSystem {
-    public init() {}
+package struct LiveFileSystem: FileSystem {
+    package init() {}
 
     /// C stops reading a path at its first NUL, so "a\0b" would silently name "a": refuse it.
     private func checked(_ path: String) throws -> String {
@@ -28,7 +28,7 @@ public struct LiveFileSystem: FileSystem {
         return path
     }
 
-    public func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
+    package func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
         let path = try checked(path)
         // O_NOFOLLOW: a symlink planted at a lock or store file's name (in a directory others
         // can write) must not make Coffer write wherever it points. O_NONBLOCK: a FIFO planted
@@ -63,7 +63,7 @@ public struct LiveFileSystem: FileSystem {
         }
     }
 
-    public func openReadOnly(_ path: String) throws -> Int32 {
+    package func openReadOnly(_ path: String) throws -> Int32 {
         let path = try checked(path)
         let fd = aboveStandardStreams(retrying { systemOpen(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) })
         if fd < 0 { throw Self.openError(path, errno: errno) }
@@ -118,7 +118,7 @@ public struct LiveFileSystem: FileSystem {
         }
     }
 
-    public func resolve(_ path: String) throws -> String {
+    package func resolve(_ path: String) throws -> String {
         let path = try checked(path)
         if let resolved = Self.realPath(path) { return resolved }
         guard errno == ENOENT else { throw CofferError.io("realpath", path: path, errno: errno) }
@@ -138,29 +138,29 @@ public struct LiveFileSystem: FileSystem {
         return String(cString: resolved)
     }
 
-    public func close(_ fd: Int32) {
+    package func close(_ fd: Int32) {
         _ = systemClose(fd)
     }
 
-    public func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    package func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         let n = retrying { systemPread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
         if n < 0 { throw CofferError.io("read", path: nil, errno: errno) }
         return n
     }
 
-    public func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+    package func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
         let n = retrying { systemPwrite(fd, bytes.baseAddress, bytes.count, off_t(offset)) }
         if n < 0 { throw CofferError.io("write", path: nil, errno: errno) }
         return n
     }
 
-    public func fsync(_ fd: Int32) throws {
+    package func fsync(_ fd: Int32) throws {
         // Not retried on failure other than EINTR: after a failed fsync the kernel may have
         // dropped the dirty pages, so a second fsync "succeeding" proves nothing (fsyncgate).
         if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync", path: nil, errno: errno) }
     }
 
-    public func fdatasync(_ fd: Int32) throws {
+    package func fdatasync(_ fd: Int32) throws {
         #if os(Linux)
         if retrying({ systemFdatasync(fd) }) != 0 { throw CofferError.io("fdatasync", path: nil, errno: errno) }
         #else
@@ -169,19 +169,19 @@ public struct LiveFileSystem: FileSystem {
         #endif
     }
 
-    public func ftruncate(_ fd: Int32, size: Int64) throws {
+    package func ftruncate(_ fd: Int32, size: Int64) throws {
         if retrying({ systemFtruncate(fd, off_t(size)) }) != 0 {
             throw CofferError.io("ftruncate", path: nil, errno: errno)
         }
     }
 
-    public func fstat(_ fd: Int32) throws -> FileStatus {
+    package func fstat(_ fd: Int32) throws -> FileStatus {
         var st = SystemStat()
         if systemFstat(fd, &st) != 0 { throw CofferError.io("fstat", path: nil, errno: errno) }
         return Self.status(st)
     }
 
-    public func stat(_ path: String) throws -> FileStatus? {
+    package func stat(_ path: String) throws -> FileStatus? {
         let path = try checked(path)
         var st = SystemStat()
         if systemStat(path, &st) != 0 {
@@ -191,17 +191,17 @@ public struct LiveFileSystem: FileSystem {
         return Self.status(st)
     }
 
-    public func rename(_ from: String, _ to: String) throws {
+    package func rename(_ from: String, _ to: String) throws {
         let (from, to) = (try checked(from), try checked(to))
         if systemRename(from, to) != 0 { throw CofferError.io("rename to \(to)", path: from, errno: errno) }
     }
 
-    public func unlink(_ path: String) throws {
+    package func unlink(_ path: String) throws {
         let path = try checked(path)
         if systemUnlink(path) != 0 && errno != ENOENT { throw CofferError.io("unlink", path: path, errno: errno) }
     }
 
-    public func mkdir(_ path: String, mode: UInt32) throws {
+    package func mkdir(_ path: String, mode: UInt32) throws {
         let path = try checked(path)
         if systemMkdir(path, mode_t(mode)) != 0 {
             let saved = errno
@@ -210,7 +210,7 @@ public struct LiveFileSystem: FileSystem {
         }
     }
 
-    public func contentsOfDirectory(_ path: String) throws -> [String] {
+    package func contentsOfDirectory(_ path: String) throws -> [String] {
         let path = try checked(path)
         guard let dir = opendir(path) else { throw CofferError.io("opendir", path: path, errno: errno) }
         defer { closedir(dir) }
@@ -224,7 +224,7 @@ public struct LiveFileSystem: FileSystem {
         return names
     }
 
-    public func fsyncDirectory(_ path: String) throws {
+    package func fsyncDirectory(_ path: String) throws {
         let path = try checked(path)
         let fd = aboveStandardStreams(retrying { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) })
         if fd < 0 { throw CofferError.io("open directory", path: path, errno: errno) }
@@ -232,7 +232,7 @@ public struct LiveFileSystem: FileSystem {
         if retrying({ systemFsync(fd) }) != 0 { throw CofferError.io("fsync directory", path: path, errno: errno) }
     }
 
-    public func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
+    package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
         var clock = timespec()
@@ -257,11 +257,11 @@ public struct LiveFileSystem: FileSystem {
         }
     }
 
-    public func unlock(_ fd: Int32) {
+    package func unlock(_ fd: Int32) {
         _ = flock(fd, LOCK_UN)
     }
 
-    public func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
+    package func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
         #if os(Linux)
         // MAP_SHARED memory is kept in step only between processes of one machine: on a network
         // or FUSE file system (NFS, SMB, 9p and virtiofs shares into VMs, …) processes on

@@ -1,10 +1,12 @@
 // The append-only storage engine: opening, reading, appending, compacting (see docs/FORMAT.md).
-package import CofferCore
+// (`@usableFromInline` marks what the journal-store engine's inlinable read and write paths use;
+// see JournalStore.swift. Nothing here is public.)
+public import CofferCore
 import CofferRuntime
 package import Foundation
 
 /// One record read back from a ``Journal``.
-package struct JournalRecord: Sendable, Equatable {
+@usableFromInline package struct JournalRecord: Sendable, Equatable {
     /// Byte offset of the record's frame in the file.
     package let offset: Int64
     /// The bytes the owner appended.
@@ -17,13 +19,13 @@ package struct JournalRecord: Sendable, Equatable {
 }
 
 /// How a ``Journal`` is set up. The same options must be used by every process on one file.
-package struct JournalOptions: Sendable {
+@usableFromInline package struct JournalOptions: Sendable {
     /// Identifies what the file holds (a key-value suite, a vault), so one is never opened as the other.
     package var application: UInt16
     /// Bytes reserved after the file header for the owner (the vault keeps its key slots there).
     package var headerAreaSize: Int
     /// When an append must be on stable storage.
-    package var durability: Durability
+    @usableFromInline package var durability: Durability
     /// How long a write waits for another process's lock.
     package var lockTimeout: Duration
     /// The largest payload accepted, written or read (a larger length in a file is damage).
@@ -53,13 +55,13 @@ package struct JournalOptions: Sendable {
 }
 
 /// What changed in the file since this process last looked.
-package struct JournalChanges: Sendable {
+@usableFromInline package struct JournalChanges: Sendable {
     /// The file was replaced (compacted by another process): forget everything and apply `records`.
-    package var reset: Bool
+    @usableFromInline package var reset: Bool
     /// Records to apply, in order.
-    package var records: [JournalRecord]
+    @usableFromInline package var records: [JournalRecord]
     /// Whether there is nothing to do.
-    package var isEmpty: Bool { !reset && records.isEmpty }
+    @usableFromInline package var isEmpty: Bool { !reset && records.isEmpty }
 }
 
 /// The append-only storage engine shared by the key-value file and the vault (see docs/FORMAT.md).
@@ -76,7 +78,7 @@ package struct JournalChanges: Sendable {
 // which a state holding a non-Sendable class cannot be (the owners would not compile). The type
 // is not thread-safe; it is `package`, so only Coffer's own strategies hold one, each inside a
 // lock (the Rule above).
-package final class Journal: @unchecked Sendable {
+@usableFromInline package final class Journal: @unchecked Sendable {
     /// Size of the fixed file header.
     package static let fileHeaderSize = 32
     /// Size of a frame's header.
@@ -94,9 +96,9 @@ package final class Journal: @unchecked Sendable {
     static let coalescedWritersFlag: UInt8 = 0x01
 
     /// The journal file.
-    package let path: String
+    @usableFromInline package let path: String
     /// The options it was opened with.
-    package let options: JournalOptions
+    @usableFromInline package let options: JournalOptions
     let fs: any FileSystem
     let lock: FileLock
     /// The lock file's shared control page (`nil` on a file system that cannot map files).
@@ -113,7 +115,7 @@ package final class Journal: @unchecked Sendable {
     /// The owner's header area as last read or written.
     package internal(set) var headerArea: [UInt8]
     /// Offset just past the last committed frame.
-    package internal(set) var dataEnd: Int64
+    @usableFromInline package internal(set) var dataEnd: Int64
     /// The file's size including preallocated zeros.
     package internal(set) var allocatedSize: Int64
     /// Whether appends made since the last fsync are not yet durable (coalesced mode).
@@ -132,7 +134,7 @@ package final class Journal: @unchecked Sendable {
     var syncFailure: CofferError?
 
     /// Offset of the first frame.
-    package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
+    @usableFromInline package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
 
     init(
         path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, control: JournalControl?, fd: Int32,
@@ -412,7 +414,7 @@ package final class Journal: @unchecked Sendable {
     /// ``refresh()``; with `checkingPath`, the path is checked to still name the file open here
     /// even when the control page vouches for it (a file watcher saw the file removed, replaced
     /// or renamed by something other than Coffer, which the page cannot see).
-    package func refresh(checkingPath: Bool) throws -> JournalChanges {
+    @usableFromInline package func refresh(checkingPath: Bool) throws -> JournalChanges {
         try checkOpen()
         if options.exclusive { return JournalChanges(reset: false, records: []) }  // nobody else writes
         if !checkingPath, let control = currentControl {
@@ -449,7 +451,7 @@ package final class Journal: @unchecked Sendable {
     /// `body` receives what changed since this process last looked (apply it before deciding
     /// what to write) and may call ``append(_:)``, ``rewrite(payloads:headerArea:)`` and
     /// ``writeHeaderArea(_:)``.
-    package func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
+    @usableFromInline package func withWriteLock<T>(_ body: (JournalChanges) throws -> T) throws -> T {
         try checkOpen()
         try checkWritable()
         if options.exclusive {

@@ -1,7 +1,13 @@
 // The journal-store engine the key-value file and the vault share: one lock over a store's index,
 // catching up with other writers, the write lock, the compaction rule, and the file watch that
 // tells observers which keys other writers changed.
-package import CofferCore
+//
+// The read and write paths are `@inlinable` on `@usableFromInline` types, so each store's calls
+// are specialised for its index in its own module, as when each store had its own copy: the
+// body of an `@inlinable` member of a plain `package` type is not emitted into clients, and the
+// unspecialised generic path made a key-value read a quarter slower. `public import` because
+// those bodies use CofferCore's types; nothing here is public.
+public import CofferCore
 import CofferRuntime
 
 /// What a store kept in a ``Journal`` holds in memory: the open journal and an index of its
@@ -18,7 +24,7 @@ import CofferRuntime
 ///
 /// Rule: an index is changed only inside its ``JournalStore``'s lock (or, before it is handed
 /// to one, by the thread that opened it), like the ``Journal`` it holds.
-package protocol JournalIndex: Sendable {
+@usableFromInline package protocol JournalIndex: Sendable {
     /// What names one value of the store: a key, a service and account.
     associatedtype Key: Hashable & Sendable
     /// What observers are told when other writers changed values.
@@ -54,15 +60,17 @@ package protocol JournalIndex: Sendable {
 }
 
 extension JournalIndex {
+    @inlinable
     package var failure: CofferError? { nil }
 
+    @inlinable
     package mutating func catchUpFailed(_ error: CofferError) -> CofferError { error }
 }
 
 /// The compaction rule every journal store follows.
-package enum JournalCompaction {
+@usableFromInline package enum JournalCompaction {
     /// A file is compacted only once more than this many bytes of it are superseded records.
-    package static let minimumGarbage = 64 * 1024
+    @usableFromInline package static let minimumGarbage = 64 * 1024
 }
 
 extension JournalIndex {
@@ -90,7 +98,7 @@ extension JournalIndex {
     /// Reads and applies what other writers appended since this process last looked, without
     /// taking the write lock; with `checkingPath`, also checks that the path still names the file
     /// open here (see ``Journal/refresh(checkingPath:)``).
-    @inlinable
+    @inlinable @inline(__always)
     package mutating func catchUp(checkingPath: Bool = false) throws {
         let changes = try journal.refresh(checkingPath: checkingPath)
         if !changes.isEmpty { try apply(changes) }
@@ -100,7 +108,7 @@ extension JournalIndex {
 
     /// Runs `body` holding the journal's write lock, caught up with every other writer: what
     /// `body` reads of the index is what the file holds, and what it appends lands after it.
-    @inlinable
+    @inlinable @inline(__always)
     package mutating func withWriteLock<T>(_ body: (inout Self) throws -> T) throws -> T {
         try journal.withWriteLock { changes in
             if !changes.isEmpty { try apply(changes) }
@@ -120,7 +128,7 @@ extension JournalIndex {
     }
 
     /// Rewrites the file with only the live records now, under the write lock.
-    package mutating func compactNow() throws {
+    @usableFromInline package mutating func compactNow() throws {
         try withWriteLock { try $0.rewriteLive() }
     }
 
@@ -149,16 +157,16 @@ extension JournalIndex {
 }
 
 /// The keys other writers changed, collected for a store's observers while anyone observes.
-package struct OutsideChanges<Key: Hashable & Sendable>: Sendable {
+@usableFromInline package struct OutsideChanges<Key: Hashable & Sendable>: Sendable {
     /// Whether anyone observes (else nothing is collected).
-    package var tracking: Bool
+    @usableFromInline package var tracking: Bool
     /// Set while records of other writers are applied: only then does ``note(_:)`` count (a
     /// store's own writes are not news to its observers).
-    package var collecting = false
+    @usableFromInline package var collecting = false
     /// The keys noted since observers were last told.
-    package var keys: Set<Key> = []
+    @usableFromInline package var keys: Set<Key> = []
     /// Anything may have changed: the file was replaced, or the store was reopened.
-    package var all = false
+    @usableFromInline package var all = false
 
     /// Nothing collected; `tracking` says whether anyone observes.
     package init(tracking: Bool = false) {
@@ -172,6 +180,7 @@ package struct OutsideChanges<Key: Hashable & Sendable>: Sendable {
     }
 
     /// Notes that anything may have changed (while anyone observes).
+    @inlinable
     package mutating func noteAll() {
         if tracking { all = true }
     }
@@ -205,9 +214,9 @@ package struct OutsideChanges<Key: Hashable & Sendable>: Sendable {
 ///
 /// The index is `nil` while the store is closed (``close()``: a locked vault); calls then throw
 /// the owner's error, and observers are told "anything" on each event (readers say why).
-package final class JournalStore<Index: JournalIndex>: Sendable {
+@usableFromInline package final class JournalStore<Index: JournalIndex>: Sendable {
     /// The index; `nil` while the store is closed.
-    package let state: Locked<Index?>
+    @usableFromInline package let state: Locked<Index?>
     /// The observers, and the directory watch that serves them.
     private let observers = WatchedObservers<Index.Change>()
     /// The file as its owner names it: where the watch looks while the store is closed.
@@ -235,7 +244,7 @@ package final class JournalStore<Index: JournalIndex>: Sendable {
     /// Runs `body` on the index in place, under the lock (never on a copy: that would copy the
     /// index, making every call cost O(keys)).
     /// - Throws: the owner's closed error, the index's ``JournalIndex/failure``, or what `body` throws.
-    @inlinable
+    @inlinable @inline(__always)
     package func withIndex<T>(_ body: (inout Index) throws -> T) throws -> T {
         try state.withLock { index in
             guard index != nil else { throw closedError }
@@ -245,7 +254,7 @@ package final class JournalStore<Index: JournalIndex>: Sendable {
     }
 
     /// Runs `body` on the index, if the store is open, under the lock; `nil` when it is closed.
-    @inlinable
+    @inlinable @inline(__always)
     package func ifOpen<T, E: Error>(_ body: (inout Index) throws(E) -> T) throws(E) -> T? {
         try state.withLock { (index: inout Index?) throws(E) -> T? in
             guard index != nil else { return nil }
@@ -254,7 +263,7 @@ package final class JournalStore<Index: JournalIndex>: Sendable {
     }
 
     /// Runs `body` on the index caught up with every other writer (a read).
-    @inlinable
+    @inlinable @inline(__always)
     package func read<T>(_ body: (inout Index) throws -> T) throws -> T {
         try withIndex { index in
             try index.catchUp()
@@ -265,7 +274,7 @@ package final class JournalStore<Index: JournalIndex>: Sendable {
     /// Runs `body` holding the journal's write lock, caught up with every other writer, then
     /// compacts when the rule says so (a failure there is told through ``CofferWarnings``, after
     /// the lock: the write itself stands). `body` appends one commit and indexes it.
-    @inlinable
+    @inlinable @inline(__always)
     package func write<T>(_ body: (inout Index) throws -> T) throws -> T {
         let (result, warning) = try withIndex { index in
             let result = try index.withWriteLock(body)

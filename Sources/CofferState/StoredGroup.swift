@@ -39,17 +39,17 @@ public struct StoredKey<Value: Codable & Sendable>: Sendable {
     }
 }
 
-/// The keys of a ``StoredKeyGroup``, all persisted in one ``Backend`` chosen when the group is
+/// The keys of a ``StoredKeyGroup``, all persisted in one store (a ``StoreChoice``) chosen when the group is
 /// made: a settings object whose store is injected once, not repeated on every property.
 ///
 /// ```swift
-/// let settings = StoredGroup<AppKeys>(backend: .keyValue(suite: "app"))
+/// let settings = StoredGroup<AppKeys>(store: .keyValue(suite: "app"))
 /// settings.launchCount += 1                  // read and write by name
 /// settings.lastLaunch = .now
-/// settings.debug.showConsole = true          // a nested group shares the backend
+/// settings.debug.showConsole = true          // a nested group shares the store
 ///
 /// // In a test, one line switches the whole group to memory:
-/// let settings = StoredGroup<AppKeys>(backend: .memory)
+/// let settings = StoredGroup<AppKeys>(store: .memory)
 /// ```
 ///
 /// Each key is a ``Stored`` property underneath (``stored(_:)`` returns it), so everything a
@@ -65,8 +65,8 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     /// The keys.
     public let keys: Keys
     /// Where every key of the group persists.
-    public let backend: Backend
-    /// The context the backend resolves in: ``CofferContext/inEffect`` when the group was made.
+    public let store: StoreChoice
+    /// The context the store resolves in: ``CofferContext/inEffect`` when the group was made.
     public let context: CofferContext
     private let properties = Locked(Properties())
 
@@ -77,17 +77,27 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
         var byKey: [AnyKeyPath: any Sendable] = [:]
     }
 
-    /// A group whose keys persist in `backend`, resolved in ``CofferContext/inEffect``.
+    /// A group whose keys persist in `store`, resolved in ``CofferContext/inEffect``.
     ///
     /// - Parameters:
     ///   - keys: The keys (by default `Keys()`).
-    ///   - backend: Where they persist: `.keyValue(suite:)`, `.disk`, `.vault(service:)`,
+    ///   - store: Where they persist: `.keyValue(suite:)`, `.disk`, `.vault(service:)`,
     ///     `.memory`, `.strategy(_:)`.
-    public init(_ keys: Keys = Keys(), backend: Backend) {
+    public init(_ keys: Keys = Keys(), store: StoreChoice) {
         self.keys = keys
-        self.backend = backend
+        self.store = store
         self.context = CofferContext.inEffect
     }
+
+    /// The former spelling of ``init(_:store:)``.
+    @available(*, deprecated, renamed: "init(_:store:)")
+    public convenience init(_ keys: Keys = Keys(), backend: StoreChoice) {
+        self.init(keys, store: backend)
+    }
+
+    /// The former name of ``store``.
+    @available(*, deprecated, renamed: "store")
+    public var backend: StoreChoice { store }
 
     /// The value of a key, loaded on first use; setting it persists it (`nil` removes an
     /// optional key).
@@ -96,14 +106,14 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
         set { stored(key).wrappedValue = newValue }
     }
 
-    /// A nested group, persisted in the same backend and context.
+    /// A nested group, persisted in the same store and context.
     ///
     /// One object per nested group, kept like the ``Stored`` of a key: a group made anew on each
     /// access would make its keys' ``Stored`` anew too, and an observer or a ``Computed`` that
     /// read one of them would not hear a write made through the next.
     public subscript<Group: StoredKeyGroup>(dynamicMember group: KeyPath<Keys, Group>) -> StoredGroup<Group> {
         if let existing = properties.withLock({ $0.byKey[group] as? StoredGroup<Group> }) { return existing }
-        let made = StoredGroup<Group>(keys[keyPath: group], backend: backend, context: context)
+        let made = StoredGroup<Group>(keys[keyPath: group], store: store, context: context)
         return properties.withLock { properties in
             if let existing = properties.byKey[group] as? StoredGroup<Group> { return existing }
             properties.byKey[group] = made
@@ -121,7 +131,7 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
     public func stored<Value>(_ key: KeyPath<Keys, StoredKey<Value>>) -> Stored<Value> {
         if let existing = properties.withLock({ $0.byKey[key] as? Stored<Value> }) { return existing }
         let definition = keys[keyPath: key]
-        let made = Stored(wrappedValue: definition.defaultValue, backed: backend.backing(key: definition.name), in: context)
+        let made = Stored(wrappedValue: definition.defaultValue, backed: store.backing(key: definition.name), in: context)
         return properties.withLock { properties in
             // Another thread may have made it meanwhile: keep the first, so both share it.
             if let existing = properties.byKey[key] as? Stored<Value> { return existing }
@@ -130,9 +140,9 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
         }
     }
 
-    private init(_ keys: Keys, backend: Backend, context: CofferContext) {
+    private init(_ keys: Keys, store: StoreChoice, context: CofferContext) {
         self.keys = keys
-        self.backend = backend
+        self.store = store
         self.context = context
     }
 }

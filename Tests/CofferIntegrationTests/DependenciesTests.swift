@@ -151,7 +151,7 @@ struct DependenciesTests {
         let (group, inTask) = await withDependencies {
             $0.cofferContext = context
         } operation: {
-            let group = StoredGroup<Keys>(backend: .keyValue)
+            let group = StoredGroup<Keys>(store: .keyValue)
             let inTask = await Task { Stored(wrappedValue: 0, backed: .keyValue(key: "n")).context }.value
             return (group, inTask)
         }

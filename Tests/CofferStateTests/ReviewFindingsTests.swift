@@ -21,7 +21,7 @@ struct StateReviewFindingsTests {
     @Test("A nested group's key is observed like a top-level one: a later write through the group is seen")
     func nestedGroupObservation() throws {
         try withTemporaryContext { _ in
-            let storage = StoredGroup<AppKeys>(backend: .memory)
+            let storage = StoredGroup<AppKeys>(store: .memory)
             let changed = Counter()
             withObservationTracking {
                 _ = storage.debug.showConsole
@@ -38,7 +38,7 @@ struct StateReviewFindingsTests {
     @Test("A Computed that reads a nested group's key follows a write made through the group")
     func nestedGroupComputed() throws {
         try withTemporaryContext { _ in
-            let storage = StoredGroup<AppKeys>(backend: .memory)
+            let storage = StoredGroup<AppKeys>(store: .memory)
             let console = Computed { storage.debug.showConsole ? "shown" : "hidden" }
             #expect(console.wrappedValue == "hidden")
             storage.debug.showConsole = true

@@ -195,7 +195,7 @@ struct SpellingTests {
         }
     }
 
-    // MARK: A typed key group with an injectable backend (key-value-storage)
+    // MARK: A typed key group with an injectable store (key-value-storage's injectable backend)
 
     struct AppKeys: StoredKeyGroup {
         let launchCount = StoredKey("launchCount", default: 0)
@@ -219,7 +219,7 @@ struct SpellingTests {
     @Test("A key group in a named suite: read, write, nested group, a new group is the next launch")
     func keyGroupInSuite() throws {
         try withTemporaryContext { context in
-            let storage = StoredGroup<AppKeys>(backend: .keyValue(suite: "app"))
+            let storage = StoredGroup<AppKeys>(store: .keyValue(suite: "app"))
             #expect(storage.launchCount == 0)
             #expect(storage.lastLaunchDate == nil)
             storage.launchCount += 1
@@ -228,7 +228,7 @@ struct SpellingTests {
             storage.account = AccountInfo(name: "Ada", email: "ada@example.com")
             storage.debug.showConsole = true
 
-            let relaunched = StoredGroup<AppKeys>(backend: .keyValue(suite: "app"))
+            let relaunched = StoredGroup<AppKeys>(store: .keyValue(suite: "app"))
             #expect(relaunched.launchCount == 1)
             #expect(relaunched.lastLaunchDate == Date(timeIntervalSince1970: 86_400))
             #expect(relaunched.fruit == .orange)
@@ -252,13 +252,23 @@ struct SpellingTests {
         }
     }
 
-    /// A model that takes its backend once, as key-value-storage's users inject one.
+    /// The former spellings, `Backend` and `StoredGroup(backend:)`, still compile (deprecated).
+    /// Never called: deprecated uses inside a deprecated function do not warn, so the build
+    /// checks they resolve while warnings stay errors.
+    @available(*, deprecated)
+    static func formerSpellings() -> StoredGroup<AppKeys> {
+        let backend: Backend = .memory
+        #expect(StoredGroup<AppKeys>(backend: backend).backend.description == "memory")
+        return StoredGroup<AppKeys>(backend: .keyValue(suite: "app"))
+    }
+
+    /// A model that takes its store once, as key-value-storage's users inject a backend.
     final class LaunchTracker {
         let storage: StoredGroup<AppKeys>
         @Computed var isFirstLaunch: Bool
 
-        init(backend: Backend = .keyValue(suite: "app")) {
-            storage = StoredGroup(backend: backend)
+        init(store: StoreChoice = .keyValue(suite: "app")) {
+            storage = StoredGroup(store: store)
             $isFirstLaunch = Computed { [launchCount = storage.stored(\.launchCount)] in launchCount.wrappedValue <= 1 }
         }
 
@@ -268,28 +278,28 @@ struct SpellingTests {
     @Test("One line switches the whole model to memory: nothing is written, values live in that store")
     func keyGroupInMemory() throws {
         try withTemporaryContext { context in
-            let backend = Backend.memory
-            let tracker = LaunchTracker(backend: backend)
+            let store = StoreChoice.memory
+            let tracker = LaunchTracker(store: store)
             tracker.launched()
             #expect(tracker.isFirstLaunch)
             tracker.launched()
             #expect(!tracker.isFirstLaunch)
             tracker.storage.debug.showConsole = true
-            // The same backend value is the same store: a second model is the next launch.
-            let again = LaunchTracker(backend: backend)
+            // The same StoreChoice value is the same store: a second model is the next launch.
+            let again = LaunchTracker(store: store)
             #expect(again.storage.launchCount == 2)
             #expect(again.storage.debug.showConsole)
             // Another `.memory` is a fresh store, and nothing reached the disk.
-            #expect(LaunchTracker(backend: .memory).storage.launchCount == 0)
+            #expect(LaunchTracker(store: .memory).storage.launchCount == 0)
             let files = try FileManager.default.contentsOfDirectory(atPath: context.directory.path)
             #expect(files.isEmpty)
         }
     }
 
-    @Test("A key group observes like @Stored, and a backend gives @Stored properties their backings")
+    @Test("A key group observes like @Stored, and a store choice gives @Stored properties their backings")
     func keyGroupObservationAndBacking() throws {
         try withTemporaryContext { _ in
-            let storage = StoredGroup<AppKeys>(backend: .keyValue)
+            let storage = StoredGroup<AppKeys>(store: .keyValue)
             let changed = Counter()
             withObservationTracking {
                 _ = storage.launchCount
@@ -302,18 +312,18 @@ struct SpellingTests {
             final class Editor {
                 @Stored var fontSize: Double
                 @Stored var theme: String
-                init(backend: Backend) {
-                    _fontSize = Stored(wrappedValue: 13, backed: backend.backing(key: "fontSize"))
-                    _theme = Stored(wrappedValue: "light", backed: backend.backing(key: "theme"))
+                init(store: StoreChoice) {
+                    _fontSize = Stored(wrappedValue: 13, backed: store.backing(key: "fontSize"))
+                    _theme = Stored(wrappedValue: "light", backed: store.backing(key: "theme"))
                 }
             }
-            let editor = Editor(backend: .disk)
+            let editor = Editor(store: .disk)
             editor.fontSize = 15
             editor.theme = "dark"
-            #expect(Editor(backend: .disk).fontSize == 15)
-            #expect(Editor(backend: .disk).theme == "dark")
-            #expect(Editor(backend: .memory).theme == "light")
-            #expect(Backend.keyValue(suite: "app").backing(key: "x").description == "keyValue(suite: app, key: x)")
+            #expect(Editor(store: .disk).fontSize == 15)
+            #expect(Editor(store: .disk).theme == "dark")
+            #expect(Editor(store: .memory).theme == "light")
+            #expect(StoreChoice.keyValue(suite: "app").backing(key: "x").description == "keyValue(suite: app, key: x)")
         }
     }
 
@@ -324,10 +334,10 @@ struct SpellingTests {
             let gitlab = StoredKey<String?>("ada")
         }
         try withTemporaryContext(vault: true) { context in
-            let credentials = StoredGroup<Credentials>(backend: .vault(service: "tokens"))
+            let credentials = StoredGroup<Credentials>(store: .vault(service: "tokens"))
             credentials.github = "ghp_example"
             #expect(credentials.stored(\.github).error == nil)
-            let reopened = StoredGroup<Credentials>(backend: .vault(service: "tokens"))
+            let reopened = StoredGroup<Credentials>(store: .vault(service: "tokens"))
             #expect(reopened.github == "ghp_example")
             #expect(reopened.gitlab == nil)
             let file = try Data(contentsOf: context.directory.appendingPathComponent(VaultConfiguration.defaultFileName))

@@ -23,10 +23,10 @@ package struct ExactKey: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    public func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         var copy = string
         copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
 
-    public var description: String { string }
+    package var description: String { string }
 }

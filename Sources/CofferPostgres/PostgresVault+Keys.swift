@@ -238,7 +238,7 @@ extension PostgresVault {
                             path: self.name)
                     }
                     guard case .put(let item, var secret) = body else { continue }
-                    defer { secret.withUnsafeMutableBytes { zero($0) } }
+                    defer { SecureMemory.zero(&secret) }
                     let newKey = try next.rowKey(service: item.service, account: item.account)
                     let sealed = try secret.withUnsafeBytes { bytes in
                         try next.sealPut(

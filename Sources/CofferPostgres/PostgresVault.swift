@@ -247,7 +247,7 @@ public final class PostgresVault: Sendable {
     ///   back or deleted behind Coffer's back, as far as this instance can tell); `.io`; `.busy`.
     public func data(service: String, account: String) async throws -> Data? {
         guard case .put(_, var secret) = try await body(service: service, account: account) else { return nil }
-        defer { secret.withUnsafeMutableBytes { zero($0) } }
+        defer { SecureMemory.zero(&secret) }
         return Data(secret)
     }
 
@@ -265,7 +265,7 @@ public final class PostgresVault: Sendable {
     /// the form for secrets that matter (no `Data` copy is made).
     public func secret(service: String, account: String) async throws -> SecureBytes? {
         guard case .put(_, var secret) = try await body(service: service, account: account) else { return nil }
-        defer { secret.withUnsafeMutableBytes { zero($0) } }
+        defer { SecureMemory.zero(&secret) }
         do {
             return try SecureBytes(copying: secret)
         } catch let error as CryptoError {
@@ -276,7 +276,7 @@ public final class PostgresVault: Sendable {
     /// The item's attributes (no secret), or `nil`.
     public func item(service: String, account: String) async throws -> VaultItem? {
         guard case .put(let item, var secret) = try await body(service: service, account: account) else { return nil }
-        secret.withUnsafeMutableBytes { zero($0) }
+        SecureMemory.zero(&secret)
         return item
     }
 
@@ -309,7 +309,7 @@ public final class PostgresVault: Sendable {
             guard case .put(let item, var secret) = try sealing.open(record, rowKey: rowKey, version: version) else {
                 continue
             }
-            secret.withUnsafeMutableBytes { zero($0) }
+            SecureMemory.zero(&secret)
             if service == nil || item.service == service { items.append(item) }
         }
         return items.sorted { ($0.service, $0.account) < ($1.service, $1.account) }
@@ -350,11 +350,13 @@ public final class PostgresVault: Sendable {
             let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
             let current = try await self.currentBody(rowKey, sealing: sealing, on: connection)
             var old: Data?
+            // Zeroed once the transaction is done, as the file vault zeroes its copy for the caller.
+            defer { SecureMemory.zero(&old) }
             var existing: VaultItem?
             if case .put(let item, var secret)? = current {
                 old = Data(secret)
                 existing = item
-                secret.withUnsafeMutableBytes { zero($0) }
+                SecureMemory.zero(&secret)
             }
             let next = try await PostgresLink.callersCodeOffJobs { [old] in
                 try PostgresLink.callersCode { try transform(old) }
@@ -409,7 +411,7 @@ public final class PostgresVault: Sendable {
                 do {
                     if case .put(let item, var secret)? = try await self.currentBody(rowKey, sealing: sealing, on: connection) {
                         existing = item
-                        secret.withUnsafeMutableBytes { zero($0) }
+                        SecureMemory.zero(&secret)
                     }
                 } catch let error as CofferError where error.code == .corrupted || error.code == .rolledBack {
                     // A row that fails authentication is replaced (or removed) whole: writing
@@ -569,7 +571,7 @@ public final class PostgresVault: Sendable {
             let changed = rows.filter { $0.version <= counter }.map { (rowKey, record, version) -> (row: VaultItemID?, version: Int64) in
                 switch try? sealing.open(record, rowKey: rowKey, version: version) {
                 case .put(let item, var secret)?:
-                    secret.withUnsafeMutableBytes { zero($0) }
+                    SecureMemory.zero(&secret)
                     return (VaultItemID(service: item.service, account: item.account), version)
                 case .delete(let service, let account)?: return (VaultItemID(service: service, account: account), version)
                 case nil: return (nil, version)  // fails to authenticate: everyone rereads, and reports it
@@ -662,7 +664,7 @@ public final class PostgresVault: Sendable {
             let names: (String, String)
             switch body {
             case .put(let item, var secret):
-                secret.withUnsafeMutableBytes { zero($0) }
+                SecureMemory.zero(&secret)
                 names = (item.service, item.account)
             case .delete(let service, let account): names = (service, account)
             }
@@ -942,9 +944,4 @@ extension VaultChange {
     }
 }
 
-/// Wipes bytes that held a secret.
-func zero(_ buffer: UnsafeMutableRawBufferPointer) {
-    guard let base = buffer.baseAddress else { return }
-    memset(base, 0, buffer.count)
-}
 #endif

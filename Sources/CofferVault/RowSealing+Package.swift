@@ -325,7 +325,7 @@ package final class RowSealing: Sendable {
                 "a vault row fails authentication: it was altered, copied from another row or another vault, "
                     + "its version was changed, or the vault's name was changed in the database")
         }
-        defer { plaintext.withUnsafeMutableBytes { zeroMemory($0) } }
+        defer { SecureMemory.zero(&plaintext) }
         guard let body = VaultRecordBody.decode(plaintext) else {
             throw CofferError(.corrupted, "a vault row authenticates but its body is malformed")
         }

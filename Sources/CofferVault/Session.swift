@@ -208,7 +208,7 @@ struct Session: Sendable {
         var payloads: [Data] = []
         for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
-            defer { wipe(&plaintext) }
+            defer { SecureMemory.zero(&plaintext) }
             guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {
                 let why = plaintext.withUnsafeBytes { VaultRecordBody.invalidity($0) }
                 throw CofferError(.corrupted, "a vault record authenticated but \(why)", path: journal.path)

@@ -215,7 +215,7 @@ enum KeyFileReader {
         let capacity = VaultUnlock.maximumKeyFileSize + 1
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         defer {
-            zeroMemory(buffer)
+            SecureMemory.zero(buffer)
             buffer.deallocate()
         }
         // At most the size the file says it has: a file whose size reads as 0 but whose read

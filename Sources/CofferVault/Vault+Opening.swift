@@ -166,7 +166,7 @@ extension Vault {
         let unwrapped = try unwrapMaster(header, unlock: unlock, kdfLimit: kdfLimit, fileSystem: fileSystem, path: url.path)
         let keys = try VaultKeys(master: unwrapped.key)
         try verifyMAC(area, copy: copy, keys: keys, path: url.path)
-        wipe(&image)
+        SecureMemory.zero(&image)
         // Frames: the journal keeps every intact commit (and sets the damaged file aside).
         let (journal, records) = try Journal.open(
             path: url.path, options: options, fileSystem: fileSystem, create: .openExisting, recovery: .salvage)
@@ -291,7 +291,7 @@ extension Vault {
     static func verifyMAC(stored: ArraySlice<UInt8>, copy: Int = 0, keys: VaultKeys, path: String) throws {
         let start = copy * VaultHeader.copySize
         let expected = try keys.headerMAC(stored: stored)
-        guard constantTimeEqual(expected, Array(VaultHeader.storedMAC(of: stored))) else {
+        guard SecureMemory.constantTimeEqual(expected, Array(VaultHeader.storedMAC(of: stored))) else {
             throw CofferError(
                 .corrupted, "the vault header (copy \(copy + 1)) fails authentication: it was altered", path: path,
                 offset: Int64(Journal.fileHeaderSize + start))

@@ -46,7 +46,7 @@ package struct VaultSessionKey: Sendable {
         let count = 3 + salt.count + kek.count
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
         defer {
-            zeroMemory(buffer)
+            SecureMemory.zero(buffer)
             buffer.deallocate()
         }
         buffer[0] = Self.formatVersion

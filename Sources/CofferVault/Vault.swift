@@ -202,21 +202,11 @@ public final class Vault: Sendable {
     public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
         try update(service: service, account: account, bytes: { current in
             var old = current.map { Data($0) }
-            defer { Self.wipeData(&old) }
+            defer { SecureMemory.zero(&old) }
             // The returned Data is the caller's (it may even wrap their own buffer, bytesNoCopy):
             // it is copied, and the copy is wiped after the commit; the Data itself is left alone.
             return try transform(old).map { [UInt8]($0) }
         })
-    }
-
-    /// Zeroes a `Data` this vault made for a caller, with the same non-elidable zeroing as the
-    /// vault's own buffers. If the caller kept a copy, copy-on-write gives this one fresh
-    /// storage and the caller's copy stays theirs. (A `Data` of up to 14 bytes is stored inline,
-    /// in registers or on the stack; those copies cannot be reached.)
-    private static func wipeData(_ data: inout Data?) {
-        guard var bytes = data else { return }
-        data = nil
-        bytes.withUnsafeMutableBytes { zeroMemory($0) }
     }
 
     /// Updates a UTF-8 string secret atomically: as the `Data` form of `update(service:account:_:)`.
@@ -328,14 +318,14 @@ public final class Vault: Sendable {
         }
         guard let (entry, keys, vaultID) = found else { return nil }
         var secret = try openSecret(entry, keys: keys, vaultID: vaultID)
-        defer { wipe(&secret) }
+        defer { SecureMemory.zero(&secret) }
         return try body(secret)
     }
 
     /// Decrypts an indexed record and returns its secret (the caller wipes it).
     private func openSecret(_ entry: Entry, keys: VaultKeys, vaultID: [UInt8]) throws -> [UInt8] {
         var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: vaultID, chain: entry.chain)
-        defer { wipe(&plaintext) }
+        defer { SecureMemory.zero(&plaintext) }
         guard case .put(_, let secret) = VaultRecordBody.decode(plaintext) else {
             throw CofferError(.corrupted, "a vault record authenticated but its layout is invalid", path: url.path)
         }
@@ -379,13 +369,13 @@ public final class Vault: Sendable {
             var current = try live.entries[ItemKey(service: service, account: account)].map {
                 try openSecret($0, keys: live.keys, vaultID: live.header.vaultID)
             }
-            defer { if current != nil { wipe(&current!) } }
+            defer { SecureMemory.zero(&current) }
             var next = try transform(current)
-            defer { if next != nil { wipe(&next!) } }
+            defer { SecureMemory.zero(&next) }
             switch (current, next) {
             case (nil, nil):
                 return
-            case (let old?, let new?) where constantTimeEqual(old, new):
+            case (let old?, let new?) where SecureMemory.constantTimeEqual(old, new):
                 return  // unchanged: no record, and `modified` stays as it was
             case (_, let new?):
                 _ = try new.withUnsafeBytes { secret in

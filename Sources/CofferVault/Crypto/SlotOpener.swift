@@ -22,7 +22,7 @@ enum SlotOpener: Sendable {
     func opens(_ slot: KeySlot) -> Bool {
         switch self {
         case .slotKey(let kind, let salt, _):
-            return slot.kind == kind && constantTimeEqual(slot.salt, salt)
+            return slot.kind == kind && SecureMemory.constantTimeEqual(slot.salt, salt)
         case .identities(let identities):
             return slot.kind == .recipient && identities.contains { $0.recipient.publicKey == slot.recipientKey }
         }

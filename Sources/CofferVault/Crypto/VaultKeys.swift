@@ -159,7 +159,7 @@ enum RecordCipher {
         }
         return try withUnsafeTemporaryAllocation(byteCount: max(length, 1), alignment: 8) { scratch in
             let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
-            defer { zeroMemory(plaintext) }
+            defer { SecureMemory.zero(plaintext) }
             encode(plaintext)
             return try seal(UnsafeRawBufferPointer(plaintext), keys: keys, vaultID: vaultID, chain: chain)
         }
@@ -233,7 +233,7 @@ struct RecordOpener: ~Copyable {
     }
 
     deinit {
-        zeroMemory(scratch)
+        SecureMemory.zero(scratch)
         scratch.deallocate()
         associatedData.deallocate()
     }
@@ -252,7 +252,7 @@ struct RecordOpener: ~Copyable {
         }
         let length = payload.count - RecordCipher.overhead
         if scratch.count < length {
-            zeroMemory(scratch)
+            SecureMemory.zero(scratch)
             scratch.deallocate()
             scratch = .allocate(byteCount: max(length, 2 * scratch.count), alignment: 8)
         }
@@ -260,7 +260,7 @@ struct RecordOpener: ~Copyable {
             UnsafeMutableRawBufferPointer(rebasing: associatedData[chainOffset...]).copyMemory(from: $0)
         }
         let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
-        defer { zeroMemory(plaintext) }
+        defer { SecureMemory.zero(plaintext) }
         do {
             try XChaCha20Poly1305.open(
                 UnsafeRawBufferPointer(rebasing: payload[XChaCha20Poly1305.nonceLength...]), key: keys.record,

@@ -202,7 +202,7 @@ let package = Package(
         .target(
             name: "CofferServiceLifecycle",
             dependencies: [
-                "CofferCore", "CofferStorage", "CofferVault",
+                "CofferCore", "CofferVault",
                 .product(
                     name: "ServiceLifecycle", package: "swift-service-lifecycle",
                     condition: .when(traits: ["ServiceLifecycle"])),

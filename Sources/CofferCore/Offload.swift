@@ -115,10 +115,10 @@ package enum Offload {
     /// Such a task resumes often (a lease, a reply) and each resumption is a short job: on a
     /// few threads that are already running, the next job is taken without waking a thread,
     /// where the growing pool woke one of its many threads for each. Those hand-offs were most
-    /// of the cost of a PostgreSQL write from async code (BENCHMARKS.md, issue 22). The global
-    /// concurrent executor would do as well, but a caller that blocks cooperative threads
-    /// (a sleep, a process wait) would then stall these tasks while they hold pooled
-    /// connections that other callers wait for.
+    /// of the cost of a PostgreSQL write from async code (BENCHMARKS.md, "Fleet writes from
+    /// async code"). The global concurrent executor would do as well, but a caller that blocks
+    /// cooperative threads (a sleep, a process wait) would then stall these tasks while they hold
+    /// pooled connections that other callers wait for.
     @discardableResult
     package static func startBesideCaller(_ operation: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         if BlockingPool.isCurrentThread { return start(operation) }

@@ -11,7 +11,7 @@ import CSharedWord
 /// frame (to catch up with other processes' appends). Besides costing two system calls, the
 /// `stat` makes the next write slower to flush on Linux ≥ 6.13: querying a file's ctime makes
 /// its next modification take a fine-grained timestamp, so every write dirties the inode, and
-/// every `fdatasync` carries it (measured in BENCHMARKS.md, finding 7).
+/// every `fdatasync` carries it (measured in BENCHMARKS.md, `keyvalue.write.durable`).
 ///
 /// Layout (native-endian 64-bit words; the page never leaves the machine, and a page in another
 /// byte order fails the magic and is reset):

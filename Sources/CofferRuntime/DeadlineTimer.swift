@@ -1,7 +1,8 @@
 // One timer thread per process for the deadlines of calls that wait outside the process (a
 // PostgreSQL lease or statement): arming a deadline is a heap insertion under a lock, and
 // disarming it is a dictionary removal. Neither starts a task nor wakes a thread, where a
-// watchdog task per call cost several thread hand-offs on every call (BENCHMARKS.md, issue 22).
+// watchdog task per call cost several thread hand-offs on every call (BENCHMARKS.md, "Never
+// freezing the host").
 import CofferCore
 import Foundation
 

@@ -1,5 +1,5 @@
-// The other process of HeaderChangeRaceTests (issue 13, item 2): a vault held open across
-// another process's passphrase change, then compacted.
+// The other process of HeaderChangeRaceTests (a header change by another process is never
+// undone): a vault held open across another process's passphrase change, then compacted.
 import CofferVault
 import Foundation
 

@@ -175,8 +175,8 @@ public struct VaultVerification: Sendable, Codable, Equatable {
 }
 
 /// Reads a key file without ever waiting on it or reading more than
-/// ``VaultUnlock/maximumKeyFileSize`` bytes (issue 13 item 10: a FIFO hung the open forever, a
-/// 3 GB file was read whole).
+/// ``VaultUnlock/maximumKeyFileSize`` bytes: a FIFO would hang the open forever, and a 3 GB file
+/// would be read whole.
 enum KeyFileReader {
     /// The size rules every key (file or contents) must meet.
     static func check(count: Int, path: String?, what: String = "key file") throws {

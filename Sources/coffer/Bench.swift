@@ -1,4 +1,4 @@
-// `coffer bench` (issue 6): the hot read/write paths, the large opens and the KDF presets,
+// `coffer bench`: the hot read/write paths, the large opens and the KDF presets,
 // measured next to peers in the same run. The harness is in BenchHarness.swift, the table, JSON
 // and SVG in BenchOutput.swift.
 //

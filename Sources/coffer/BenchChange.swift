@@ -1,5 +1,5 @@
-// `coffer bench`: how long a write made by another process takes to reach an observer here
-// (issue 14), and what watching costs while nothing changes.
+// `coffer bench`: how long a write made by another process takes to reach an observer here,
+// and what watching costs while nothing changes.
 //
 //   keyvalue.change.latency   another process's `KeyValueFileStrategy.set` (coalesced) → the
 //                             Observation `onChange` of a loaded `@Stored` on that key, here

@@ -1,4 +1,4 @@
-// The timing harness of `coffer bench` (issue 6): calibrated runs, median/min/max, and a sink
+// The timing harness of `coffer bench`: calibrated runs, median/min/max, and a sink
 // the optimiser cannot see through.
 
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
-// `coffer bench` output: the table, the JSON object of issue 6, and the SVG chart.
+// `coffer bench` output: the table, the JSON object (its names are fixed: scripts and
+// BENCHMARKS.md read them; BenchCommandTests lists them), and the SVG chart.
 
 import Foundation
 

@@ -10,7 +10,7 @@ import Foundation
     import Darwin
 #endif
 
-/// The exit codes `coffer` promises (issue 5); scripts rely on them, so they never change.
+/// The exit codes `coffer` promises; scripts rely on them, so they never change.
 enum ExitStatus: Int32 {
     case success = 0
     /// Anything not listed below (I/O, a vault that already exists or does not exist, …).
@@ -121,7 +121,7 @@ func report(_ error: any Error) -> ExitStatus {
 }
 
 /// `message` (from swift-argument-parser) with every quoted command-line argument replaced by
-/// its position, for example `Unexpected argument <argument 4>` (issue 13 item 12).
+/// its position, for example `Unexpected argument <argument 4>`.
 ///
 /// `coffer set svc acct ghp_SECRET` is an easy slip — the secret belongs on standard input —
 /// and echoing the stray word would put the secret on the screen and in logs. Option names

@@ -69,7 +69,7 @@ struct GlobalOptions: ParsableArguments {
 
     /// The longest `$COFFER_LOCK_TIMEOUT` accepted: one day. A larger value is a usage error
     /// rather than a number the library would have to convert to nanoseconds (1e10 s overflows
-    /// `Int64` nanoseconds and trapped before this check existed, issue 13 item 9).
+    /// `Int64` nanoseconds, which traps).
     static let maximumLockTimeout: Double = 86_400
 
     /// How long to wait for another process's lock: `$COFFER_LOCK_TIMEOUT` seconds, default the

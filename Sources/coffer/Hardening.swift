@@ -10,7 +10,7 @@ import CofferRuntime
     import Darwin
 #endif
 
-/// What `coffer` does first, before parsing (issue 13 item 5): no core dumps, no crash report
+/// What `coffer` does first, before parsing: no core dumps, no crash report
 /// that prints memory, and the passphrase variables taken out of the environment.
 enum Hardening {
     /// The line printed instead of Swift's crash report.

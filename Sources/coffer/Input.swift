@@ -144,12 +144,12 @@ enum Input {
     /// Reads one line from `input` with echo off, restoring the terminal afterwards — also when
     /// the process is interrupted (Ctrl-C) while waiting.
     ///
-    /// Job control is handled as OpenSSH's `readpassphrase` does (issue 13 item 6): on Ctrl-Z
-    /// (SIGTSTP, or SIGTTIN/SIGTTOU in the background) the terminal is given back as it was,
-    /// then the process stops; when it continues, echo is turned off again, the prompt is shown
-    /// again and what was typed before is discarded. A SIGCONT handler turns echo off again
-    /// in any case (also after a SIGSTOP, which cannot be caught, or a shell that put its own
-    /// terminal modes back).
+    /// Job control is handled as OpenSSH's `readpassphrase` does, so the rest of a passphrase
+    /// is never shown after a suspension: on Ctrl-Z (SIGTSTP, or SIGTTIN/SIGTTOU in the
+    /// background) the terminal is given back as it was, then the process stops; when it
+    /// continues, echo is turned off again, the prompt is shown again and what was typed before
+    /// is discarded. A SIGCONT handler turns echo off again in any case (also after a SIGSTOP,
+    /// which cannot be caught, or a shell that put its own terminal modes back).
     private static func readHidden(from input: Int32, promptTo output: Int32, prompt: String, limit: Int) throws
         -> SecureBytes
     {

@@ -119,7 +119,7 @@ struct ListCommand: ParsableCommand {
         var modified: Date
     }
 
-    /// The widest cell `list` prints in its table (issue 13 item 8: one 1 MB name padded every
+    /// The widest cell `list` prints in its table (without it, one 1 MB name would pad every
     /// row to 1 MB). Names can be much longer; `--json` prints them in full.
     static let maximumCellWidth = 40
 

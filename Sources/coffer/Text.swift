@@ -14,7 +14,7 @@ import ArgumentParser
 
 // MARK: - Incoming
 
-/// Refuses any command-line argument that is not valid UTF-8 (issue 13 item 4).
+/// Refuses any command-line argument that is not valid UTF-8.
 ///
 /// swift-argument-parser only ever sees `CommandLine.arguments`, where invalid bytes have
 /// already been replaced by U+FFFD: `svc\xff` and `svc\xfe` would both become `svc\u{FFFD}` and

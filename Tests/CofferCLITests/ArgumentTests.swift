@@ -7,8 +7,9 @@ import Testing
     import Darwin
 #endif
 
-/// What reaches coffer through argv and the environment, and what it prints back (issue 13
-/// items 4, 8, 9, 12, 13 and 14).
+/// What reaches coffer through argv and the environment, and what it prints back: names and
+/// variables that are not UTF-8, empty or control-character names, long names, out-of-range
+/// numbers, and a secret typed where an argument goes.
 @Suite("coffer arguments, environment and names")
 struct ArgumentTests {
     @Test("names that are not valid UTF-8 are refused (exit 2), never collapsed into one item")

@@ -5,7 +5,8 @@ import Testing
 /// test's). One `--quick` run, about 5 s in a debug build.
 @Suite("coffer bench")
 struct BenchCommandTests {
-    /// Every name issue 6 asks `coffer bench --json` for, plus the peers and variants it adds.
+    /// Every name `coffer bench --json` promises (scripts and BENCHMARKS.md read them), with the
+    /// peers and variants.
     static let names = [
         "stored.read", "computed.read", "peer.mutex.read", "peer.observable.read",
         "peer.userdefaults.read", "peer.userdefaults.write",

@@ -6,8 +6,8 @@ import Testing
     import Glibc
 #endif
 
-/// Where the vault file is, and what is beside it (issue 13, items 1, 3, 11 and 12), tried the
-/// way a user or an attacker meets it: through the `coffer` binary.
+/// Where the vault file is, and what is beside it (planted links, aliases, read-only files),
+/// tried the way a user or an attacker meets it: through the `coffer` binary.
 @Suite("coffer: planted links, two paths to one vault, read-only vaults")
 struct FilePlacementTests {
     static let victim = Array("a file the attacker wants overwritten\n".utf8)

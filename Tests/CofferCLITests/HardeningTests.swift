@@ -7,7 +7,7 @@ import Testing
     import Darwin
 #endif
 
-/// Crash output, core dumps and the environment (issue 13 item 5), through the test-only
+/// Crash output, core dumps and the environment, through the test-only
 /// `COFFER_TEST_HOOK` (see Sources/coffer/Hardening.swift).
 @Suite("coffer process hardening")
 struct HardeningTests {

@@ -7,7 +7,7 @@ import Testing
     import Darwin
 #endif
 
-/// Suspending coffer at a prompt without echo (issue 13 item 6): after Ctrl-Z and `fg`, the
+/// Suspending coffer at a prompt without echo: after Ctrl-Z and `fg`, the
 /// rest of the passphrase must still not be shown.
 @Suite("coffer prompts and job control")
 struct JobControlTests {

@@ -7,7 +7,7 @@ import Testing
     import Darwin
 #endif
 
-/// Key files the CLI is given (issue 13 items 10 and 12): only regular files up to 64 KiB, or
+/// Key files the CLI is given: only regular files up to 64 KiB, or
 /// the explicit `--key-file -` for a key on standard input.
 @Suite("coffer key files")
 struct KeyFileTests {

@@ -177,7 +177,7 @@ struct JournalControlTests {
         #expect(all == [payload(7), payload(8)])
     }
 
-    /// Review finding: when one process finds a file replaced by hand, a process still inside
+    /// When one process finds a file replaced by hand, a process still inside
     /// its check interval must not go on appending to the old, unlinked file. The page names
     /// the file it was settled for, so the first process to look tells the others.
     @Test func oneProcessFindingAReplacedFileTellsTheOthers() throws {
@@ -212,7 +212,7 @@ struct JournalControlTests {
         #expect(all == [10, 11, 12].map(payload))
     }
 
-    /// Review finding: growing the lock file with `ftruncate` left a hole that a store into the
+    /// Growing the lock file with `ftruncate` would leave a hole that a store into the
     /// mapping would allocate — `SIGBUS` on a full disk. It is grown by writing, so a full disk
     /// is an `ENOSPC` error from `open`.
     @Test func aFullDiskFailsTheOpenInsteadOfFaultingInThePage() throws {
@@ -230,7 +230,7 @@ struct JournalControlTests {
         #expect(fs.contents(atPath: "/data/j.lock")?.count == JournalControl.length)
     }
 
-    /// Review finding: a read failing part-way through catching up must not move the journal's
+    /// A read failing part-way through catching up must not move the journal's
     /// end past commits its caller never received (the page would then hide them for good).
     @Test func aFailedCatchUpIsRetriedFromWhereItStarted() throws {
         let fs = try memoryFS()
@@ -247,7 +247,7 @@ struct JournalControlTests {
         #expect(all == (1...3).map(payload))
     }
 
-    /// Review finding: a failure while rereading a compacted file must leave the journal on the
+    /// A failure while rereading a compacted file must leave the journal on the
     /// old file with its old view, so that the next call switches again instead of reading the
     /// new file from the old file's end.
     @Test func aFailedSwitchToACompactedFileIsRetried() throws {

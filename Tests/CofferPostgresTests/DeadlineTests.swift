@@ -11,7 +11,7 @@ import Testing
 import Glibc
 #endif
 
-/// Every wait on the server is bounded (issue 22): backends terminated under a writer, a row
+/// Every wait on the server is bounded: backends terminated under a writer, a row
 /// lock held by another session, a backend stopped with SIGSTOP, a server that accepts and never
 /// answers — each call ends with a value or a clear `.busy`/`.io`, and async callers never hold a
 /// thread of the cooperative pool meanwhile.

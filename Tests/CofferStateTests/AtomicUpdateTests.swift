@@ -8,7 +8,7 @@ import Foundation
 import Observation
 import Testing
 
-/// `$x.update { … }`: a read-modify-write that loses nothing (issue 14, part 4).
+/// `$x.update { … }`: a read-modify-write that loses nothing, across threads and processes.
 @Suite("Atomic update")
 struct AtomicUpdateTests {
     final class Model {

@@ -6,7 +6,7 @@ import Observation
 import Testing
 
 /// The settings examples ported as a new user would: a settings singleton and a second model
-/// on the same key (issue 14, "one cell per key in a process").
+/// on the same key share one value in the process.
 final class SoundSettings {
     @Stored(backed: .keyValue(key: "isSoundEnabled")) var isSoundEnabled = false
     @Stored(backed: .keyValue(suite: "audio", key: "volume")) var volume = 5

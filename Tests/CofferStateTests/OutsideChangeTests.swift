@@ -7,8 +7,7 @@ import Foundation
 import Observation
 import Testing
 
-/// Changes made outside the process's store instance reach running properties (issue 14,
-/// part 2): another instance on the same file, another process, a compaction, a file removed
+/// Changes made outside the process's store instance reach running properties: another instance on the same file, another process, a compaction, a file removed
 /// or replaced by hand.
 @Suite("Changes from elsewhere")
 struct OutsideChangeTests {

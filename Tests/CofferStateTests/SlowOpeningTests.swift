@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 /// Opening a store (a vault's Argon2id, up to a second) runs under no lock that properties of
-/// other stores need (issue 22, "KDF off the locks").
+/// other stores need: a KDF never runs under a shared lock.
 @Suite("Slow opening holds no shared lock")
 struct SlowOpeningTests {
     @Test("A store being opened (blocked inside make) never delays a key-value property of the same context")

@@ -6,7 +6,7 @@ import Foundation
 import Observation
 import Testing
 
-// The spellings the ported seed examples missed (issue 16), each written the way the seed
+// Spellings the ported seed examples need, each written the way the seed
 // libraries' users write them, then persisted, re-created as on the next launch, and checked.
 
 @Suite("Spellings: heterogeneous settings, memory-only values, key groups, optionals")

@@ -11,9 +11,9 @@ import Testing
 import Glibc
 #endif
 
-/// Files planted beside a store by someone else (issue 13, items 1, 3, 11 and 12): a symlink or
-/// a hard link at the lock file's name, another user's file, a FIFO or a directory where the
-/// store belongs, two paths to one store, and a store that cannot be written.
+/// Files planted beside a store by someone else: a symlink or a hard link at the lock file's
+/// name, another user's file, a FIFO or a directory where the store belongs, two paths to one
+/// store, and a store that cannot be written.
 @Suite("Store files: planted links, aliases, read-only use")
 struct FileHardeningTests {
     let fs = LiveFileSystem()

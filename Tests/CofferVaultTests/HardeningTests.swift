@@ -7,9 +7,9 @@ import CofferTesting
 import Foundation
 import Testing
 
-// Issue 13, the vault library's part: a header rewritten in place by another process is never
-// undone (item 2), a key slot's Argon2id cost is capped (item 7), names are bounded (item 8)
-// and never repaired (item 4), and the header MAC covers the bytes as stored (the format).
+// The vault library against hostile files and inputs: a header rewritten in place by another
+// process is never undone, a key slot's Argon2id cost is capped, names are bounded and never
+// repaired, and the header MAC covers the bytes as stored.
 
 /// Rewrites header copies of a vault file in place with `edit` (given the bytes and the copy's
 /// file offset), recomputing each copy's CRC, as a hostile or buggy writer would.
@@ -41,7 +41,7 @@ func headerSequences(_ url: URL) throws -> [UInt64?] {
     }
 }
 
-@Suite("Vault: a header change by another process is never undone (issue 13, item 2)")
+@Suite("Vault: a header change by another process is never undone")
 struct HeaderChangeRaceTests {
     /// A new, empty vault `v` in `dir` (passphrase "old"), opened twice.
     static func twoInstancesOfANewVault(in dir: Scratch) throws -> (url: URL, a: Vault, b: Vault) {
@@ -173,7 +173,7 @@ struct HeaderChangeRaceTests {
     }
 }
 
-@Suite("Vault: a key slot's Argon2id cost is capped (issue 13, item 7)")
+@Suite("Vault: a key slot's Argon2id cost is capped")
 struct KDFLimitTests {
     /// The attack's header: 64 passes over 4 GiB, within the format's bounds. Refused before
     /// anything is allocated (the test would take minutes and 4 GiB otherwise), and not as a
@@ -290,7 +290,7 @@ struct KDFLimitTests {
     }
 }
 
-@Suite("Vault header: authenticated exactly as stored (issue 13, the format)")
+@Suite("Vault header: authenticated exactly as stored")
 struct HeaderBytesTests {
     static func makeVault(_ dir: Scratch) throws -> URL {
         let url = dir.url("v")
@@ -366,7 +366,7 @@ struct HeaderBytesTests {
     }
 }
 
-@Suite("Vault names: valid UTF-8 and bounded (issue 13, items 4 and 8)")
+@Suite("Vault names: valid UTF-8 and bounded")
 struct VaultNameTests {
     /// A record that authenticates but whose service (or another text field) is not UTF-8, as
     /// a buggy or hostile writer holding the key could seal it: refused with its offset, never

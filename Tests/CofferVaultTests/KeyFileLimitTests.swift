@@ -10,7 +10,8 @@ import Testing
     import Darwin
 #endif
 
-/// Key files are read only when they are regular files of at most 64 KiB (issue 13 item 10).
+/// Key files are read only when they are regular files of at most 64 KiB: a FIFO must not hang
+/// the open, a huge file must not be read whole.
 @Suite("Key file limits")
 struct KeyFileLimitTests {
     /// A vault unlocked by a 40-byte key file, and that key's bytes.

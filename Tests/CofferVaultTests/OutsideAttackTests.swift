@@ -7,11 +7,11 @@ import Testing
 
 @testable import CofferVault
 
-/// What the last outside attack found (after issue 13 landed): a vault whose update from the
-/// file failed went on serving stale items and sealed its next write with the old chain; a
-/// failed compaction after a durable write reported the write as failed; a key "file" whose
-/// size reads 0 was read anyway.
-@Suite("Outside attack, second round")
+/// A vault attacked or failing from outside: a vault whose update from the file fails must not
+/// go on serving stale items or seal its next write with the old chain; a compaction failing
+/// after a durable write must not report the write as failed; a key "file" whose size reads 0
+/// (procfs) must not be read.
+@Suite("Vault under outside attack: a swapped file, a failed compaction, a key file of size 0")
 struct OutsideAttackTests {
     static func key(_ byte: UInt8) throws -> VaultUnlock { .key(try SecureBytes(copying: [UInt8](repeating: byte, count: 32))) }
 

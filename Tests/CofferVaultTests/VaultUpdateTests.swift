@@ -5,7 +5,7 @@ import Testing
 
 @testable import CofferVault
 
-/// `Vault.update(service:account:_:)`: the vault's atomic read-modify-write (issue #7). The
+/// `Vault.update(service:account:_:)`: the vault's atomic read-modify-write. The
 /// two-process counter is in CounterStressTests.
 @Suite("Vault update")
 struct VaultUpdateTests {

@@ -129,7 +129,7 @@ public enum ProcessHardening {
     /// the same signal as before, so its exit status is unchanged.
     ///
     /// Swift's backtracer prints, for every register, the 16 bytes it points to: after a fault
-    /// in code handling a secret, that showed bytes of the secret on standard error (issue 13).
+    /// in code handling a secret, that shows bytes of the secret on standard error.
     /// Its `SWIFT_BACKTRACE` setting is read when the process starts, before `main`, so a
     /// program cannot turn it off for itself without re-executing; installing these handlers
     /// instead needs no `exec`, holds whatever `SWIFT_BACKTRACE` says, and also covers a stack

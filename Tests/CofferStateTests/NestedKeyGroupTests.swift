@@ -5,10 +5,11 @@ import Foundation
 import Observation
 import Testing
 
-// Defects found in review of issue 16's spellings, each shown by a test that failed before its fix.
-
-@Suite("Review findings: key groups")
-struct StateReviewFindingsTests {
+/// A group nested in a ``StoredKeyGroup`` is one object per parent, so its keys are observed and
+/// computed from like top-level keys: a group made anew on each access would make its `Stored`
+/// properties anew, and an observer of one would miss a write made through the next.
+@Suite("Key groups: a nested group's keys are observed like top-level ones")
+struct NestedKeyGroupTests {
     struct AppKeys: StoredKeyGroup {
         let launchCount = StoredKey("launchCount", default: 0)
         let debug = DebugKeys()

@@ -9,15 +9,15 @@ import Foundation
 import Synchronization
 import Testing
 
-// Defects found in review of issue 16's integrations, each shown by a test that failed before its fix.
-
-@Suite("Review findings: swift-configuration")
-struct ConfigurationReviewFindingsTests {
+/// A `CofferConfigProvider` over the vault treats its values as secrets unless told otherwise:
+/// swift-configuration's access reporters and logs must never see them.
+@Suite("swift-configuration: a vault's values are secret by default")
+struct ConfigurationVaultSecrecyTests {
     @Test("A provider over a VaultStrategy marks its values secret without being told")
     func vaultStrategyValuesAreSecret() throws {
-        let scratch = try Scratch("review-config-vault")
+        let scratch = try Scratch("config-vault-secrecy")
         let vault = try Vault.create(
-            at: scratch.url.appendingPathComponent("v.coffervault"), unlock: .passphrase("review passphrase"),
+            at: scratch.url.appendingPathComponent("v.coffervault"), unlock: .passphrase("config passphrase"),
             kdf: .minimum)
         let secret = "api-SECRET-9021"
         try vault.set(secret, service: "api", account: "token")
@@ -38,13 +38,18 @@ struct ConfigurationReviewFindingsTests {
         let openIsSecret = try open.value(forKey: AbsoluteConfigKey(["token"]), type: .string).value?.isSecret
         #expect(openIsSecret == false)
     }
+}
 
+/// A watch over a store whose change feed cannot start: the failure is told once (not swallowed),
+/// and a later watch tries to observe again instead of inheriting the failure.
+@Suite("swift-configuration: a watch that cannot observe says so, and the next one retries")
+struct ConfigurationWatchFailureTests {
     @Test("A watch whose store cannot report changes says so, and the next watch tries again")
     func failedObservationIsTold() async throws {
         WarningLog.install()
         let store = UnwatchableStore()
         try store.save(ValueCodec.encode(8080, as: store.valueEncoding), for: "http.port")
-        let provider = CofferConfigProvider(store: store, name: "review-unwatchable")
+        let provider = CofferConfigProvider(store: store, name: "unwatchable-store")
         let key = AbsoluteConfigKey(["http", "port"])
         // A second watch starts while the first is still open: it tries to observe again.
         let (outer, inner) = try await provider.watchValue(forKey: key, type: .int) { updates in
@@ -63,7 +68,7 @@ struct ConfigurationReviewFindingsTests {
         #expect(inner == .int(8080))
         #expect(store.starts.withLock { $0 } == 2)
         let told = WarningLog.shared.withLock { log in
-            log.filter { $0.kind == .watchFailed && $0.message.contains("review-unwatchable") }
+            log.filter { $0.kind == .watchFailed && $0.message.contains("unwatchable-store") }
         }
         #expect(told.count == 1)
         #expect(told.first?.message.contains("not reachable") == true)

@@ -2,10 +2,11 @@ import CofferCore
 import Foundation
 import Testing
 
-// Defects found in review of issue 16's spellings, each shown by a test that failed before its fix.
-
-@Suite("Review findings: JSONValue")
-struct CoreReviewFindingsTests {
+/// `JSONValue(jsonObject:)` over what Foundation hands out: `JSONSerialization` gives numbers and
+/// booleans as the same `NSNumber` class, so a 0 or 1 read as a Bool (or a Bool as a number)
+/// would change a value's kind on its way through the store.
+@Suite("JSONValue from Foundation objects: numbers stay numbers, booleans stay booleans")
+struct JSONValueFoundationTests {
     @Test("JSONSerialization's numbers 0 and 1 stay numbers, and its booleans stay booleans")
     func serializedZeroAndOneAreNumbers() throws {
         let text = #"{"fontSize":1,"margin":0,"scale":1.0,"ratio":2.5,"wrap":true,"gutter":false,"list":[1,0,true]}"#

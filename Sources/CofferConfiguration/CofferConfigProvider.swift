@@ -37,7 +37,7 @@ public final class CofferConfigProvider: Sendable {
     public let providerName: String
     private let store: any PersistenceStrategy
     private let secrets: SecretsSpecifier<String, ConfigContent>
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct ValueWatcher {
         let key: AbsoluteConfigKey

@@ -110,6 +110,23 @@ extension PersistenceStrategy where Self: AnyObject {
     public var id: StoreID? { StoreID(self) }
 }
 
+/// A strategy whose keys live in files: where, so that two instances opened on the same files
+/// (a second `KeyValueFileStrategy` on one suite, a second `Vault.open` of one vault) are known
+/// to be one store where that matters — moving a key onto itself would delete it.
+package protocol FileLocatedPersistenceStrategy: PersistenceStrategy {
+    /// The file (or directory) holding the keys, and what else names them within it (a vault's
+    /// service): equal for every instance on the same keys, once the path is resolved.
+    var fileLocation: (path: String, within: [String]) { get }
+}
+
+extension FileLocatedPersistenceStrategy {
+    /// ``fileLocation`` with the path's symbolic links resolved and `.`/`..` removed.
+    package var resolvedFileLocation: [String] {
+        let location = fileLocation
+        return [URL(fileURLWithPath: location.path).resolvingSymlinksInPath().standardizedFileURL.path] + location.within
+    }
+}
+
 /// A batch strategy that is one part of a larger store — a service of a vault — and can commit
 /// its changes together with those of the store's other parts: `batch { }` over properties of
 /// several services of one vault is one commit (one journal append), not one per service.

@@ -71,7 +71,7 @@ public enum CofferWarnings {
         var told: Set<CofferWarning> = []
     }
 
-    private static let state = Mutex(State())
+    private static let state = Locked(State())
 
     /// Replaces the handler; `nil` silences warnings. The handler is called on the thread that
     /// met the condition, without Coffer's locks held: log, count or set a flag, and do not call

@@ -116,10 +116,13 @@ private enum CofferContextKey: DependencyKey {
 /// Task { settings.isSoundEnabled = true }
 /// ```
 ///
+/// (A struct of your module is `Sendable` without saying so; a `public` one says `: Sendable`.)
+///
 /// Rule: a settings object holds only `@Stored` and `@Computed` properties (and constants).
-/// Those are thread-safe. (A `final class` works too, declared `@unchecked Sendable` on that
-/// rule: Swift checks a class's stored properties, and a property wrapper's are variables.)
-public protocol CofferSettings: Sendable {
+/// Those are thread-safe. A `final class` still works, as before, but Swift does not see it as
+/// `Sendable` (it checks a class's stored properties, and a property wrapper's are variables):
+/// declare it `@unchecked Sendable` on that rule to send it, or make it a struct.
+public protocol CofferSettings {
     /// Creates the settings; its `@Stored` properties resolve in the context in effect.
     init()
 }
@@ -207,7 +210,10 @@ private final class ReadGate: Sendable {
 /// The `.shared` settings objects, one per type and context.
 enum SettingsRegistry {
     /// One settings object, and its context.
-    private struct Box: Sendable {
+    // @unchecked Sendable: a settings type need not say it is `Sendable` (a class of the old
+    // spelling is not), but holds only `@Stored`/`@Computed` properties, which are thread-safe
+    // (the rule on ``CofferSettings``); the box itself is immutable.
+    private struct Box: @unchecked Sendable {
         let settings: any CofferSettings
         let context: CofferContext  // keeps the context (and so its identifier) alive
     }

@@ -12,7 +12,7 @@ public import ServiceLifecycle
 /// server stops taking requests (and writing) before Coffer flushes and locks.
 ///
 /// ```swift
-/// let coffer = CofferService(context: .current, logger: logger)
+/// let coffer = CofferService(logger: logger)
 /// let group = ServiceGroup(
 ///     services: [coffer, app],                       // app: a Hummingbird Application, say
 ///     gracefulShutdownSignals: [.sigterm, .sigint],
@@ -34,14 +34,15 @@ public struct CofferService: Service {
     /// A service for the stores of `context` and any others given.
     ///
     /// - Parameters:
-    ///   - context: The context whose open stores to shut down; `nil` for only the ones listed.
+    ///   - context: The context whose open stores to shut down (by default the one properties
+    ///     created here resolve in, ``CofferContext/inEffect``); `nil` for only the ones listed.
     ///   - stores: More stores to flush and stop watching (the vault of a vault strategy is
     ///     locked too).
     ///   - vaults: More vaults to flush and lock: any ``Keychain``, a file `Vault` or a
     ///     `PostgresVault`.
     ///   - logger: Where the shutdown is reported (what was flushed and locked, and failures).
     public init(
-        context: CofferContext? = CofferContext.current, stores: [any PersistenceStrategy] = [], vaults: [any Keychain] = [],
+        context: CofferContext? = CofferContext.inEffect, stores: [any PersistenceStrategy] = [], vaults: [any Keychain] = [],
         logger: Logger
     ) {
         self.context = context

@@ -61,7 +61,11 @@ struct PendingChange {
 /// The writes of one batch on one thread. Thread-confined.
 final class BatchScope {
     private var participants: [any BatchParticipant] = []
-    private var seen: Set<ObjectIdentifier> = []
+    /// When each participant was last written in this batch (a counter): a commit applies its
+    /// changes in that order, so when two properties name one stored value (two spellings of one
+    /// vault item), the one written last wins, as it would without the batch.
+    private var lastWrite: [ObjectIdentifier: Int] = [:]
+    private var writes = 0
 
     static var current: BatchScope? {
         guard let raw = batchSlot.value else { return nil }
@@ -69,7 +73,8 @@ final class BatchScope {
     }
 
     func add(_ participant: any BatchParticipant) {
-        if seen.insert(ObjectIdentifier(participant)).inserted { participants.append(participant) }
+        writes += 1
+        if lastWrite.updateValue(writes, forKey: ObjectIdentifier(participant)) == nil { participants.append(participant) }
     }
 
     /// Notifies, then persists one group per store.
@@ -81,7 +86,8 @@ final class BatchScope {
         var groupOfStore: [CommitGroup.Store: Int] = [:]
         for participant in participants {
             guard let binding = participant.batchBinding() else { continue }
-            let member = CommitGroup.Member(participant: participant, binding: binding)
+            let member = CommitGroup.Member(
+                participant: participant, binding: binding, lastWrite: lastWrite[ObjectIdentifier(participant)] ?? 0)
             // A strategy without an identity (a value type) is a group of its own.
             if let store = CommitGroup.store(of: binding.strategy) {
                 if let index = groupOfStore[store] {
@@ -120,6 +126,10 @@ final class BatchScope {
                 }
             }
             guard !changes.isEmpty else { return }
+            // The locks are taken in address order; the changes go to the store in write order.
+            let byWrite = changes.indices.sorted { changes[$0].member.lastWrite < changes[$1].member.lastWrite }
+            changes = byWrite.map { changes[$0] }
+            versions = byWrite.map { versions[$0] }
             func commitAll(_ commit: () throws -> Void) {
                 do {
                     try commit()
@@ -164,6 +174,8 @@ private struct CommitGroup {
     struct Member {
         let participant: any BatchParticipant
         let binding: StoreBinding
+        /// When the participant was last written in the batch (see ``BatchScope``).
+        let lastWrite: Int
     }
 
     /// What a group is keyed by: a store's identity, or a whole store whose parts commit jointly.

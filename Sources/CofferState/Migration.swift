@@ -94,10 +94,13 @@ extension StoredCell {
         return outcome
     }
 
-    /// Whether two strategies are one store (equal ``PersistenceStrategy/id``s): moving a key onto
-    /// itself there would delete the value.
+    /// Whether two strategies are one store (equal ``PersistenceStrategy/id``s, or two instances
+    /// on the same files): moving a key onto itself there would delete the value.
     private static func sameStore(_ a: any PersistenceStrategy, _ b: any PersistenceStrategy) -> Bool {
-        guard let id = a.id else { return false }
-        return id == b.id
+        if let id = a.id, id == b.id { return true }
+        guard let a = a as? any FileLocatedPersistenceStrategy, let b = b as? any FileLocatedPersistenceStrategy else {
+            return false
+        }
+        return a.resolvedFileLocation == b.resolvedFileLocation
     }
 }

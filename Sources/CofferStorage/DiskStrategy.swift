@@ -213,3 +213,7 @@ extension Backing {
 extension DiskStrategy: WatchStoppable {
     package func stopWatching() { observers.stopAll() }
 }
+
+extension DiskStrategy: FileLocatedPersistenceStrategy {
+    package var fileLocation: (path: String, within: [String]) { (directory, []) }
+}

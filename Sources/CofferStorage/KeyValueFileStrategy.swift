@@ -343,3 +343,7 @@ extension KeyValueFileStrategy: WatchStoppable {
     /// Whether coalesced writes are waiting for their fsync (a shutdown's flush clears it).
     package var hasUnsyncedWrites: Bool { store.ifOpen { $0.journal.hasUnsyncedWrites } ?? false }
 }
+
+extension KeyValueFileStrategy: FileLocatedPersistenceStrategy {
+    package var fileLocation: (path: String, within: [String]) { (path, []) }
+}

@@ -158,6 +158,25 @@ extension Vault: Keychain {
 
 /// A store over the items of a keychain (the vault strategies): a graceful shutdown
 /// (`CofferService`) locks that keychain when given the store.
+extension Keychain {
+    /// Applies strategy writes (`nil` data removes) as one commit. The secrets are copied into
+    /// the arrays ``VaultChange`` holds only for the commit, and zeroed once it is done.
+    package func applyWiping(_ changes: [(service: String, account: String, data: Data?)]) throws {
+        var secrets = changes.map { $0.data.map { [UInt8]($0) } }
+        // Runs after `commit`'s changes are released, so each array is zeroed in place.
+        defer { for index in secrets.indices { SecureMemory.zero(&secrets[index]) } }
+        try commit(changes, secrets)
+    }
+
+    private func commit(_ changes: [(service: String, account: String, data: Data?)], _ secrets: [[UInt8]?]) throws {
+        try apply(
+            zip(changes, secrets).map { change, secret in
+                guard let secret else { return .remove(service: change.service, account: change.account) }
+                return .set(service: change.service, account: change.account, secret: secret, label: nil, comment: nil)
+            })
+    }
+}
+
 package protocol KeychainItemsStrategy: Sendable {
     /// The keychain holding the items.
     var keychain: any Keychain { get }

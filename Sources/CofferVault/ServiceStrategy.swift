@@ -33,14 +33,7 @@ extension ServiceStrategy {
     public func keys() throws -> [String] { try vault.items(service: service).map(\.account) }
 
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
-        try vault.apply(
-            changes.map { change in
-                if let data = change.data {
-                    .set(service: service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
-                } else {
-                    .remove(service: service, account: change.key)
-                }
-            })
+        try vault.applyWiping(changes.map { (service, $0.key, $0.data) })
     }
 
     /// Stores `new` only if the item holds exactly `expected` (compared in constant time),

@@ -41,17 +41,14 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
     /// Applies changes to items of several services of this vault as one commit (one journal
     /// append, one fdatasync).
     package func saveJointBatch(_ changes: [(part: any PersistenceStrategy, key: String, data: Data?)]) throws {
-        try vault.apply(
+        try vault.applyWiping(
             changes.map { change in
                 guard let part = change.part as? VaultStrategy, part.vault === vault else {
                     throw CofferError(
                         .invalidArgument,
                         "a batch for the vault \(vault.url.path) was given a change for \(type(of: change.part))")
                 }
-                if let data = change.data {
-                    return .set(service: part.service, account: change.key, secret: [UInt8](data), label: nil, comment: nil)
-                }
-                return .remove(service: part.service, account: change.key)
+                return (part.service, change.key, change.data)
             })
     }
 }
@@ -171,4 +168,8 @@ extension CofferContext {
         }
         return url
     }
+}
+
+extension VaultStrategy: FileLocatedPersistenceStrategy {
+    package var fileLocation: (path: String, within: [String]) { (vault.url.path, [service]) }
 }

@@ -16,6 +16,12 @@ struct MySettings: CofferSettings {
     @Stored(backed: .vault(service: "api.example.com", account: "me")) var token: String? = nil
 }
 
+/// The earlier spelling of a settings object, a class: it still compiles and works (it is not
+/// `Sendable`, so it stays on the task that uses it).
+final class ClassSettings: CofferSettings {
+    @Stored(backed: .keyValue(key: "classFlag")) var flag = false
+}
+
 @Suite("swift-dependencies integration")
 struct DependenciesTests {
     @Test("In tests the context is a private temporary one, never the user's")
@@ -37,6 +43,20 @@ struct DependenciesTests {
         } operation: {
             @Dependency(\.cofferContext) var context
             #expect(context === CofferContext.current)
+        }
+    }
+
+    @Test("A settings class (the earlier spelling) still compiles, and `.shared` is one object per context")
+    func settingsClassStillWorks() throws {
+        let scratch = try Scratch("deps-class")
+        let context = CofferContext(directory: scratch.url)
+        try withDependencies {
+            $0.cofferContext = context
+        } operation: {
+            #expect(ClassSettings.shared === ClassSettings.shared)
+            ClassSettings.shared.flag = true
+            let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
+            #expect(try suite.get(Bool.self, for: "classFlag") == true)
         }
     }
 

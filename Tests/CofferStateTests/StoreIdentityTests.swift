@@ -190,4 +190,48 @@ struct StoreIdentityTests {
             #expect(try vault.string(service: "s", account: "a") == "keep me")
         }
     }
+    @Test("Two properties naming one stored value in a batch: the one written last wins, in either order")
+    func batchCommitsInWriteOrder() throws {
+        let shelf = Shelf()
+        // Two backings with identities of their own (two cells) on one stored key of one store.
+        let first = Stored(wrappedValue: 0, backed: viewBacking(shelf, key: "k"))
+        let second = Stored(
+            wrappedValue: 0,
+            backed: Backing(description: "alias(k)", identity: .object(shelf, ["alias", "k"])) { _ in (ShelfView(shelf), "k") })
+        func stored() throws -> Int? {
+            try shelf.values.withLock { $0["k"] }.map { try ValueCodec.decode(Int.self, from: $0, as: .tagged) }
+        }
+        for round in 1...4 {
+            // The cells' addresses fix any order but the write order: both orders are tried.
+            batch {
+                if round.isMultiple(of: 2) {
+                    first.wrappedValue = round * 10
+                    second.wrappedValue = round * 10 + 1
+                } else {
+                    second.wrappedValue = round * 10
+                    first.wrappedValue = round * 10 + 1
+                }
+            }
+            #expect(try stored() == round * 10 + 1)
+        }
+        #expect(shelf.batches.withLock { $0 } == 4)
+    }
+    @Test("Migrating from a second instance on the same file keeps the value (key-value suite and vault)")
+    func migrationFromAnotherInstanceOnTheSameFile() throws {
+        try withTemporaryContext(vault: true) { context in
+            let setting = Stored<String?>(backed: .keyValue(key: "token"))
+            setting.wrappedValue = "keep me"
+            let sameSuite = try KeyValueFileStrategy(directory: context.directory)
+            #expect(try setting.migrate(from: .keyValue(sameSuite, key: "token")) == .nothingToMigrate)
+            #expect(try sameSuite.get(String.self, for: "token") == "keep me")
+
+            let secret = Stored<String?>(backed: .vault(service: "s", account: "a"))
+            secret.wrappedValue = "keep me too"
+            let vault = try context.defaultVault()
+            let sameVault = try Vault.open(at: vault.url, unlock: testVaultConfiguration.unlock)
+            let outcome = try secret.migrate(from: .vault(sameVault, service: "s", account: "a"))
+            #expect(outcome == .nothingToMigrate)
+            #expect(try vault.string(service: "s", account: "a") == "keep me too")
+        }
+    }
 }

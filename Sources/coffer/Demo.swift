@@ -311,7 +311,7 @@ struct Demo {
     }
 }
 
-/// The demo's model: the shape DESIGN.md shows.
+/// The demo's model: the shape of the README's first example ("What it looks like").
 final class AccountModel {
     static let service = "demo.app"
     static let account = "session-token"

@@ -6,8 +6,8 @@ import Foundation
 import Observation
 import Testing
 
-// The model from DESIGN.md, exactly as written there: if this file compiles, the public
-// contract holds.
+// The model of the README's "What it looks like" (the design's target shape), exactly as written there:
+// if this file compiles, the public contract holds.
 
 struct Session: Codable, Sendable, Equatable {
     var user: String
@@ -26,7 +26,7 @@ final class AccountModel {
 
 @Suite("API")
 struct APITests {
-    @Test("The DESIGN.md model persists every property in its own store and restores it")
+    @Test("The README's model persists every property in its own store and restores it")
     func designModelRoundTrip() throws {
         try withTemporaryContext(vault: true) { context in
             let first = AccountModel()

@@ -80,7 +80,14 @@ extension StoredCell {
     /// when the backing is not resolved yet, never on the caller's cooperative thread.
     func bindingOffPool() async -> Result<StoreBinding?, CofferError> {
         if isResolved { return binding() }
-        let outcome = try? await Offload.run { self.binding() }
-        return outcome ?? binding()
+        switch try? await Offload.run({ self.binding() }) {
+        case .success?:
+            // The binding is taken from the cell, through its lock, not from the hand-off: the
+            // lock orders the binding's initialisation before this read for ThreadSanitizer too
+            // (a continuation resumed from a Coffer thread is not seen as ordering it).
+            return state.withLock { Self.known($0.resolution) } ?? binding()
+        case .failure(let error)?: return .failure(error)
+        case nil: return binding()
+        }
     }
 }

@@ -22,8 +22,9 @@ public import Foundation
 /// ```
 ///
 /// Every call here is synchronous. A `PostgresVault` also has `async` forms of the item calls;
-/// its synchronous ones run them on Coffer's own threads and block the caller until the server
-/// answers (within its deadlines), so they are safe, though not ideal, on a cooperative thread.
+/// its synchronous ones run them on Coffer's own threads and block the calling thread until the
+/// server answers (within its deadlines). From async code, call the `async` forms: a blocked
+/// cooperative thread is one the rest of the process cannot use meanwhile.
 ///
 /// The rules of both vaults hold:
 /// 1. A keychain is thread-safe: open one per vault and process, and share it.

@@ -62,9 +62,7 @@ extension StoredCell {
                 let before = state.withLock { $0.writes }
                 try checkUpdateBudget(giveUp)
                 let current = try await remote.load(key)
-                var value = try current.map { try decodeValue($0, as: remote.valueEncoding) } ?? initialValue
-                try body(&value)
-                let next: Data? = isNilValue(value) ? nil : try encodeValue(value, as: remote.valueEncoding)
+                let (value, next) = try transformed(current, as: remote.valueEncoding, by: body)
                 let swapped: Bool
                 if let swappable = remote as? any AsyncCompareAndSwapPersistenceStrategy {
                     swapped = try await swappable.compareAndSwap(key, expected: current, new: next)
@@ -73,10 +71,7 @@ extension StoredCell {
                     swapped = true
                 }
                 guard swapped else { continue }  // another writer got in between: run `body` again
-                let changed = adopt(value, ifNoWriteSince: before)
-                setSaveError(nil)
-                if changed { valueDidChange() }
-                notifySiblings()
+                updateDidSucceed(changed: adopt(value, ifNoWriteSince: before))
                 return value
             }
         } catch let error as CofferError {

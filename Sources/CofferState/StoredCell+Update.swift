@@ -47,9 +47,7 @@ extension StoredCell {
                 try checkUpdateBudget(giveUp)
                 let before = state.withLock { $0.writes }
                 let current = try strategy.load(key)
-                var value = try current.map { try decodeValue($0, as: encoding) } ?? initialValue
-                try body(&value)
-                let next: Data? = isNilValue(value) ? nil : try encodeValue(value, as: encoding)
+                let (value, next) = try transformed(current, as: encoding, by: body)
                 let swapped: Bool
                 if let swappable = strategy as? any CompareAndSwapPersistenceStrategy {
                     swapped = try swappable.compareAndSwap(key, expected: current, new: next)  // across processes
@@ -62,16 +60,31 @@ extension StoredCell {
                     }
                 }
                 guard swapped else { continue }  // another writer got in between: run `body` again
-                let changed = persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) }
-                setSaveError(nil)
-                if changed { valueDidChange() }
-                notifySiblings()
+                updateDidSucceed(changed: persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) })
                 return value
             }
         } catch let error as CofferError {
             setSaveError(error)
             throw error
         }
+    }
+
+    /// `body` applied to the value stored as `current` (the initial value when nothing is), and
+    /// the bytes that store the result (`nil`: the key is removed).
+    func transformed(_ current: Data?, as encoding: ValueEncoding, by body: (inout Value) throws -> Void) throws
+        -> (value: Value, next: Data?)
+    {
+        var value = try current.map { try decodeValue($0, as: encoding) } ?? initialValue
+        try body(&value)
+        return (value, isNilValue(value) ? nil : try encodeValue(value, as: encoding))
+    }
+
+    /// An `update`'s write landed: no save error, observers told when memory changed, and the
+    /// other cells on the key reload.
+    func updateDidSucceed(changed: Bool) {
+        setSaveError(nil)
+        if changed { valueDidChange() }
+        notifySiblings()
     }
 
     /// Ends an `update` that would start a new attempt after `giveUp` (the context's lock

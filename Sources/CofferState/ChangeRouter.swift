@@ -36,12 +36,14 @@ package enum ChangeRouter {
         guard let observable = strategy as? any ChangeObservingPersistenceStrategy, let storeID = strategy.id
         else { return nil }
         let cellID = ObjectIdentifier(cell)
+        // Every mutation below goes through the dictionary's in-place accessors: a copy of the
+        // store's `Subscription` taken out and written back would copy its table of cells, one
+        // entry per live key, on each call (the cost of a first use grew with the live keys).
         let start = subscriptions.withLock { all -> Bool in
-            var subscription = all[storeID] ?? Subscription()
-            subscription.cells[key, default: [:]][cellID] = cell
-            subscription.count += 1
-            defer { subscription.observing = true; all[storeID] = subscription }
-            return !subscription.observing
+            all[storeID, default: Subscription()].cells[key, default: [:]][cellID] = cell
+            all[storeID]!.count += 1
+            defer { all[storeID]!.observing = true }
+            return !all[storeID]!.observing
         }
         if start {
             // Observed outside the lock: a handler may already be running and take it.
@@ -82,17 +84,12 @@ package enum ChangeRouter {
 
     static func unsubscribe(_ token: Unsubscribe) {
         let ended = subscriptions.withLock { all -> StoreObservation? in
-            guard var subscription = all[token.store],
-                subscription.cells[token.key]?.removeValue(forKey: token.cell) != nil
-            else { return nil }
-            if subscription.cells[token.key]!.isEmpty { subscription.cells[token.key] = nil }
-            subscription.count -= 1
-            if subscription.count == 0 {
-                all[token.store] = nil
-                return subscription.observation
-            }
-            all[token.store] = subscription
-            return nil
+            // In place, as in `subscribe`: no copy of the store's table of cells.
+            guard all[token.store]?.cells[token.key]?.removeValue(forKey: token.cell) != nil else { return nil }
+            if all[token.store]!.cells[token.key]!.isEmpty { all[token.store]!.cells[token.key] = nil }
+            all[token.store]!.count -= 1
+            guard all[token.store]!.count == 0 else { return nil }
+            return all.removeValue(forKey: token.store)?.observation
         }
         ended?.cancel()  // with no lock held (it may wait for the watcher thread)
     }

@@ -93,9 +93,10 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// Whether cells of another value type share this key (set by ``CellRegistry``).
     let hasSiblings = Atomic<Bool>(false)
     // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
-    // and a plain `KeyPath` (no existential) keeps the read path free of retains.
-    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value> = \StoredCell.wrappedValue
-    let errorKeyPath: any KeyPath<StoredCell, CofferError?> & Sendable = \StoredCell.error
+    // and a plain `KeyPath` (no existential) keeps the read path free of retains. Both are made
+    // once per value type (``CellTypeTraits``), not per cell.
+    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value>
+    nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell, CofferError?>
     let isEqual: (@Sendable (Value, Value) -> Bool)?
     let isNil: (@Sendable (Value) -> Bool)?
     /// How the value becomes bytes and back: `ValueCodec` when `Value` is `Codable`, else
@@ -111,9 +112,12 @@ final class StoredCell<Value: Sendable>: Sendable {
         self.context = context
         self.registryKey = registryKey
         self.state = Locked(State(value: initialValue))
-        self.isEqual = ValueTraits.equality(for: Value.self)
-        self.isNil = ValueTraits.nilTest(for: Value.self)
-        self.coding = ValueTraits.coding(for: Value.self)
+        let traits = CellTypeTraits<Value>.shared
+        self.valueKeyPath = traits.valueKeyPath
+        self.errorKeyPath = traits.errorKeyPath
+        self.isEqual = traits.isEqual
+        self.isNil = traits.isNil
+        self.coding = traits.coding
     }
 
     deinit {

@@ -106,3 +106,40 @@ extension CofferError {
         return CofferError(.io, "\(context()) failed: \(error)", cause: error)
     }
 }
+
+/// What a ``StoredCell`` needs that depends on its value type alone, made once per type and
+/// shared by every cell of that type.
+///
+/// A key path into a generic class is instantiated at run time, from its mangled name, each
+/// time the expression is evaluated (no cache: several microseconds each), and the `as?` casts of
+/// ``ValueTraits`` search the conformance tables. A server creating a cell per key chosen at run
+/// time paid both for every key; now it pays one dictionary lookup.
+final class CellTypeTraits<Value: Sendable>: Sendable {
+    // Key paths are immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`.
+    nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell<Value>, Value> = \StoredCell<Value>.wrappedValue
+    nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell<Value>, CofferError?> = \StoredCell<Value>.error
+    let isEqual = ValueTraits.equality(for: Value.self)
+    let isNil = ValueTraits.nilTest(for: Value.self)
+    let coding = ValueTraits.coding(for: Value.self)
+
+    private init() {}
+
+    /// The traits of `Value`, made on the first call for the type.
+    static var shared: CellTypeTraits<Value> {
+        let type = ObjectIdentifier(Value.self)
+        if let known = TypeTraitsCache.byType.withLock({ $0[type] }) {
+            return unsafeDowncast(known, to: CellTypeTraits<Value>.self)
+        }
+        let made = CellTypeTraits<Value>()
+        return TypeTraitsCache.byType.withLock { byType in
+            if let known = byType[type] { return unsafeDowncast(known, to: CellTypeTraits<Value>.self) }
+            byType[type] = made
+            return made
+        }
+    }
+}
+
+/// The ``CellTypeTraits`` of each value type used so far (a handful per program: one entry per type, never per key).
+private enum TypeTraitsCache {
+    static let byType = Locked<[ObjectIdentifier: any AnyObject & Sendable]>([:])
+}

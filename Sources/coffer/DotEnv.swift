@@ -261,20 +261,23 @@ struct ChildEnvironment {
                 }
             }
         }
-        for assignment in assignments {
+        for (index, assignment) in assignments.enumerated() {
             let parts = assignment.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            // Never the argument itself in a message: `--env TOKEN=ghp_…` mistyped would print
-            // the secret. Only the part before the `=`, and nothing when there is none.
-            guard parts.count == 2 else {
-                throw CLIError.usage("--env takes NAME=coffer://SERVICE/ACCOUNT: an argument has no =")
+            // Never any part of the argument in a message unless it is NAME=coffer://…: a token
+            // pasted in its place (`--env "$TOKEN"`, `--env TOKEN=ghp_…`) would be printed, and
+            // a token's characters before its first = can look like a name. The argument's
+            // position says which one it is.
+            let malformed = "argument \(index + 1) of --env is not NAME=coffer://SERVICE/ACCOUNT"
+            guard parts.count == 2 else { throw CLIError.usage("\(malformed): it has no =") }
+            guard parts[1].hasPrefix(SecretReference.scheme) else {
+                throw CLIError.usage("\(malformed): its value must be a reference, coffer://SERVICE/ACCOUNT")
             }
             guard DotEnv.isValidName(parts[0].utf8) else {
-                throw CLIError.usage(
-                    "--env takes NAME=coffer://SERVICE/ACCOUNT (NAME of letters, digits and _), got the name \(quotedName(String(parts[0])))")
+                throw CLIError.usage("\(malformed): NAME must be letters, digits and _, not starting with a digit")
             }
             let origin = "--env \(parts[0])"
             guard let reference = try reference(in: parts[1].utf8, origin: origin) else {
-                throw CLIError.usage("\(origin): the value must be a reference, coffer://SERVICE/ACCOUNT")
+                throw CLIError.usage("\(malformed): its value must be a reference, coffer://SERVICE/ACCOUNT")
             }
             environment.set(Array(parts[0].utf8), Entry(value: .reference(reference), origin: origin))
         }

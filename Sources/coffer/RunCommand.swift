@@ -43,7 +43,9 @@ struct RunCommand: ParsableCommand {
             By default the command's standard output and error pass through coffer, which \
             replaces every secret value it gave the command by <concealed by coffer>, also when \
             it is written in pieces; a line is written as soon as the command writes it (only a \
-            trailing fragment that could be the start of a secret waits for the next bytes). \
+            trailing fragment that could be the start of a secret waits for the next bytes). With \
+            --watch, every value any run of the command was given stays concealed until coffer \
+            exits. \
             --no-masking connects the command to coffer's own output directly. Standard input \
             is the command's either way.
 
@@ -121,9 +123,10 @@ struct RunCommand: ParsableCommand {
         }
         if let restartSignal {
             guard watch else { throw ValidationError("--restart-signal is for --watch") }
+            // The value is not repeated: a stray argument may be a secret pasted in the wrong place.
             guard Self.signalNumber(restartSignal) != nil else {
                 throw ValidationError(
-                    "--restart-signal takes one of \(Self.signalNames.keys.sorted().joined(separator: ", ")), got \(quotedName(restartSignal))")
+                    "--restart-signal takes one of \(Self.signalNames.keys.sorted().joined(separator: ", ")) (with or without SIG)")
             }
         }
     }

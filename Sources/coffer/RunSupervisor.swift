@@ -82,7 +82,7 @@ final class RunSupervisor {
 
     /// Runs the child (and its successors) to the end; returns coffer's exit status.
     func run() throws -> Int32 {
-        if configuration.masking { concealed.replace(with: Array(values.values)) }
+        if configuration.masking { concealed.add(Array(values.values)) }
         // The handlers first: a signal that arrives from now on is noted, and passed on once
         // the child exists; none can kill coffer and leave a child behind.
         let (signals, ignored) = try SignalPipe.install(Self.forwardedSignals)
@@ -408,8 +408,9 @@ final class RunSupervisor {
             }
         }
         guard !changed.isEmpty else { return false }
-        // Until the old child is gone its output may still show the old values: both are concealed.
-        if configuration.masking { concealed.replace(with: Array(fresh.values) + changed.compactMap { values[$0] }) }
+        // The old values stay concealed too, for as long as the output is relayed: a process an
+        // earlier child left behind (started in the background) may still write them.
+        if configuration.masking { concealed.add(changed.compactMap { fresh[$0] }) }
         values = fresh
         guard announce else { return true }
         let names = changed.map(\.description).joined(separator: ", ")

@@ -23,6 +23,9 @@
 #ifndef KEYCTL_DESCRIBE
 #define KEYCTL_DESCRIBE 6
 #endif
+#ifndef KEYCTL_LINK
+#define KEYCTL_LINK 8
+#endif
 #ifndef KEYCTL_UNLINK
 #define KEYCTL_UNLINK 9
 #endif
@@ -75,6 +78,10 @@ int coffer_key_invalidate(int32_t key) {
     return (int)syscall(SYS_keyctl, KEYCTL_INVALIDATE, key);
 }
 
+int coffer_key_link(int32_t key, int32_t keyring) {
+    return (int)syscall(SYS_keyctl, KEYCTL_LINK, key, keyring);
+}
+
 int coffer_key_unlink(int32_t key, int32_t keyring) {
     return (int)syscall(SYS_keyctl, KEYCTL_UNLINK, key, keyring);
 }
@@ -95,6 +102,7 @@ int32_t coffer_key_search_user(int32_t r, const char *d) { (void)r; (void)d; ret
 long coffer_key_read(int32_t k, void *b, size_t c) { (void)k; (void)b; (void)c; return unsupported(); }
 long coffer_key_describe(int32_t k, char *b, size_t c) { (void)k; (void)b; (void)c; return unsupported(); }
 int coffer_key_invalidate(int32_t k) { (void)k; return unsupported(); }
+int coffer_key_link(int32_t k, int32_t r) { (void)k; (void)r; return unsupported(); }
 int coffer_key_unlink(int32_t k, int32_t r) { (void)k; (void)r; return unsupported(); }
 
 #endif

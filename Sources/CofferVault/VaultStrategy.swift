@@ -160,13 +160,47 @@ extension CofferContext {
 
     /// `<directory>/default.coffer`, or `<directory>/default.coffervault` when only a vault under
     /// that former name exists (made by an earlier version of the library), so it is still found.
+    /// - Throws: ``CofferError/Code/invalidArgument`` when vaults exist under both names: which
+    ///   one holds the items this context expects cannot be told, and neither is chosen silently.
     func defaultVaultURL() throws -> URL {
-        let url = directory.appendingPathComponent(VaultConfiguration.defaultFileName)
-        let former = directory.appendingPathComponent(VaultConfiguration.formerDefaultFileName)
-        if try !Vault.exists(at: url, fileSystem: fileSystem), try Vault.exists(at: former, fileSystem: fileSystem) {
-            return former
+        switch try VaultConfiguration.defaultVault(in: directory, fileSystem: fileSystem) {
+        case .current(let url), .former(let url): return url
+        case .both(let current, let former):
+            throw CofferError(
+                .invalidArgument,
+                "two default vaults: \(current.path) and \(former.path) (its former name); keep one (move the other "
+                    + "aside) or name the vault with VaultConfiguration(url:)",
+                path: directory.path)
         }
-        return url
+    }
+}
+
+extension VaultConfiguration {
+    /// Which file is the default vault in a directory (a context's, or the `coffer` command's
+    /// data directory): the one rule both follow.
+    package enum DefaultVault: Equatable {
+        /// `default.coffer`: it exists, or neither name does (where a new vault is created).
+        case current(URL)
+        /// `default.coffervault`, the former name: only a vault under it exists.
+        case former(URL)
+        /// Vaults exist under both names: refused, since which one is meant cannot be told.
+        case both(current: URL, former: URL)
+    }
+
+    /// The default vault in `directory` (see ``DefaultVault``).
+    package static func defaultVault(in directory: URL, fileSystem: any FileSystem) throws -> DefaultVault {
+        let url = directory.appendingPathComponent(defaultFileName)
+        let former = directory.appendingPathComponent(formerDefaultFileName)
+        switch (try Vault.exists(at: url, fileSystem: fileSystem), try Vault.exists(at: former, fileSystem: fileSystem)) {
+        case (true, true): return .both(current: url, former: former)
+        case (false, true): return .former(former)
+        default: return .current(url)
+        }
+    }
+
+    /// ``defaultVault(in:fileSystem:)`` on the real file system.
+    package static func defaultVault(in directory: URL) throws -> DefaultVault {
+        try defaultVault(in: directory, fileSystem: LiveFileSystem())
     }
 }
 

@@ -146,7 +146,8 @@ func redactingArguments(_ message: String, arguments: [String] = Array(CommandLi
 /// Writes `coffer: <message>` as one line to standard error.
 func printError(_ message: String) {
     let line = message.split(whereSeparator: \.isNewline).joined(separator: " ")
-    writeError("coffer: \(line)\n")
+    // A library error may carry a path (a directory named with escape sequences): inert here.
+    writeError("coffer: \(escapingControls(line))\n")
 }
 
 /// The errno of the first write to standard output that failed, if any; `main` turns it into

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferVault
 import Foundation
 
 #if canImport(Glibc)
@@ -55,16 +56,31 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// The vault file: `--vault`, `$COFFER_VAULT`, `$XDG_DATA_HOME/coffer/default.coffer`,
-    /// `~/.local/share/coffer/default.coffer`.
+    /// `~/.local/share/coffer/default.coffer`. In that default directory, a vault only under the
+    /// name an earlier version gave it, `default.coffervault`, is the default vault; vaults
+    /// under both names are refused (the library's rule, ``VaultConfiguration/defaultVault(in:)``).
     /// (The variables were checked to be UTF-8 at start-up, ``checkEnvironmentIsUTF8()``.)
     var vaultURL: URL {
-        if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let vault = environmentText("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
-        if let xdg = environmentText("XDG_DATA_HOME"), xdg.hasPrefix("/") {
-            return URL(fileURLWithPath: xdg).appendingPathComponent("coffer/default.coffer")
+        get throws {
+            if let vault, !vault.isEmpty { return URL(fileURLWithPath: vault) }
+            if let vault = environmentText("COFFER_VAULT"), !vault.isEmpty { return URL(fileURLWithPath: vault) }
+            let directory: URL
+            if let xdg = environmentText("XDG_DATA_HOME"), xdg.hasPrefix("/") {
+                directory = URL(fileURLWithPath: xdg).appendingPathComponent("coffer")
+            } else {
+                let home = environmentText("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+                directory = URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer")
+            }
+            switch try VaultConfiguration.defaultVault(in: directory) {
+            case .current(let url), .former(let url): return url
+            case .both(let current, let former):
+                throw CLIError(
+                    .failure,
+                    "two default vaults: \(escapedName(current.path)) and \(escapedName(former.path)) (the name an "
+                        + "earlier coffer gave it); keep one (move the other aside), or name the vault with --vault or "
+                        + "COFFER_VAULT")
+            }
         }
-        let home = environmentText("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return URL(fileURLWithPath: home).appendingPathComponent(".local/share/coffer/default.coffer")
     }
 
     /// The longest `$COFFER_LOCK_TIMEOUT` accepted: one day. A larger value is a usage error
@@ -160,20 +176,22 @@ struct GlobalOptions: ParsableArguments {
                     + "on one, coffer can init, set, get, list, rm and verify (leave --store out, or unset COFFER_STORE, "
                     + "for the file vault)")
         }
-        let url = vaultURL
+        let url = try vaultURL
         guard FileManager.default.fileExists(atPath: url.path) else {
             throw CLIError(
                 .failure,
-                "no vault at \(url.path): create one with `coffer init` (or choose one with --vault or COFFER_VAULT)")
+                "no vault at \(escapedName(url.path)): create one with `coffer init` (or choose one with --vault or "
+                    + "COFFER_VAULT)")
         }
-        if usingSessionKey, let description = try? SessionKeyring.description(forFile: url),
+        // The header is read for the key's name only when a kept key could be used.
+        if usingSessionKey, !hasUnlockSource, let description = try? SessionKeyring.description(forFile: url),
             let vault = try openWithSessionKey(
-                description, place: url.path,
+                description, place: escapedName(url.path),
                 { try Vault.open(at: url, unlock: $0, lockTimeout: try lockTimeout()) })
         {
             return vault
         }
-        let unlock = try unlock(prompt: "Passphrase for \(url.path): ")
+        let unlock = try unlock(prompt: "Passphrase for \(escapedName(url.path)): ")
         return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout())
     }
 }

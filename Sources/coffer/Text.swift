@@ -109,6 +109,35 @@ func quotedName(_ name: String) -> String {
     return "'" + name.replacingAll("'", with: "'\\''") + "'"
 }
 
+/// `text` with every character a terminal would act on (C0 and C1 controls, bidirectional
+/// overrides and other format characters, line separators) written as an escape, the rest
+/// unchanged: `\uXXXX` when `json` (the same string to a JSON reader: JSONEncoder leaves C1
+/// controls, U+202E and U+2028 raw; its line breaks, only ever between values, are kept), else
+/// `\ooo` for each byte (a library message, which may carry a path, printed as one line).
+func escapingControls(_ text: String, json: Bool = false) -> String {
+    func escaped(_ scalar: Unicode.Scalar) -> Bool { needsEscape(scalar) && !(json && scalar == "\n") }
+    guard text.unicodeScalars.contains(where: escaped) else { return text }
+    var out = ""
+    for scalar in text.unicodeScalars {
+        guard escaped(scalar) else {
+            out.unicodeScalars.append(scalar)
+            continue
+        }
+        if json {
+            for unit in String(scalar).utf16 {
+                let hex = String(unit, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            }
+        } else {
+            for byte in String(scalar).utf8 {
+                let octal = String(byte, radix: 8)
+                out += "\\" + String(repeating: "0", count: 3 - octal.count) + octal
+            }
+        }
+    }
+    return out
+}
+
 /// `name` as one shell word that, pasted into bash, zsh or sh, is exactly `name` and never runs
 /// anything: bare when it is only safe characters, else single-quoted, else `$'…'`.
 func shellQuoted(_ name: String) -> String {

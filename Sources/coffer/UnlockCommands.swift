@@ -26,14 +26,18 @@ struct UnlockCommand: ParsableCommand {
             --passphrase-file or $COFFER_PASSPHRASE still wins. `coffer lock` removes it at once.
 
             The key is readable only by processes that possess this session keyring (this login \
-            session's processes of this user) and by root: the trust ssh-agent asks for. It \
-            survives `coffer rotate` (the slot keeps its key) but not a passphrase change or the \
-            removal of its slot: a command then drops it, says so in one line, and asks again. \
-            Running `coffer unlock` again replaces it and its timeout. Where this process has no \
-            session keyring of its own (no login session made one: a container, su, cron), unlock \
-            refuses, unless --user-keyring keeps the key in the user session keyring, which every \
-            process of this user without a session keyring shares. A vault unlocked with an \
-            identity needs no unlock: the identity file opens it without a prompt.
+            session's processes of this user) and by root: the trust ssh-agent asks for. \
+            Commands `coffer run` starts get a session keyring of their own, without it. The key \
+            is named by the vault's id, so it follows the vault file when its directory is \
+            renamed or reached through another symlink. It survives `coffer rotate` (the slot \
+            keeps its key) but not a passphrase change or the removal of its slot: a command then \
+            drops it, says so in one line, and asks again. Running `coffer unlock` again replaces \
+            it and its timeout. Where this process has no session keyring of its own (no login \
+            session made one: a container, su, cron), unlock refuses: the user session keyring \
+            it would get instead is readable by every process of this user, in any session. \
+            Start one first (`keyctl session`, or `keyctl new_session` in this shell). A vault \
+            unlocked with an identity needs no unlock: the identity file opens it without a \
+            prompt.
 
             Examples:
               coffer unlock                      # 15 minutes
@@ -45,15 +49,20 @@ struct UnlockCommand: ParsableCommand {
     @ParentCommand var root: CofferCommand
     @Option(help: ArgumentHelp("How long the key is kept: 30s, 15m, 2h (default 15m, at most 24h).", valueName: "duration"))
     var timeout: String = SessionTimeout.standard
-    @Flag(
-        help: """
-            Where this process has no session keyring of its own (a container, su, cron), keep the key in \
-            the user session keyring, which every process of this user without one shares.
-            """)
-    var userKeyring = false
+    /// Refused: kept so that a script passing it is told why, rather than "unknown option".
+    @Flag(help: .hidden) var userKeyring = false
 
     func run() throws {
         let seconds = try SessionTimeout.parse(timeout)
+        if userKeyring {
+            throw CLIError.usage(
+                "--user-keyring is no longer offered: a key in the user session keyring can be found and read by "
+                    + "every process of this user, in any session and whatever its permissions (`keyctl search @us "
+                    + "user coffer:… @s`, then `keyctl pipe`), so also by any command `coffer run` starts; "
+                    + SessionKeyring.startASessionKeyring)
+        }
+        // Refused before the passphrase is asked for: the key could not be kept anyway.
+        try SessionKeyring.checkSessionKeyring()
         let store = try root.global.openKeychain(usingSessionKey: false)
         let (description, _) = try root.global.sessionKeyDescription()
         guard let lending = store as? any SessionKeyLending else {
@@ -64,19 +73,13 @@ struct UnlockCommand: ParsableCommand {
                 "an identity opens the vault without a prompt already, so there is nothing to keep: "
                     + "unlock with the passphrase or key file instead")
         }
-        let stored = try SessionKeyring.store(
-            try kept.serialized(), description: description, seconds: seconds, userKeyring: userKeyring)
+        let stored = try SessionKeyring.store(try kept.serialized(), description: description, seconds: seconds)
         let expiry = Date(timeIntervalSinceNow: TimeInterval(seconds))
         let formatter = ISO8601DateFormatter()
         formatter.timeZone = .current
         formatter.formatOptions = [.withInternetDateTime]
-        let keyring =
-            stored.isUserSessionKeyring
-            ? "the user session keyring (this process has no session keyring of its own, so every process of this "
-                + "user without one shares it)"
-            : "the session keyring"
         writeOut(
-            "unlocked \(escapedName(store.location)): its key is kept in \(keyring) as key \(String(stored.serial, radix: 16)) "
+            "unlocked \(escapedName(store.location)): its key is kept in the session keyring as key \(String(stored.serial, radix: 16)) "
                 + "(\(escapedName(description))) until \(formatter.string(from: expiry)) "
                 + "(\(SessionTimeout.describe(seconds))); `coffer lock` removes it sooner\n")
     }
@@ -90,7 +93,9 @@ struct LockCommand: ParsableCommand {
         discussion: """
             Invalidates the vault's key in the kernel's session keyring: the next command asks \
             for the passphrase again. --all removes the key of every vault unlocked in this \
-            session. Nothing kept is not an error.
+            session. Both also remove what an earlier coffer kept in the user session keyring \
+            (its --user-keyring). Nothing kept is not an error; a vault file that cannot be read \
+            (moved away, deleted) is, since which kept key is its cannot be told: use --all.
 
             Examples:
               coffer lock
@@ -102,18 +107,48 @@ struct LockCommand: ParsableCommand {
 
     func run() throws {
         if all {
-            let keys = try SessionKeyring.cofferKeys()
-            for key in keys { try SessionKeyring.remove(key.serial) }
-            writeOut("removed \(keys.count) key\(keys.count == 1 ? "" : "s") from the session keyring\n")
+            let removed = try SessionKeyring.removeAllKept()
+            let earlier =
+                removed.userSession > 0
+                ? ", \(removed.userSession) of them from the user session keyring (where an earlier coffer kept them)"
+                : ""
+            writeOut(
+                "removed \(removed.total) key\(removed.total == 1 ? "" : "s") from the session keyring\(earlier)\n")
             return
         }
-        let (description, place) = try root.global.sessionKeyDescription()
-        guard let serial = SessionKeyring.find(description) else {
-            writeOut("no key of \(place) is kept in this session\n")
+        var unidentified: String?
+        let (descriptions, place): ([String], String)
+        if try root.global.storeURL == nil {
+            // The file vault: its key is named by the vault's id, read from the file wherever it
+            // is reached from now; a key an earlier coffer named by the path is removed too.
+            let url = try root.global.vaultURL
+            var names: [String] = []
+            do {
+                names.append(try SessionKeyring.description(forFile: url))
+            } catch let error as CofferError {
+                unidentified = error.message
+            }
+            if let byPath = SessionKeyring.pathDescription(forFile: url) { names.append(byPath) }
+            (descriptions, place) = (names, escapedName(url.path))
+        } else {
+            let (description, name) = try root.global.sessionKeyDescription()
+            (descriptions, place) = ([description], name)
+        }
+        let removed = try SessionKeyring.removeKept(descriptions)
+        if removed.total > 0 {
+            let from =
+                removed.session > 0 ? "the session keyring" : "the user session keyring (where an earlier coffer kept it)"
+            writeOut("locked \(place): removed its key from \(from)\n")
             return
         }
-        try SessionKeyring.remove(serial)
-        writeOut("locked \(place): removed its key from the session keyring\n")
+        if let unidentified {
+            // Nothing said "no key is kept" while one could be: which key is this vault's cannot be told.
+            throw CLIError(
+                .failure,
+                "cannot tell which kept key opens \(place) (\(unidentified)): `coffer lock --all` removes every key "
+                    + "coffer keeps")
+        }
+        writeOut("no key of \(place) is kept in this session\n")
     }
 }
 
@@ -136,7 +171,8 @@ extension GlobalOptions {
     /// nothing is opened.
     func sessionKeyDescription() throws -> (description: String, place: String) {
         guard let url = try storeURL else {
-            return (try SessionKeyring.description(forFile: vaultURL), vaultURL.path)
+            let file = try vaultURL
+            return (try SessionKeyring.description(forFile: file), escapedName(file.path))
         }
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
             throw CLIError.usage("--store takes a postgres:// URL (the file vault is chosen with --vault)")

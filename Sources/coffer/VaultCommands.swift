@@ -41,13 +41,22 @@ struct InitCommand: ParsableCommand {
     func run() throws {
         let global = root.global
         if let store = try global.storeURL { return try createInPostgres(store) }
-        let url = global.vaultURL
+        let url = try global.vaultURL
+        let shown = escapedName(url.path)
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
             if isDirectory.boolValue {
-                throw CLIError.usage("\(url.path) is a directory: name the vault file to create in it")
+                throw CLIError.usage("\(shown) is a directory: name the vault file to create in it")
             }
-            throw CLIError(.failure, "a file already exists at \(url.path); refusing to overwrite it")
+            throw CLIError(.failure, "a file already exists at \(shown); refusing to overwrite it")
+        }
+        // A symbolic link whose target does not exist (fileExists follows links): the vault
+        // would be made wherever it points, or in its place. Refused, named.
+        if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: url.path) {
+            throw CLIError(
+                .failure,
+                "\(shown) is a symbolic link to \(escapedName(target)), which does not exist; refusing to create the "
+                    + "vault through it: remove the link, or name the vault file itself with --vault")
         }
         var createdKeyFile = false
         if let keyFile = global.keyFile, keyFile != GlobalOptions.standardInputKeyFile,
@@ -56,7 +65,7 @@ struct InitCommand: ParsableCommand {
             try writeNewKeyFile(keyFile)
             createdKeyFile = true
         }
-        let unlock = try global.unlock(prompt: "Passphrase for the new vault \(url.path): ", confirm: true)
+        let unlock = try global.unlock(prompt: "Passphrase for the new vault \(shown): ", confirm: true)
         let parameters = global.keyFile == nil ? kdf.parameters : .moderate
         let vault = try Vault.create(at: url, unlock: unlock, kdf: parameters, lockTimeout: try global.lockTimeout())
         let slot = try vault.info().keySlots.first
@@ -66,9 +75,9 @@ struct InitCommand: ParsableCommand {
             : slot?.kind == "recipient"
                 ? "the identity of recipient \(slot?.recipient ?? "?")"
             : global.keyFile == GlobalOptions.standardInputKeyFile
-                ? "the key read from standard input" : "the key file \(global.keyFile ?? "")"
-        writeOut("created vault \(url.path), unlocked by \(how)\n")
-        if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
+                ? "the key read from standard input" : "the key file \(escapedName(global.keyFile ?? ""))"
+        writeOut("created vault \(shown), unlocked by \(how)\n")
+        if createdKeyFile { writeOut("wrote a new random key to \(escapedName(global.keyFile ?? "")) (mode 0600)\n") }
     }
 
     /// `coffer --store postgres://…?vault=NAME init`: the one way to make a PostgreSQL vault.
@@ -91,7 +100,7 @@ struct InitCommand: ParsableCommand {
         let parameters = global.keyFile == nil ? kdf.parameters : .moderate
         _ = try PostgresVault.create(name: name, unlock: unlock, kdf: parameters, configuration: configuration)
         writeOut("created vault \(escapedName(name)) on \(configuration)\n")
-        if createdKeyFile { writeOut("wrote a new random key to \(global.keyFile ?? "") (mode 0600)\n") }
+        if createdKeyFile { writeOut("wrote a new random key to \(escapedName(global.keyFile ?? "")) (mode 0600)\n") }
         #else
         throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
         #endif
@@ -132,7 +141,7 @@ struct PasswdCommand: ParsableCommand {
         let vault = try root.global.openVault(usingSessionKey: false)
         let new = try Input.newPassphrase(file: newPassphraseFile)
         try vault.changePassphrase(to: .passphrase(new), kdf: kdf?.parameters)
-        writeOut("changed the passphrase of \(vault.url.path)\n")
+        writeOut("changed the passphrase of \(escapedName(vault.url.path))\n")
     }
 }
 
@@ -172,7 +181,7 @@ struct VerifyCommand: ParsableCommand {
             let vault = try root.global.openVault()
             let result = try vault.verify()
             writeOut(
-                "ok: \(vault.url.path): header and \(result.records) record\(result.records == 1 ? "" : "s") authenticated, \(result.items) item\(result.items == 1 ? "" : "s")\n"
+                "ok: \(escapedName(vault.url.path)): header and \(result.records) record\(result.records == 1 ? "" : "s") authenticated, \(result.items) item\(result.items == 1 ? "" : "s")\n"
             )
         } catch let error as CofferError where error.code == .corrupted {
             throw CLIError(.integrity, "verification FAILED: \(error.description)")
@@ -247,15 +256,15 @@ struct InfoCommand: ParsableCommand {
         let info = try vault.info()
         let onDisk = (try? FileManager.default.attributesOfItem(atPath: vault.url.path)[.size] as? Int64) ?? nil
         if json {
-            writeOut(
-                try encodeJSON(
-                    Report(
-                        path: vault.url.path, formatVersion: info.formatVersion, keySlots: info.keySlots,
-                        itemCount: info.itemCount, recordCount: info.recordCount, fileSize: onDisk ?? info.fileSize,
-                        usedBytes: info.fileSize)))
+            // The path as the file system has it, with what a terminal would act on as \u escapes.
+            let report = Report(
+                path: vault.url.path, formatVersion: info.formatVersion, keySlots: info.keySlots,
+                itemCount: info.itemCount, recordCount: info.recordCount, fileSize: onDisk ?? info.fileSize,
+                usedBytes: info.fileSize)
+            writeOut(escapingControls(try encodeJSON(report), json: true))
             return
         }
-        var rows = [["vault", vault.url.path], ["format", "version \(info.formatVersion)"]]
+        var rows = [["vault", escapedName(vault.url.path)], ["format", "version \(info.formatVersion)"]]
         for (index, slot) in info.keySlots.enumerated() {
             let kdf = describeKDF(opsLimit: slot.opsLimit, memLimitBytes: slot.memLimitBytes)
             let detail = slot.recipient ?? kdf
@@ -289,7 +298,7 @@ struct CompactCommand: ParsableCommand {
         try vault.compact()
         let after = try vault.info()
         writeOut(
-            "compacted \(vault.url.path): \(before.fileSize) → \(after.fileSize) bytes in use, \(before.recordCount) → \(after.recordCount) records\n"
+            "compacted \(escapedName(vault.url.path)): \(before.fileSize) → \(after.fileSize) bytes in use, \(before.recordCount) → \(after.recordCount) records\n"
         )
     }
 }
@@ -352,16 +361,17 @@ func writeNewSecretFile(_ path: String, _ contents: SecureBytes, what: String) t
     guard fd >= 0 else {
         let code = errno
         if code == EEXIST {
-            throw CLIError(.failure, "a file already exists at \(path); refusing to overwrite it with a new \(what)")
+            throw CLIError(
+                .failure, "a file already exists at \(escapedName(path)); refusing to overwrite it with a new \(what)")
         }
-        throw CLIError(.failure, "cannot create the \(what) \(path): \(String(cString: strerror(code)))")
+        throw CLIError(.failure, "cannot create the \(what) \(escapedName(path)): \(String(cString: strerror(code)))")
     }
     defer { close(fd) }
     let written = contents.withUnsafeBytes { writeAll(fd, $0) }
     guard written, fsync(fd) == 0 else {
         let reason = String(cString: strerror(errno))
         unlink(path)
-        throw CLIError(.failure, "cannot write the \(what) \(path): \(reason)")
+        throw CLIError(.failure, "cannot write the \(what) \(escapedName(path)): \(reason)")
     }
     let parent = (path as NSString).deletingLastPathComponent
     let directory = open(parent.isEmpty ? "." : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

@@ -54,6 +54,9 @@ long coffer_key_describe(int32_t key, char *buffer, size_t capacity);
 /// 0, or -1 with errno set.
 int coffer_key_invalidate(int32_t key);
 
+/// KEYCTL_LINK of `key` (a key or keyring) into `keyring`: 0, or -1 with errno set.
+int coffer_key_link(int32_t key, int32_t keyring);
+
 /// KEYCTL_UNLINK of `key` from `keyring`: 0, or -1 with errno set.
 int coffer_key_unlink(int32_t key, int32_t keyring);
 

@@ -22,6 +22,9 @@ package final class FileLock: Sendable {
     /// Threads sharing this instance share its descriptor, and a second `flock` on the same open
     /// file description succeeds at once: a flag serialises them first, with the same timeout.
     private let inUse = Locked<Bool>(false)
+    /// The device and inode of the lock file opened for writing (`nil`: opened read-only, or
+    /// no file): each exclusive lock checks that `path` still names it (``checkStillNamed()``).
+    private let identity: (device: UInt64, inode: UInt64)?
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
     ///
@@ -34,10 +37,19 @@ package final class FileLock: Sendable {
         self.path = path
         self.fileSystem = fileSystem
         do {
-            self.fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+            let fd = try fileSystem.open(path, create: true, exclusive: false, mode: DurableIO.fileMode)
+            do {
+                let status = try fileSystem.fstat(fd)
+                self.identity = (status.device, status.inode)
+            } catch {
+                fileSystem.close(fd)
+                throw error
+            }
+            self.fd = fd
             self.readOnlyReason = nil
         } catch let error as CofferError where FileLock.allowsReadOnly(error) {
             self.readOnlyReason = error
+            self.identity = nil
             do {
                 self.fd = try fileSystem.openReadOnly(path)
             } catch let missing as CofferError where missing.errno == ENOENT_ {
@@ -87,6 +99,14 @@ package final class FileLock: Sendable {
             try fileSystem.lock(
                 fd, exclusive: exclusive && readOnlyReason == nil,
                 timeout: max(.zero, deadline - ContinuousClock.now), path: path)
+            if exclusive {
+                do {
+                    try checkStillNamed()
+                } catch {
+                    fileSystem.unlock(fd)
+                    throw error
+                }
+            }
         } catch {
             inUse.withLock { $0 = false }
             throw error
@@ -111,7 +131,27 @@ package final class FileLock: Sendable {
         // file systems that emulate flock with fcntl locks allow on it.
         try fileSystem.lock(fd, exclusive: exclusive && readOnlyReason == nil, timeout: remaining, path: path)
         defer { fileSystem.unlock(fd) }
+        if exclusive { try checkStillNamed() }
         return try body()
+    }
+
+    /// Throws unless `path` still names the file locked here. A lock file removed or replaced
+    /// while a store is open (by hand, or by a clean-up that took it for stale) leaves this
+    /// process locking a file no process opening the store from now on locks: their writes and
+    /// this one's would no longer exclude each other, and one would append over the other's
+    /// commit. So this lock refuses to serve a write until the store is opened again. (One
+    /// `stat` of the lock file per write lock; the journal file itself is not touched.)
+    private func checkStillNamed() throws {
+        guard let identity else { return }
+        let current = try fileSystem.stat(path)
+        guard let current, current.device == identity.device, current.inode == identity.inode else {
+            throw CofferError(
+                .io,
+                "the store's lock file was \(current == nil ? "removed" : "replaced") while the store was open, so "
+                    + "this process's lock no longer excludes writers that opened the store since; nothing was "
+                    + "written: open the store again (and leave its lock file alone while it is in use)",
+                path: path)
+        }
     }
 
     /// Waits (until `deadline`) for no other thread of this process to hold this instance.

@@ -11,6 +11,17 @@ extension Journal {
             throw CofferError(.notFound, "the store file was removed while it was open", path: path, errno: ENOENT_)
         }
         if current.inode == identity.inode && current.device == identity.device {
+            // Coffer never shortens a store file (a compaction renames a new one into place), so
+            // one now shorter than its records was cut short from outside. Appending at the old
+            // end would leave a hole of zeros that a later open takes for a torn tail, dropping
+            // every commit after it.
+            guard current.size >= dataEnd else {
+                throw CofferError(
+                    .corrupted,
+                    "the store file was cut short while it was open (it holds \(current.size) bytes; its records "
+                        + "ended at byte \(dataEnd)); nothing was written: open it again to see what it still holds",
+                    path: path, offset: current.size)
+            }
             identityCheckedAt = .now
             return nil
         }

@@ -99,7 +99,9 @@ final class JournalControl: @unchecked Sendable {
     func settle(dataEnd: Int64, file: FileStatus) -> UInt64 {
         setUpIfNeeded()
         var generation = load(2)
-        if generation & 1 == 1 { generation += 1 }
+        // Wrapping: a page may hold anything (garbage, a hand-edited page), and an odd
+        // generation of 2⁶⁴ − 1 must become 0, not trap.
+        if generation & 1 == 1 { generation &+= 1 }
         store(2, generation)
         store(3, UInt64(bitPattern: dataEnd))
         store(4, 0)

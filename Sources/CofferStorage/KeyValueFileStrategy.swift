@@ -47,9 +47,21 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePers
         var liveBytes = 0
         var flushScheduled = false
         var outside = OutsideChanges<ExactKey>()
+        /// Set when what other writers did could not be applied (a record that passes its
+        /// checksums but is no key-value record): the catch-up had moved past the records after
+        /// it, so the index no longer describes the file, and the suite stops rather than answer
+        /// from it (or compact the file down to it).
+        var failure: CofferError?
 
         init(journal: Journal) {
             self.journal = journal
+        }
+
+        mutating func catchUpFailed(_ error: CofferError) -> CofferError {
+            var error = error
+            error.message += " — this suite stops here: open it again to read the file anew"
+            failure = error
+            return error
         }
 
         mutating func forgetAll() {

@@ -12,7 +12,10 @@ import PostgresNIO
 /// NIO's event loops, and the synchronous API of the stores runs these calls on Coffer's own
 /// threads (`Offload.wait`). Every wait is bounded (docs/STATE.md, "Deadlines (PostgreSQL)"):
 /// - a connection is leased within ``PostgresConfiguration/connectTimeout``, else the call fails
-///   with ``CofferError/Code/io`` ("unavailable") and the lease request is withdrawn;
+///   with ``CofferError/Code/io`` ("unavailable") and the lease request is withdrawn. While the
+///   server has not been reached since a sign of an outage, a call first opens a connection of its
+///   own (``ClientRegistry``): one refused (nothing listening) fails the call at once, with the
+///   reason, and one reached puts the calls back on the pool (a new pool after a lease failed);
 /// - each statement waits for a lock at most ``PostgresConfiguration/effectiveTimeout`` and runs
 ///   at most as long (the server's `lock_timeout` and `statement_timeout`, set when a connection
 ///   starts): ``CofferError/Code/busy``;
@@ -120,6 +123,9 @@ final class PostgresLink: Sendable {
             case failed(any Error)
             /// The connection closed while the call held it (the server stopped or crashed).
             case closed
+            /// A connection of its own, tried because the pool's server had not been reached
+            /// since its last failure (or ever), failed: refused, unreachable, or rejected.
+            case unreachable(any Error)
         }
         let kind: Kind
         /// Whether a read may be run once more on another connection: its connection was lost
@@ -128,13 +134,13 @@ final class PostgresLink: Sendable {
             switch kind {
             case .closed: true
             case .failed: lost
-            case .unavailable, .noAnswer: false
+            case .unavailable, .noAnswer, .unreachable: false
             }
         }
         /// Whether the connection is gone (as opposed to one statement refused).
         var lost: Bool {
             switch kind {
-            case .unavailable, .noAnswer, .closed: true
+            case .unavailable, .noAnswer, .closed, .unreachable: true
             case .failed(let error):
                 if let error = error as? PSQLError {
                     PostgresLink.isConnectionLoss(error)
@@ -159,17 +165,22 @@ final class PostgresLink: Sendable {
         case unavailable
         case noAnswer
         case closed
+        /// The server was probed (see ``ClientRegistry/admit(_:logger:connect:)``) and not reached.
+        case unreachable(any Error)
     }
 
     private struct Abandoned: Error {}
 
     private func once<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let client = try self.client()
+        if let refusal { throw refusal }
         let configuration = configuration
         let logger = logger
         let phase = Guarded(Phase.leasing)
         let verdict = Verdict<Outcome<T>>()
         let timer = DeadlineTimer.shared
+        // The pool the lease was last asked of (`nil` while the call waits for a probe).
+        let askedOf = Guarded<PostgresClient?>(nil)
+        let connect: @Sendable () async throws -> PostgresConnection = { [self] in try await connectDirectly(probe: true) }
         // The lease is given up at the connect deadline (the work must then not start).
         let connectDeadline = timer.arm(at: .now + .seconds(configuration.connectTimeout)) {
             let gaveUp = phase.withLock { phase -> Bool in
@@ -187,82 +198,141 @@ final class PostgresLink: Sendable {
         // process's one timer thread (no task per call).
         let work = Offload.startBesideCaller {
             do {
-                let value = try await client.withConnection { connection in
-                    let go = phase.withLock { phase -> Bool in
-                        if case .abandoned = phase { return false }
-                        phase = .running(connection)
-                        return true
+                while true {
+                    let leasing = phase.withLock { phase -> Bool in
+                        if case .leasing = phase { return true }
+                        return false
                     }
-                    guard go else { throw Abandoned() }
-                    timer.disarm(connectDeadline)
-                    ClientRegistry.began(client)
-                    // A server that has not answered by the statement deadline (which the server
-                    // itself should have enforced: it is stopped, or the network is cut) has its
-                    // connection closed.
-                    let answerDeadline = timer.arm(at: .now + answerLimit) {
-                        // Taken from the work in one step, so a connection it has already handed
-                        // back to the pool (and another call may hold) is never closed.
-                        let stalled = phase.withLock { phase -> PostgresConnection? in
-                            guard case .running(let connection) = phase else { return nil }
-                            phase = .finished
-                            return connection
+                    guard leasing else { return }
+                    // The pool only once the server was reached since its last failure: else a
+                    // connection of its own first (shared by the calls arriving meanwhile), which
+                    // a refused connect fails at once. See `ClientRegistry.admit`.
+                    let client: PostgresClient
+                    switch try ClientRegistry.admit(configuration, logger: logger, connect: connect) {
+                    case .pool(let pool):
+                        client = pool
+                    case .probe(let probe):
+                        askedOf.withLock { $0 = nil }
+                        if case .failure(let error) = await probe.outcome {
+                            verdict.settle(.unreachable(error))
+                            return
                         }
-                        guard let stalled else { return }
-                        ClientRegistry.ended(client)  // a closed connection keeps no pool busy
-                        // Fails the statement in flight; the work ends when it notices.
-                        let _: EventLoopFuture<Void> = stalled.close()
-                        verdict.settle(.noAnswer)
+                        continue  // reached: the pool, now
                     }
-                    // A connection that closes under the call (the server crashed or was
-                    // stopped) ends it at once. postgres-nio does not always fail a statement
-                    // in flight when its connection closes: a server stopped with
-                    // `pg_ctl -m immediate` left one waiting for the answer deadline (11 s).
-                    CloseWatch.begin(connection) {
-                        let closed = phase.withLock { phase -> Bool in
-                            guard case .running(let running) = phase, running === connection else { return false }
-                            phase = .finished
-                            return true
-                        }
-                        guard closed else { return }
-                        ClientRegistry.ended(client)
-                        verdict.settle(.closed)
+                    askedOf.withLock { $0 = client }
+                    do {
+                        let value = try await self.lease(
+                            client, configuration: configuration, logger: logger, phase: phase, verdict: verdict,
+                            answerLimit: answerLimit, connectDeadline: connectDeadline, body)
+                        verdict.settle(.value(value))
+                        return
+                    } catch where PostgresLink.isPoolFailure(error) && phase.withLock({ if case .leasing = $0 { true } else { false } }) {
+                        // The pool refused the lease before any work began: it was shut down
+                        // (replaced after an outage) or its circuit breaker is open (it keeps
+                        // failing requests at once). Nothing was sent: ask again, through the
+                        // current pool or a new probe, within the same deadline.
+                        ClientRegistry.poolFailed(client, for: configuration)
                     }
-                    defer {
-                        CloseWatch.end(connection)
-                        timer.disarm(answerDeadline)
-                        // Whoever moves the phase out of `.running` (this, or the deadline closing
-                        // a stalled connection) ends the count of calls holding one.
-                        let wasRunning = phase.withLock { phase -> Bool in
-                            guard case .running = phase else { return false }
-                            phase = .finished
-                            return true
-                        }
-                        if wasRunning { ClientRegistry.ended(client) }
-                    }
-                    try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
-                    return try await body(connection)
                 }
-                verdict.settle(.value(value))
             } catch {
                 verdict.settle(.failed(error))
             }
         }
         let outcome = await verdict.value
         timer.disarm(connectDeadline)
-        if case .unavailable = outcome { work.cancel() }  // withdraws the lease request
+        let pool = askedOf.withLock { $0 }
         switch outcome {
         case .value(let value): return value
         case .unavailable:
-            // postgres-nio's pool backs off between failed connection attempts, up to a minute:
-            // after an outage it would stay "unavailable" long after the server is back. A new
-            // pool tries at once.
-            ClientRegistry.discard(client, for: configuration)
+            work.cancel()  // withdraws the lease request
+            // postgres-nio's pool backs off between failed connection attempts (up to a minute)
+            // and queues requests meanwhile: the next call probes the server with a connection
+            // of its own, and a new pool replaces this one once it is reached. (A pool whose
+            // connections are all held by calls is busy, not cut off: it is kept.)
+            if let pool { ClientRegistry.suspect(pool, for: configuration, replacePool: true) }
             throw Failure(kind: .unavailable(lastError: nil))
-        case .noAnswer: throw Failure(kind: .noAnswer)
-        case .closed: throw Failure(kind: .closed)
+        case .unreachable(let error as CofferError): throw error
+        case .unreachable(let error): throw Failure(kind: .unreachable(error))
+        case .noAnswer:
+            if let pool { ClientRegistry.suspect(pool, for: configuration, replacePool: false) }
+            throw Failure(kind: .noAnswer)
+        case .closed:
+            if let pool { ClientRegistry.suspect(pool, for: configuration, replacePool: false) }
+            throw Failure(kind: .closed)
         case .failed(let error as CofferError): throw error
         case .failed(let error as BodyError): throw error.error
-        case .failed(let error): throw Failure(kind: .failed(error))
+        case .failed(let error):
+            let failure = Failure(kind: .failed(error))
+            if failure.lost, let pool { ClientRegistry.suspect(pool, for: configuration, replacePool: false) }
+            throw failure
+        }
+    }
+
+    /// Leases a connection of `client` and runs `body` on it, within the deadlines of ``once(_:)``.
+    private func lease<T: Sendable>(
+        _ client: PostgresClient, configuration: PostgresConfiguration, logger: Logger, phase: Guarded<Phase>,
+        verdict: Verdict<Outcome<T>>, answerLimit: Duration, connectDeadline: DeadlineTimer.Token,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let timer = DeadlineTimer.shared
+        return try await client.withConnection { connection in
+            let go = phase.withLock { phase -> Bool in
+                if case .abandoned = phase { return false }
+                phase = .running(connection)
+                return true
+            }
+            guard go else { throw Abandoned() }
+            timer.disarm(connectDeadline)
+            ClientRegistry.began(client)
+            // A server that has not answered by the statement deadline (which the server
+            // itself should have enforced: it is stopped, or the network is cut) has its
+            // connection closed.
+            let answerDeadline = timer.arm(at: .now + answerLimit) {
+                // Taken from the work in one step, so a connection it has already handed
+                // back to the pool (and another call may hold) is never closed.
+                let stalled = phase.withLock { phase -> PostgresConnection? in
+                    guard case .running(let connection) = phase else { return nil }
+                    phase = .finished
+                    return connection
+                }
+                guard let stalled else { return }
+                ClientRegistry.ended(client)  // a closed connection keeps no pool busy
+                // Fails the statement in flight; the work ends when it notices.
+                let _: EventLoopFuture<Void> = stalled.close()
+                verdict.settle(.noAnswer)
+            }
+            // A connection that closes under the call (the server crashed or was
+            // stopped) ends it at once. postgres-nio does not always fail a statement
+            // in flight when its connection closes: a server stopped with
+            // `pg_ctl -m immediate` left one waiting for the answer deadline (11 s).
+            // Any close of a pooled connection (the server stopped, or the pool closed an
+            // idle one) makes the next call probe the server first.
+            CloseWatch.begin(connection, whenClosed: {
+                ClientRegistry.suspect(client, for: configuration, replacePool: false)
+            }) {
+                let closed = phase.withLock { phase -> Bool in
+                    guard case .running(let running) = phase, running === connection else { return false }
+                    phase = .finished
+                    return true
+                }
+                guard closed else { return }
+                ClientRegistry.ended(client)
+                verdict.settle(.closed)
+            }
+            defer {
+                CloseWatch.end(connection)
+                timer.disarm(answerDeadline)
+                // Whoever moves the phase out of `.running` (this, or the deadline closing
+                // a stalled connection) ends the count of calls holding one.
+                let wasRunning = phase.withLock { phase -> Bool in
+                    guard case .running = phase else { return false }
+                    phase = .finished
+                    return true
+                }
+                if wasRunning { ClientRegistry.ended(client) }
+            }
+            try await Schema.ensure(on: connection, configuration: configuration, logger: logger)
+            return try await body(connection)
         }
     }
 
@@ -288,15 +358,11 @@ final class PostgresLink: Sendable {
 
     // MARK: - The pool
 
-    /// The process's pool for these settings (a new one after a pool was discarded).
-    private func client() throws -> PostgresClient {
-        if let refusal { throw refusal }
-        return try ClientRegistry.client(for: configuration, logger: logger)
-    }
-
-    /// Opens a connection of its own (not pooled), within the connect timeout: the change feed's
-    /// LISTEN connection.
-    func connectForListening() async throws -> PostgresConnection {
+    /// Opens a connection of its own (not pooled), within the connect timeout (postgres-nio's
+    /// deadline covers the TCP connect, TLS and the start-up exchange): the change feed's LISTEN
+    /// connection, and the probe of a server not reached since its last failure (named
+    /// `coffer-probe` in `pg_stat_activity`). Throws the driver's error as it is.
+    func connectDirectly(probe: Bool = false) async throws -> PostgresConnection {
         if let refusal { throw refusal }
         var settings: PostgresConnection.Configuration
         if let socket = configuration.unixSocketPath {
@@ -315,10 +381,18 @@ final class PostgresLink: Sendable {
                 password: configuration.password, database: configuration.database, tls: tls)
         }
         settings.options.connectTimeout = .milliseconds(Int64(configuration.connectTimeout * 1000))
-        settings.options.additionalStartupParameters = ClientRegistry.startupParameters(configuration)
+        settings.options.additionalStartupParameters = ClientRegistry.startupParameters(configuration).map {
+            probe && $0.0 == "application_name" ? ($0.0, "coffer-probe") : $0
+        }
         let id = ClientRegistry.nextConnectionID()
+        return try await PostgresConnection.connect(configuration: settings, id: id, logger: logger)
+    }
+
+    /// Opens a connection of its own (not pooled), within the connect timeout: the change feed's
+    /// LISTEN connection.
+    func connectForListening() async throws -> PostgresConnection {
         do {
-            return try await PostgresConnection.connect(configuration: settings, id: id, logger: logger)
+            return try await connectDirectly()
         } catch let error as PSQLError {
             throw translate(Failure(kind: .failed(error)), write: false, connecting: true)
         }
@@ -377,6 +451,10 @@ final class PostgresLink: Sendable {
                 write
                     ? "the connection to \(server) closed before the write was acknowledged, \(unsure)"
                     : "\(server) is unavailable: the connection closed")
+        case .unreachable(let error):
+            // No connection was made: nothing was sent, so a write did nothing.
+            let said = translate(Failure(kind: .failed(error)), write: false, connecting: true).message
+            return CofferError(.io, write ? "\(said); nothing was written" : said)
         case .failed(let error):
             guard let error = error as? PSQLError else {
                 if PostgresLink.isPoolFailure(error) {
@@ -432,8 +510,12 @@ final class PostgresLink: Sendable {
 enum CloseWatch {
     private static let handlers = Locked<[ObjectIdentifier: (@Sendable () -> Void)?]>([:])
 
-    /// `handler` runs if `connection` closes before ``end(_:)``.
-    static func begin(_ connection: PostgresConnection, _ handler: @escaping @Sendable () -> Void) {
+    /// `handler` runs if `connection` closes before ``end(_:)``; `whenClosed` runs when it closes,
+    /// whenever that is (only the first call's is kept: a connection belongs to one pool).
+    static func begin(
+        _ connection: PostgresConnection, whenClosed: @escaping @Sendable () -> Void,
+        _ handler: @escaping @Sendable () -> Void
+    ) {
         let id = ObjectIdentifier(connection)
         let first = handlers.withLock { handlers -> Bool in
             let first = handlers[id] == nil
@@ -445,6 +527,7 @@ enum CloseWatch {
             // A closed connection is never handed out again: its entry goes with it.
             let handler = handlers.withLock { $0.removeValue(forKey: id) } ?? nil
             handler?()
+            whenClosed()
         }
     }
 
@@ -459,9 +542,46 @@ enum CloseWatch {
 
 /// The process's pools: one `PostgresClient` per server, login, pool size and deadline, running
 /// for the life of the process (an idle pool holds no connection after
-/// ``PostgresConfiguration/idleTimeout``).
+/// ``PostgresConfiguration/idleTimeout``), and whether its server has been reached since its last
+/// failure.
+///
+/// postgres-nio's pool (1.33) remembers failed connects: after one fails it tries again only on
+/// its own backoff timer (100 ms growing by 1.25× per failure, up to a minute), queues every
+/// request until one succeeds, and after 60 s of failures fails requests at once
+/// (`connectionCreationCircuitBreakerTripped`); none of this can be configured. So a call made
+/// while nothing listens waited its whole connect deadline, and a call made once the server was
+/// back could wait for the backoff or be failed by a pool replaced under it. Coffer therefore
+/// sends calls to the pool only while its server is *proven*: at first, and after any sign of an
+/// outage (a connection of the pool closed or lost, a lease not granted within the deadline, the
+/// pool failing a lease), a call first opens a connection of its own (a *probe*, one at a time
+/// per pool; calls arriving meanwhile share its outcome). Refused, it fails every waiting call at
+/// once with the driver's reason; silent, it ends within the connect timeout; reached, the
+/// server is proven again — and a pool that may be backing off (a lease timed out or failed) is
+/// replaced by a new one, which connects at once.
 enum ClientRegistry {
-    private static let clients = Locked<[PostgresConfiguration: (client: PostgresClient, run: Task<Void, Never>)]>([:])
+    private struct Entry {
+        var pool: (client: PostgresClient, run: Task<Void, Never>)?
+        var reach = Reach.unproven(replacePool: false)
+    }
+
+    private enum Reach {
+        /// Reached since the last sign of an outage: calls go to the pool.
+        case proven
+        /// Not reached since a sign of an outage (or ever): the next call probes. `replacePool`:
+        /// the pool may be backing off, and is replaced once the server is reached.
+        case unproven(replacePool: Bool)
+        /// A probe is under way; calls wait for its outcome.
+        case probing(Probe, replacePool: Bool)
+    }
+
+    /// How a call gets a connection.
+    enum Admission {
+        case pool(PostgresClient)
+        /// Wait for this probe's outcome: reached, ask again; not reached, fail with its error.
+        case probe(Probe)
+    }
+
+    private static let entries = Locked<[PostgresConfiguration: Entry]>([:])
 
     /// How many calls hold a connection of each pool now.
     private static let running = Locked<[ObjectIdentifier: Int]>([:])
@@ -478,19 +598,110 @@ enum ClientRegistry {
         }
     }
 
-    /// Forgets `client` (when it is still the one for `configuration`) and ends its pool, so the
-    /// next call makes a new one — unless a call holds one of its connections now: then the pool
-    /// is busy (every connection waiting on a lock, say), not cut off, and is kept.
-    static func discard(_ client: PostgresClient, for configuration: PostgresConfiguration) {
-        let run = clients.withLock { clients -> Task<Void, Never>? in
-            guard let entry = clients[configuration], entry.client === client,
-                running.withLock({ $0[ObjectIdentifier(client)] == nil })
+    private static func isRunning(_ client: PostgresClient) -> Bool {
+        running.withLock { $0[ObjectIdentifier(client)] != nil }
+    }
+
+    /// The pool for `configuration` when its server is proven; else the probe to wait for,
+    /// started here (with `connect`) when none is under way.
+    static func admit(
+        _ configuration: PostgresConfiguration, logger: Logger,
+        connect: @escaping @Sendable () async throws -> PostgresConnection
+    ) throws -> Admission {
+        let (admission, started) = try entries.withLock { all -> (Admission, Probe?) in
+            var entry = all[configuration] ?? Entry()
+            switch entry.reach {
+            case .proven:
+                let client: PostgresClient
+                if let pool = entry.pool {
+                    client = pool.client
+                } else {
+                    let made = try makeClient(configuration, logger: logger)
+                    entry.pool = made
+                    client = made.client
+                }
+                all[configuration] = entry
+                return (.pool(client), nil)
+            case .probing(let probe, _):
+                return (.probe(probe), nil)
+            case .unproven(let replacePool):
+                let probe = Probe()
+                entry.reach = .probing(probe, replacePool: replacePool)
+                all[configuration] = entry
+                return (.probe(probe), probe)
+            }
+        }
+        if let started {
+            // A task of its own: its outcome is recorded even when the call that started it gave
+            // up. postgres-nio's connect deadline bounds it.
+            Offload.start {
+                let outcome: Result<Void, any Error>
+                do {
+                    let connection = try await connect()
+                    try? await connection.close()
+                    outcome = .success(())
+                } catch {
+                    outcome = .failure(error)
+                }
+                finish(started, for: configuration, outcome)
+                started.settle(outcome)
+            }
+        }
+        return admission
+    }
+
+    /// Records a probe's outcome: reached, the server is proven (and a pool that may be backing
+    /// off is replaced, unless a call holds one of its connections); not reached, the next call
+    /// probes again.
+    private static func finish(_ probe: Probe, for configuration: PostgresConfiguration, _ outcome: Result<Void, any Error>) {
+        let replaced = entries.withLock { all -> Task<Void, Never>? in
+            guard var entry = all[configuration], case .probing(let current, let replacePool) = entry.reach,
+                current === probe
             else { return nil }
-            clients[configuration] = nil
-            return entry.run
+            defer { all[configuration] = entry }
+            guard case .success = outcome else {
+                entry.reach = .unproven(replacePool: replacePool)
+                return nil
+            }
+            entry.reach = .proven
+            guard replacePool, let pool = entry.pool, !isRunning(pool.client) else { return nil }
+            entry.pool = nil
+            return pool.run
+        }
+        replaced?.cancel()  // ends the old pool: requests still queued on it fail, and are asked again
+    }
+
+    /// A sign that `client`'s server may be gone (when `client` is still the pool for
+    /// `configuration`): the next call probes it first. `replacePool`: the pool may be backing
+    /// off (a lease was not granted within the deadline), so it is replaced once the server is
+    /// reached — unless a call holds one of its connections now: then the pool is busy (every
+    /// connection waiting on a lock, say), not cut off, and nothing is suspected.
+    static func suspect(_ client: PostgresClient, for configuration: PostgresConfiguration, replacePool: Bool) {
+        entries.withLock { all in
+            guard var entry = all[configuration], entry.pool?.client === client else { return }
+            if replacePool, isRunning(client) { return }
+            switch entry.reach {
+            case .proven: entry.reach = .unproven(replacePool: replacePool)
+            case .unproven(let replace): entry.reach = .unproven(replacePool: replace || replacePool)
+            case .probing(let probe, let replace): entry.reach = .probing(probe, replacePool: replace || replacePool)
+            }
+            all[configuration] = entry
+        }
+    }
+
+    /// `client` failed a lease by itself (shut down, or its circuit breaker open): when it is
+    /// still the pool for `configuration`, it is ended and the next call probes the server.
+    static func poolFailed(_ client: PostgresClient, for configuration: PostgresConfiguration) {
+        let run = entries.withLock { all -> Task<Void, Never>? in
+            guard var entry = all[configuration], let pool = entry.pool, pool.client === client else { return nil }
+            entry.pool = nil
+            if case .proven = entry.reach { entry.reach = .unproven(replacePool: false) }
+            all[configuration] = entry
+            return pool.run
         }
         run?.cancel()
     }
+
     private static let ids = Locked(0)
 
     static func nextConnectionID() -> Int {
@@ -500,38 +711,36 @@ enum ClientRegistry {
         }
     }
 
-    static func client(for configuration: PostgresConfiguration, logger: Logger) throws -> PostgresClient {
-        try clients.withLock { clients in
-            if let entry = clients[configuration] { return entry.client }
-            var settings: PostgresClient.Configuration
-            if let socket = configuration.unixSocketPath {
-                settings = PostgresClient.Configuration(
-                    unixSocketPath: socket, username: configuration.user, password: configuration.password,
-                    database: configuration.database)
-            } else {
-                let mode: PostgresClient.Configuration.TLS
-                switch try tls(configuration) {
-                case nil: mode = .disable
-                case .some((let settings, prefer: true)): mode = .prefer(settings)
-                case .some((let settings, prefer: false)): mode = .require(settings)
-                }
-                settings = PostgresClient.Configuration(
-                    host: configuration.host, port: configuration.port, username: configuration.user,
-                    password: configuration.password, database: configuration.database, tls: mode)
+    private static func makeClient(_ configuration: PostgresConfiguration, logger: Logger) throws
+        -> (client: PostgresClient, run: Task<Void, Never>)
+    {
+        var settings: PostgresClient.Configuration
+        if let socket = configuration.unixSocketPath {
+            settings = PostgresClient.Configuration(
+                unixSocketPath: socket, username: configuration.user, password: configuration.password,
+                database: configuration.database)
+        } else {
+            let mode: PostgresClient.Configuration.TLS
+            switch try tls(configuration) {
+            case nil: mode = .disable
+            case .some((let settings, prefer: true)): mode = .prefer(settings)
+            case .some((let settings, prefer: false)): mode = .require(settings)
             }
-            settings.options.connectTimeout = .seconds(configuration.connectTimeout)
-            settings.options.maximumConnections = configuration.maximumConnections
-            settings.options.minimumConnections = 0
-            settings.options.connectionIdleTimeout = .seconds(configuration.idleTimeout)
-            settings.options.keepAliveBehavior = .init(frequency: .seconds(30))
-            settings.options.additionalStartupParameters = startupParameters(configuration)
-            let client = PostgresClient(configuration: settings, backgroundLogger: logger)
-            // On Coffer's threads: the pool must serve synchronous callers even while they hold
-            // every thread of the cooperative pool (each blocked in `Offload.wait`).
-            let run = Offload.start { await client.run() }
-            clients[configuration] = (client, run)
-            return client
+            settings = PostgresClient.Configuration(
+                host: configuration.host, port: configuration.port, username: configuration.user,
+                password: configuration.password, database: configuration.database, tls: mode)
         }
+        settings.options.connectTimeout = .seconds(configuration.connectTimeout)
+        settings.options.maximumConnections = configuration.maximumConnections
+        settings.options.minimumConnections = 0
+        settings.options.connectionIdleTimeout = .seconds(configuration.idleTimeout)
+        settings.options.keepAliveBehavior = .init(frequency: .seconds(30))
+        settings.options.additionalStartupParameters = startupParameters(configuration)
+        let client = PostgresClient(configuration: settings, backgroundLogger: logger)
+        // On Coffer's threads: the pool must serve synchronous callers even while they hold
+        // every thread of the cooperative pool (each blocked in `Offload.wait`).
+        let run = Offload.start { await client.run() }
+        return (client, run)
     }
 
     /// The server's own deadlines for every statement of a connection (no round trip per call):
@@ -622,6 +831,42 @@ final class Guarded<State: Sendable>: Sendable {
 
     func withLock<R: Sendable>(_ body: (inout State) throws -> R) rethrows -> R {
         try locked.withLock { state in try body(&state) }
+    }
+}
+
+#endif
+
+#if Postgres
+/// The outcome of one probe of a server (a connection of its own, opened and closed), awaited by
+/// every call that arrived while it ran.
+final class Probe: Sendable {
+    private struct State {
+        var outcome: Result<Void, any Error>?
+        var waiters: [CheckedContinuation<Result<Void, any Error>, Never>] = []
+    }
+    private let state = Guarded(State())
+
+    func settle(_ outcome: Result<Void, any Error>) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Result<Void, any Error>, Never>] in
+            guard s.outcome == nil else { return [] }
+            s.outcome = outcome
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: outcome) }
+    }
+
+    var outcome: Result<Void, any Error> {
+        get async {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { s -> Result<Void, any Error>? in
+                    if let outcome = s.outcome { return outcome }
+                    s.waiters.append(continuation)
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
     }
 }
 #endif

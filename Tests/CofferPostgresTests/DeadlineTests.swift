@@ -270,6 +270,53 @@ struct DeadlineTests {
         }
     }
 
+    @Test("Nothing listening (a server stopped, a port never served): each call fails as unavailable well before the connect deadline; the server back, the next call works")
+    func refusedConnectionFailsFast() async throws {
+        let cluster = try PostgresTestCluster()
+        defer { cluster.stop() }
+        // A connect deadline of 20 s: a call held by a refused connection (postgres-nio's pool
+        // backing off and queueing it) would end at 20 s; 10 s is the hang guard.
+        let configuration = try Self.configuration(cluster.url, timeout: 2, connect: 20)
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "refused")
+        try await store.set(1, for: "n")
+        let vault = try await PostgresVault.create(
+            name: "refused", unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        try await vault.set("one", service: "svc", account: "a")
+        try cluster.stopServer()
+        // Settings no call has used yet: a pool that never reached the server.
+        let fresh = PostgresKeyValueStrategy(
+            configuration: try Self.configuration(cluster.url, timeout: 3, connect: 20), suite: "refused")
+
+        let calls: [(String, () async throws -> Void)] = [
+            ("write", { try await store.set(2, for: "n") }),
+            ("second write", { try await store.set(3, for: "n") }),
+            ("sync read", { _ = try store.load("n") }),
+            ("vault write", { try await vault.set("two", service: "svc", account: "a") }),
+            ("vault open", { _ = try await PostgresVault.open(name: "refused", unlock: .key(testKey), configuration: configuration) }),
+            ("first call of a new pool", { _ = try await fresh.load("n") }),
+        ]
+        for (name, call) in calls {
+            let (outcome, seconds) = await Self.timed(call)
+            guard case .failure(let error) = outcome else {
+                Issue.record("\(name) succeeded with nothing listening")
+                continue
+            }
+            #expect(Self.code(error) == .io, "\(name): \(error)")
+            #expect("\(error)".contains("unavailable"), "\(name): \(error)")
+            #expect(seconds < 10, "\(name) took \(seconds) s: held for the connect deadline (20 s)")
+        }
+        // A write that failed for want of a connection says that nothing was written.
+        let (refused, _) = await Self.timed { try await store.set(4, for: "n") }
+        #expect("\(refused.failure.map { "\($0)" } ?? "")".contains("nothing was written"), "\(refused)")
+
+        try cluster.start()
+        try await store.set(5, for: "n")
+        #expect(try await store.get(Int.self, for: "n") == 5)
+        #expect(try await fresh.get(Int.self, for: "n") == 5)
+        try await vault.set("three", service: "svc", account: "a")
+        #expect(try await vault.string(service: "svc", account: "a") == "three")
+    }
+
     @Test("A partition from async code: 64 writes and 64 loads against a silent server hold no thread; a 5 ms sleep elsewhere wakes")
     func partitionFromAsyncCode() async throws {
         let silent = try SilentServer()

@@ -152,6 +152,56 @@ struct FailureTests {
         #expect(read == 1)
     }
 
+    @Test("A call made right after a restart succeeds, whatever calls made during the outage did (5 restarts)")
+    func callRightAfterRestart() throws {
+        let cluster = try PostgresTestCluster()
+        defer { cluster.stop() }
+        var configuration = try Self.configuration(cluster)
+        configuration.timeout = 5
+        let store = PostgresKeyValueStrategy(configuration: configuration, suite: "restart")
+        let vault = try PostgresVault.create(name: "restart", unlock: .key(testKey), configuration: configuration)
+        try store.set(0, for: "n")
+        try vault.set("round 0", service: "svc", account: "a")
+
+        // Other threads keep calling through every outage: their calls fail, or wait in the pool
+        // for a connection and give up at the connect deadline. None of that may fail a call
+        // made once the server accepts connections again (a pool backing off after failed
+        // connects, or one replaced under a queued call, once failed it at once).
+        let stop = Protected(false)
+        let done = (0..<3).map { index in
+            let finished = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                var i = 0
+                while !stop.withLock({ $0 }) {
+                    i += 1
+                    _ = try? store.load("n")
+                    try? store.set(i, for: "pressure-\(index)")
+                    Thread.sleep(forTimeInterval: 0.005)
+                }
+                finished.signal()
+            }
+            return finished
+        }
+        // Outages shorter and longer than the connect deadline (2 s), crashes and clean stops.
+        for (round, outage) in [0.2, 2.5, 1.0, 3.0, 0.5].enumerated().map({ ($0.offset + 1, $0.element) }) {
+            try cluster.stopServer(mode: round.isMultiple(of: 2) ? "fast" : "immediate")
+            Thread.sleep(forTimeInterval: outage)
+            try cluster.start()
+            do {
+                try vault.set("round \(round)", service: "svc", account: "a")
+                try store.set(round, for: "n")
+                #expect(try store.get(Int.self, for: "n") == round)
+                #expect(try vault.string(service: "svc", account: "a") == "round \(round)")
+            } catch {
+                Issue.record("round \(round) (\(outage) s down): a call right after the restart failed: \(error)")
+            }
+        }
+        stop.withLock { $0 = true }
+        for finished in done {
+            #expect(finished.wait(timeout: .now() + 30) == .success, "a calling thread hung")
+        }
+    }
+
     @Test("Server restarted mid-stream: every acknowledged write is there; instances reconnect and catch up")
     func restartMidStream() throws {
         let cluster = try PostgresTestCluster()
@@ -201,8 +251,8 @@ struct FailureTests {
 
         let written = acknowledged.withLock { $0 }
         #expect(written.count > 10)
-        // Writes during the restart wait for a connection (within the connect deadline) rather
-        // than fail at once, so they may all have gone through; the server did restart.
+        // Writes during the restart fail at once (the connection refused) or wait for one (within
+        // the connect deadline), so they may all have gone through; the server did restart.
         #expect(try cluster.sql("SELECT pg_postmaster_start_time() > now() - interval '60 seconds'").hasPrefix("t")
             || failed.withLock { $0 } > 0)
         let reader = PostgresKeyValueStrategy(configuration: configuration, suite: "stream")

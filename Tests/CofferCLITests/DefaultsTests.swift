@@ -17,6 +17,6 @@ struct DefaultsTests {
     @Test("the default vault file is the library's default vault file name")
     func theVaultFileNameIsTheLibrarys() throws {
         let options = try GlobalOptions.parse([])
-        #expect(options.vaultURL.lastPathComponent == VaultConfiguration.defaultFileName)
+        #expect(try options.vaultURL.lastPathComponent == VaultConfiguration.defaultFileName)
     }
 }

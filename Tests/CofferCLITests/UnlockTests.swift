@@ -92,7 +92,9 @@ struct ProcKey {
     var type: String
 }
 
-@Suite("coffer unlock and lock: the kernel session keyring")
+// Serialized: `lock --all` now also clears coffer's keys from the user session keyring, which
+// two tests here put there (as an earlier coffer did); run at once, one would clear the other's.
+@Suite("coffer unlock and lock: the kernel session keyring", .serialized)
 struct UnlockTests {
     /// `coffer` spawned from `ring`'s thread (so in its session keyring), checked as `box.run` checks.
     @discardableResult
@@ -106,9 +108,22 @@ struct UnlockTests {
         return box.expectClean(child.wait(), sourceLocation: sourceLocation)
     }
 
-    /// The description coffer gives the key of `box`'s vault: `coffer:` and its real path.
-    func description(_ box: Sandbox) -> String {
-        guard let resolved = realpath(box.vault, nil) else { return "coffer:" + box.vault }
+    /// The description coffer gives the key of `box`'s vault.
+    func description(_ box: Sandbox) -> String { description(vault: box.vault) }
+
+    /// The description coffer gives the key of the vault file at `path`: `coffer:vault:` and the
+    /// random vault id of its header, in hexadecimal (docs/FORMAT.md: the header area starts at
+    /// byte 32, and its copy's vault id at byte 16 of it).
+    func description(vault path: String) -> String {
+        guard let bytes = FileManager.default.contents(atPath: path), bytes.count >= 64 else {
+            return "coffer:vault:(no vault at \(path))"
+        }
+        return "coffer:vault:" + bytes[48..<64].map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The description an earlier coffer gave the key of `path`: `coffer:` and its real path.
+    func pathDescription(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return "coffer:" + path }
         defer { free(resolved) }
         return "coffer:" + String(cString: resolved)
     }
@@ -254,7 +269,7 @@ struct UnlockTests {
         #expect(next.status == Exit.usage && !next.err.contains("no longer opens"), "\(next)")
     }
 
-    @Test("Without a session keyring of its own, unlock refuses unless --user-keyring, which keeps the key across processes", .timeLimit(.minutes(10)))
+    @Test("Without a session keyring of its own, unlock refuses, also with --user-keyring: nothing is kept in the user session keyring", .timeLimit(.minutes(10)))
     func userSessionKeyring() throws {
         // No keyring joined: the thread is what a process in a container, under su or cron is.
         let ring = try KeyringThread(joining: false)
@@ -268,20 +283,21 @@ struct UnlockTests {
         try box.initVault()
         let secret = Array("user-session-\(UUID().uuidString)".utf8)
         try box.set("svc", "acct", secret)
+        // --user-keyring is refused wherever it runs: a key in the user session keyring is
+        // readable by every process of this user (see userKeyringAttack).
+        let flag = try run(ring, box, ["unlock", "--user-keyring", "--timeout", "5m"], passphraseFile: true)
+        #expect(flag.status == Exit.usage && flag.err.contains("--user-keyring") && flag.err.contains("keyctl"), "\(flag)")
         if session == user {
-            // Refused, and nothing kept (before the fix, unlock said the key was kept, while the
-            // kernel had put it in an anonymous keyring that ended with the process).
-            let refused = try run(ring, box, ["unlock"], passphraseFile: true)
-            #expect(refused.status == Exit.failure && refused.err.contains("--user-keyring"), "\(refused)")
+            // Refused before asking for the passphrase, and nothing kept (an earlier coffer said
+            // the key was kept, while the kernel had put it in an anonymous keyring that ended
+            // with the process; later, with --user-keyring, in the user session keyring).
+            let refused = try run(ring, box, ["unlock"])
+            #expect(refused.status == Exit.failure && refused.err.contains("no session keyring of its own"), "\(refused)")
+            #expect(refused.err.contains("keyctl session"), "\(refused)")
+            #expect(!refused.err.contains("no passphrase given"), "\(refused)")
             #expect(try procKey(ring, box) == nil)
-            let kept = try run(ring, box, ["unlock", "--user-keyring", "--timeout", "5m"], passphraseFile: true)
-            #expect(kept.status == Exit.ok && kept.out.contains("user session keyring"), "\(kept)")
-            // Another process, with no passphrase source at all, reads through the kept key.
             let read = try run(ring, box, ["get", "svc", "acct"])
-            #expect(read.status == Exit.ok && read.printed(secret), "\(read)")
-            #expect(try run(ring, box, ["lock"]).status == Exit.ok)
-            let after = try run(ring, box, ["get", "svc", "acct"])
-            #expect(after.status == Exit.usage && after.err.contains("no passphrase given"), "\(after)")
+            #expect(read.status == Exit.usage && read.err.contains("no passphrase given"), "\(read)")
         } else {
             // The test process runs in a login session with a session keyring of its own: unlock
             // keeps the key there, and never says "user session keyring".
@@ -291,6 +307,7 @@ struct UnlockTests {
             #expect(read.status == Exit.ok && read.printed(secret), "\(read)")
             #expect(try run(ring, box, ["lock"]).status == Exit.ok)
         }
+        #expect(try eventually { isGone(try procKey(ring, box)) })
     }
 
     @Test("lock --all removes the key of every vault of the session, and no other", .timeLimit(.minutes(10)))
@@ -364,4 +381,295 @@ struct UnlockTests {
         let accepted = try run(ring, box, ["unlock", "--timeout", "90"], passphraseFile: true)
         #expect(accepted.status == Exit.ok && accepted.out.contains("(90s)"), "\(accepted)")
     }
+
+    // MARK: - Who else can reach a kept key
+
+    /// keyutils' `keyctl`, the tool an attacker of the same user would use.
+    static let keyctl = "/usr/bin/keyctl"
+
+    /// Fails the test (never skips it) when keyctl is missing.
+    func requireKeyctl() throws {
+        try #require(
+            access(Self.keyctl, X_OK) == 0, "these tests attack the keyring with keyutils' keyctl: apt-get install keyutils")
+    }
+
+    /// `keyctl ARGUMENTS` in a new anonymous session keyring of its own (`keyctl session -`):
+    /// another session of this user, which possesses neither the test's keyrings nor coffer's.
+    func fromAnotherSession(_ script: String, _ arguments: [String] = []) throws -> ProgramRun {
+        try runProgram(Self.keyctl, ["session", "-", "/bin/sh", "-c", script, "sh"] + arguments)
+    }
+
+    /// Whether the user session keyring holds a "user" key `description` (looked up from
+    /// another session, with the user session keyring linked into it).
+    func userSessionKeyringHolds(_ description: String) throws -> Bool {
+        let found = try fromAnotherSession(
+            "keyctl link @us @s >/dev/null && keyctl search @s user \"$1\" >/dev/null", [description])
+        return found.status == 0
+    }
+
+    /// Puts a key where an earlier coffer kept one with --user-keyring: a possessor-only "user"
+    /// key `description` in the user session keyring (not a real session key; with a timeout, so
+    /// a failed test leaves nothing for long).
+    func keepInUserSessionKeyring(_ description: String) throws {
+        let kept = try fromAnotherSession(
+            "keyctl link @us @s >/dev/null && k=$(keyctl add user \"$1\" not-a-session-key @us) "
+                + "&& keyctl setperm \"$k\" 0x3f000000 && keyctl timeout \"$k\" 300", [description])
+        #expect(kept.status == 0, "\(kept)")
+    }
+
+    @Test(
+        "A kept key cannot be found, linked or read from another session keyring of this user, nor by a command coffer run starts",
+        .timeLimit(.minutes(10)))
+    func keptKeyIsOutOfReach() throws {
+        try requireKeyctl()
+        let ring = try KeyringThread()
+        defer { ring.stop() }
+        let box = try Sandbox()
+        try box.initVault()
+        let secret = Array("reach-\(UUID().uuidString)".utf8)
+        try box.set("svc", "acct", secret)
+        #expect(try run(ring, box, ["unlock"], passphraseFile: true).status == Exit.ok)
+        let description = description(box)
+        let key = try #require(try procKey(ring, box))
+        let serial = String(try #require(Int32(key.serial, radix: 16)))
+        let keyring = String(ring.keyring)
+
+        // The control: in the session keyring that holds it, keyctl reads it; so each refusal
+        // below is the kernel's, not a mistyped command.
+        let own = try ring.perform { try runProgram(Self.keyctl, ["pipe", serial]) }
+        #expect(own.status == 0 && !own.stdout.isEmpty, "\(own)")
+
+        // Another session of this user: every way to the key is closed.
+        let attacks = [
+            "k=$(keyctl search @us user \"$1\" @s) && keyctl pipe \"$k\"",
+            "k=$(keyctl search @u user \"$1\" @s) && keyctl pipe \"$k\"",
+            "keyctl search \"$2\" user \"$1\" @s",
+            "keyctl link \"$2\" @s && keyctl pipe \"$3\"",
+            "keyctl link \"$3\" @s && keyctl pipe \"$3\"",
+            "keyctl pipe \"$3\"",
+            "keyctl rdescribe \"$3\"",
+        ]
+        for attack in attacks {
+            let outside = try fromAnotherSession(attack, [description, keyring, serial])
+            #expect(outside.status != 0 && outside.stdout.isEmpty, "\(attack): \(outside)")
+        }
+
+        // A command coffer run starts (which coffer gave the item's value through the kept key).
+        let script = attacks.enumerated().map { "(\($1)) >/dev/null 2>&1; echo \"attack \($0): $?\"" }
+            .joined(separator: "; ")
+        let child = try run(
+            ring, box,
+            ["run", "--env", "VALUE=coffer://svc/acct", "--", "/bin/sh", "-c",
+             "test -n \"$VALUE\" && echo got-value; " + script, "sh", description, keyring, serial])
+        #expect(child.status == Exit.ok && child.out.contains("got-value"), "\(child)")
+        for index in attacks.indices {
+            #expect(child.out.contains("attack \(index): ") && !child.out.contains("attack \(index): 0"), "\(child)")
+        }
+        // Still kept, and still opening the vault.
+        let got = try run(ring, box, ["get", "svc", "acct"])
+        #expect(got.status == Exit.ok && got.printed(secret), "\(got)")
+    }
+
+    @Test(
+        "--user-keyring keeps nothing another session or a coffer run command could find in the user session keyring",
+        .timeLimit(.minutes(10)))
+    func userKeyringAttack() throws {
+        try requireKeyctl()
+        // Without a session keyring of its own (a container, su, cron): where an earlier coffer,
+        // with --user-keyring, kept the key in the user session keyring, and anybody of this
+        // user read it with `keyctl search @us … @s` and `keyctl pipe`.
+        let bare = try KeyringThread(joining: false)
+        defer { bare.stop() }
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Array("user-keyring-\(UUID().uuidString)".utf8))
+        let description = description(box)
+        for arguments in [["unlock", "--user-keyring"], ["unlock", "--user-keyring", "--timeout", "24h"]] {
+            let refused = try run(bare, box, arguments, passphraseFile: true)
+            #expect(refused.status == Exit.usage && refused.err.contains("--user-keyring"), "\(refused)")
+        }
+        #expect(try !userSessionKeyringHolds(description))
+        let attack = "k=$(keyctl search @us user \"$1\" @s) && keyctl pipe \"$k\""
+        let outside = try fromAnotherSession(attack, [description])
+        #expect(outside.status != 0 && outside.stdout.isEmpty, "\(outside)")
+        let child = try run(
+            bare, box, ["run", "--", "/bin/sh", "-c", attack + "; echo \"attack: $?\"", "sh", description],
+            passphraseFile: true)
+        #expect(child.status == Exit.ok && child.out.contains("attack: ") && !child.out.contains("attack: 0"), "\(child)")
+    }
+
+    @Test(
+        "lock and lock --all, from a session keyring of its own, remove what an earlier coffer kept in the user session keyring",
+        .timeLimit(.minutes(10)))
+    func lockReachesTheUserSessionKeyring() throws {
+        try requireKeyctl()
+        let ring = try KeyringThread()
+        defer { ring.stop() }
+        let box = try Sandbox()
+        try box.initVault()
+
+        // Named by the vault's id, as this coffer names keys: `lock` finds it.
+        let byID = description(box)
+        try keepInUserSessionKeyring(byID)
+        #expect(try userSessionKeyringHolds(byID))
+        let locked = try run(ring, box, ["lock"])
+        #expect(locked.status == Exit.ok && locked.out.contains("locked") && locked.out.contains("user session keyring"), "\(locked)")
+        #expect(try eventually { try !userSessionKeyringHolds(byID) }, "lock left the key in the user session keyring")
+
+        // Named by the path, as an earlier coffer named keys: `lock` finds it too.
+        let byPath = pathDescription(box.vault)
+        try keepInUserSessionKeyring(byPath)
+        #expect(try run(ring, box, ["lock"]).out.contains("locked"))
+        #expect(try eventually { try !userSessionKeyringHolds(byPath) }, "lock left the path-named key")
+
+        // lock --all: this session's keys and the user session keyring's.
+        try keepInUserSessionKeyring(byPath)
+        #expect(try run(ring, box, ["unlock"], passphraseFile: true).status == Exit.ok)
+        let all = try run(ring, box, ["lock", "--all"])
+        #expect(all.status == Exit.ok && all.out.contains("removed 2 keys"), "\(all)")
+        #expect(all.out.contains("1 of them from the user session keyring"), "\(all)")
+        #expect(try eventually { try !userSessionKeyringHolds(byPath) && isGone(try procKey(ring, box)) })
+    }
+
+    // MARK: - Keys follow the vault, not its path
+
+    @Test("lock finds the key after the vault's directory was renamed, or reached through a retargeted symlink", .timeLimit(.minutes(10)))
+    func lockFollowsTheVault() throws {
+        let ring = try KeyringThread()
+        defer { ring.stop() }
+        let box = try Sandbox()
+        let secret = Array("moved-\(UUID().uuidString)".utf8)
+        func coffer(_ vault: String, _ arguments: [String], passphrase: Bool = false, stdin: [UInt8]? = nil) throws -> Run {
+            let child = try ring.perform {
+                try box.start(["--vault", vault] + arguments, stdin: stdin, vault: false, passphraseFile: passphrase)
+            }
+            return box.expectClean(child.wait())
+        }
+        let first = box.path + "/first", second = box.path + "/second", link = box.path + "/link"
+        try FileManager.default.createDirectory(atPath: first, withIntermediateDirectories: false)
+        #expect(try coffer(first + "/v.coffer", ["init"], passphrase: true).status == Exit.ok)
+        #expect(try coffer(first + "/v.coffer", ["set", "svc", "acct"], passphrase: true, stdin: secret).status == Exit.ok)
+        let description = description(vault: first + "/v.coffer")
+
+        // A renamed directory: the key still opens the vault, and lock still finds it.
+        #expect(try coffer(first + "/v.coffer", ["unlock"], passphrase: true).status == Exit.ok)
+        try FileManager.default.moveItem(atPath: first, toPath: second)
+        let moved = try coffer(second + "/v.coffer", ["get", "svc", "acct"])
+        #expect(moved.status == Exit.ok && moved.printed(secret), "\(moved)")
+        let locked = try coffer(second + "/v.coffer", ["lock"])
+        #expect(locked.status == Exit.ok && locked.out.contains("locked"), "\(locked)")
+        #expect(try eventually { isGone(try procKey(ring, description: description)) }, "the key is still kept")
+
+        // A symlink retargeted to where the vault went.
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: second)
+        #expect(try coffer(link + "/v.coffer", ["unlock"], passphrase: true).status == Exit.ok)
+        try FileManager.default.moveItem(atPath: second, toPath: first)
+        try FileManager.default.removeItem(atPath: link)
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: first)
+        let relocked = try coffer(link + "/v.coffer", ["lock"])
+        #expect(relocked.status == Exit.ok && relocked.out.contains("locked"), "\(relocked)")
+        #expect(try eventually { isGone(try procKey(ring, description: description)) }, "the key is still kept")
+
+        // A path that now reaches another vault: not its key. That vault asks for its own
+        // passphrase, and the first vault's key stays kept.
+        #expect(try coffer(first + "/v.coffer", ["unlock"], passphrase: true).status == Exit.ok)
+        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: false)
+        #expect(try coffer(second + "/v.coffer", ["init"], passphrase: true).status == Exit.ok)
+        try FileManager.default.removeItem(atPath: link)
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: second)
+        let other = try coffer(link + "/v.coffer", ["list"])
+        #expect(other.status == Exit.usage && other.err.contains("no passphrase given"), "\(other)")
+        let notKept = try coffer(link + "/v.coffer", ["lock"])
+        #expect(notKept.status == Exit.ok && notKept.out.contains("no key"), "\(notKept)")
+        #expect(try procKey(ring, description: description) != nil)
+
+        // A vault that is gone: which kept key was its cannot be told, and lock says so.
+        let gone = try coffer(box.path + "/nowhere/v.coffer", ["lock"])
+        #expect(gone.status == Exit.failure && gone.err.contains("lock --all"), "\(gone)")
+        #expect(try procKey(ring, description: description) != nil)
+    }
+}
+
+/// What a program other than coffer printed, and how it ended; its output is described by
+/// size only (it may be a key the test failed to keep out of reach).
+struct ProgramRun: CustomStringConvertible {
+    var status: Int32
+    var stdout: [UInt8]
+    var stderr: [UInt8]
+    var description: String {
+        "exit \(status), \(stdout.count) bytes on stdout, stderr: \(String(decoding: stderr, as: UTF8.self))"
+    }
+}
+
+/// Runs `path` with `arguments` from the calling thread (so in that thread's session keyring),
+/// with standard input from /dev/null and an empty environment but PATH; killed after 30 s.
+func runProgram(_ path: String, _ arguments: [String]) throws -> ProgramRun {
+    var outPipe: [Int32] = [-1, -1]
+    var errPipe: [Int32] = [-1, -1]
+    guard pipe(&outPipe) == 0 else { throw POSIXError(.EMFILE) }
+    guard pipe(&errPipe) == 0 else {
+        close(outPipe[0])
+        close(outPipe[1])
+        throw POSIXError(.EMFILE)
+    }
+    for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+    posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t()
+    sigemptyset(&none)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    sigaddset(&defaults, SIGPIPE)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, 0x04 | 0x08)  // POSIX_SPAWN_SETSIGDEF, POSIX_SPAWN_SETSIGMASK
+    let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = [strdup("PATH=/usr/bin:/bin:/usr/sbin:/sbin"), nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
+    }
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
+    close(outPipe[1])
+    close(errPipe[1])
+    guard spawned == 0 else {
+        close(outPipe[0])
+        close(errPipe[0])
+        throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .EIO)
+    }
+    var out: [UInt8] = [], err: [UInt8] = []
+    var open = [outPipe[0], errPipe[0]]
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    let deadline = Date().addingTimeInterval(30)
+    while !open.isEmpty {
+        let left = deadline.timeIntervalSinceNow
+        if left <= 0 {
+            kill(pid, SIGKILL)
+            break
+        }
+        var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        if poll(&fds, nfds_t(fds.count), Int32(min(left, 1) * 1000)) < 0 && errno != EINTR { break }
+        for entry in fds where entry.revents != 0 {
+            let n = read(entry.fd, &chunk, chunk.count)
+            if n > 0 {
+                if entry.fd == outPipe[0] { out += chunk[..<n] } else { err += chunk[..<n] }
+            } else if n == 0 || errno != EINTR && errno != EAGAIN {
+                open.removeAll { $0 == entry.fd }
+            }
+        }
+    }
+    close(outPipe[0])
+    close(errPipe[0])
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let exited = (status & 0x7f) == 0
+    return ProgramRun(status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), stdout: out, stderr: err)
 }

@@ -11,7 +11,7 @@ TRAITS       ?= --enable-all-traits
 # refuses one that is not among its direct dependencies (`coffer` importing CofferCrypto).
 IMPORT_CHECK := --explicit-target-dependency-import-check error
 
-.PHONY: all deps postgres-deps build install test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps test-tools build install test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
@@ -35,9 +35,13 @@ install: deps
 	$(SWIFT) build -c release $(STRICT) $(TRAITS) --product coffer
 	./scripts/install.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" "$(DESTDIR)$(PREFIX)"
 
+## age, keyctl and gpg, which the CLI tests run for real (scripts/install-test-tools.sh).
+test-tools:
+	@./scripts/install-test-tools.sh
+
 ## Every test, built with warnings as errors (with TRAITS, the CofferPostgres tests against a
 ## real server started by the tests themselves).
-test: deps postgres-deps
+test: deps postgres-deps test-tools
 	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) check the vectors; optional.
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
 		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2

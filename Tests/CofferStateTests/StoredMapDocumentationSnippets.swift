@@ -59,7 +59,7 @@ enum StoredMapDocumentationSnippets {
         _ = (tokens, entry)
     }
 
-    // MARK: KeysChosenAtRunTime.md, "Following changes"
+    // MARK: KeysChosenAtRunTime.md, "The API" (following changes)
 
     static func follow(_ flags: StoredMap<Bool>, show: (String, Bool) -> Void, reloadAll: () -> Void) async {
         for await change in flags.changes {

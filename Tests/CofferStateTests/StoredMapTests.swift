@@ -306,7 +306,7 @@ struct StoredMapTests {
             changes.stop()
             map = nil
             #expect(await OutsideChangeTests.eventually { ChangeRouter.observation(of: strategy) == (0, 0) })
-            #expect(MapChanges.count(of: strategy) == 0)
+            #expect(await OutsideChangeTests.eventually { MapChanges.count(of: strategy) == 0 })
             for key in ["k5", "k50", "k60", "k99"] {
                 #expect(CellRegistry.users(of: choice.backing(key: key), context: context, type: Int.self) == 0)
             }

@@ -84,6 +84,15 @@ extension StoredCell {
         }
     }
 
+    /// Whether a write of this cell to a remote store is still on its way (made in memory, not
+    /// yet acknowledged by the server).
+    var hasRemoteWriteOnItsWay: Bool {
+        state.withLock { s in
+            guard case .store(let binding) = s.resolution, binding.remote != nil else { return false }
+            return s.writerActive || s.version != s.persistedVersion
+        }
+    }
+
     /// Tells the `changes` of the maps on this cell's store that its key changed. Called only
     /// while some map's `changes` is iterated (``MapChanges/isListened``).
     func reportToMapChanges() {

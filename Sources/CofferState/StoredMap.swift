@@ -100,6 +100,7 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
             // the key in the batch sees the write (the cell stays the key's one cell).
             BatchScope.current?.keep(entry)
             entry.wrappedValue = newValue
+            Self.keepUntilStored(entry)
         }
     }
 
@@ -115,8 +116,18 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
         guard keepsRecent > 0 else { return made }
         let (entry, evicted) = recent.withLock { $0.insert(made, for: key, capacity: keepsRecent) }
         // The entry let go (if nobody else holds it) is released here, with no lock held.
-        withExtendedLifetime(evicted) {}
+        if let evicted { Self.keepUntilStored(evicted) }
         return entry
+    }
+
+    /// Keeps `entry` alive until its writes still on their way to a remote store are
+    /// acknowledged (or have failed). Let go before, its cell would leave the registry, and a
+    /// new entry of the key would load the value from before those writes and never hear of
+    /// them (a store does not report its own instance's writes). Local stores write before the
+    /// setter returns: nothing to keep.
+    private static func keepUntilStored(_ entry: Stored<Value>) {
+        guard entry.cell.hasRemoteWriteOnItsWay else { return }
+        _ = Offload.start { try? await entry.flush() }  // a failure is in the entry's saveError
     }
 
     /// Reads `key` from the store now, replacing the value in memory (see ``Stored/load()``).

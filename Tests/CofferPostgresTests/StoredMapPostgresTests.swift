@@ -97,6 +97,22 @@ struct StoredMapPostgresTests {
         #expect(keys == ["hits"])
     }
 
+    @Test("A setter's write on its way is not lost to a new entry of the key, even with no entry kept")
+    func writeOnItsWayIsKept() async throws {
+        let configuration = try sharedConfiguration()
+        let suite = uniqueName("map")
+        let map = StoredMap<Int>(
+            store: .strategy(PostgresKeyValueStrategy(configuration: configuration, suite: suite)), default: 0,
+            keepsRecent: 0)
+        for value in 1...20 {
+            map["k"] = value  // returns before the server has it; the entry is let go at once
+            // A new entry of the key shares the writer's cell (still registered), so its load
+            // waits for the write and reads it, instead of the value from before it.
+            #expect(try await map.load("k") == value)
+        }
+        #expect(await Self.until { CellRegistry.users(of: map.store.backing(key: "k"), type: Int.self) == 0 })
+    }
+
     @Test("The first synchronous read of a remote key shows the default and loads in the background")
     func firstReadLoadsInTheBackground() async throws {
         let configuration = try sharedConfiguration()

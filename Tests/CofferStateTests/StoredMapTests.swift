@@ -37,6 +37,28 @@ final class ChangeRecorder: Sendable {
     func stop() { task.cancel() }
 }
 
+/// A store that reports changes made "elsewhere" as the test tells it, with or without keys.
+private final class ToldStore: ChangeObservingPersistenceStrategy {
+    private let values = Protected<[String: Data]>([:])
+    private let handler = Protected<(@Sendable (StoreChange) -> Void)?>(nil)
+
+    func load(_ key: String) throws -> Data? { values.withLock { $0[key] } }
+    func save(_ data: Data, for key: String) throws { values.withLock { $0[key] = data } }
+    func remove(_ key: String) throws { _ = values.withLock { $0.removeValue(forKey: key) } }
+    func keys() throws -> [String] { values.withLock { Array($0.keys) } }
+
+    /// Writes as another instance would, and reports `reported` (nil: "cannot tell which").
+    func writeElsewhere(_ value: Int, for key: String, reporting reported: Set<String>?) throws {
+        try save(ValueCodec.encode(value, as: valueEncoding), for: key)
+        handler.withLock { $0 }?(StoreChange(keys: reported))
+    }
+
+    func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+        self.handler.withLock { $0 = handler }
+        return StoreObservation { [weak self] in self?.handler.withLock { $0 = nil } }
+    }
+}
+
 @Suite("StoredMap: keys chosen at run time")
 struct StoredMapTests {
     /// The strategy a map's store resolves to in `context` (to count what the router holds).
@@ -187,6 +209,30 @@ struct StoredMapTests {
             #expect(await OutsideChangeTests.eventually { MapChanges.count(of: strategy) == 0 })
             #expect(await OutsideChangeTests.eventually { ChangeRouter.observation(of: strategy) == (0, 0) })
         }
+    }
+
+    @Test("changes says .unknown when the store cannot tell which keys; a store that cannot observe still tells local writes")
+    func changesWhenTheStoreCannotTell() async throws {
+        let store = ToldStore()
+        let map = StoredMap<Int>(store: .strategy(store), default: 0, keepsRecent: 0)
+        let changes = ChangeRecorder(map.changes)
+        defer { changes.stop() }
+        try store.writeElsewhere(1, for: "x", reporting: ["x"])
+        #expect(await changes.named(["x"]))
+        try store.writeElsewhere(2, for: "y", reporting: nil)
+        #expect(await changes.named(["*"]))  // .unknown
+        #expect(map["y"] == 2)
+
+        // A memory store tells no outside changes; writes in this process are still named.
+        let memory = StoredMap<Int>(store: .memory, default: 0)
+        let local = ChangeRecorder(memory.changes)
+        defer { local.stop() }
+        memory["a"] = 1
+        try await memory.save(2, for: "b")
+        try await memory.update("c") { $0 += 3 }
+        memory["d"] = 4
+        try await memory.remove("d")
+        #expect(await local.named(["a", "b", "c", "d"]))
     }
 
     @Test("A child process writes keys: the held entry follows, changes says which keys")

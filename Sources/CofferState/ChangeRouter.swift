@@ -21,7 +21,8 @@ protocol StoreChangeListener: AnyObject, Sendable {
 /// ``ChangeObservingPersistenceStrategy``, and unsubscribes when it is dropped (its last
 /// property went away). The strategy is observed while at least one cell is subscribed to it:
 /// the watching starts with the first observed or loaded property on a store and stops, thread
-/// and descriptors included, with the last.
+/// and descriptors included, with the last. A ``StoreChangeListener`` (a ``StoredMap``'s
+/// `changes` being iterated) is told every change of its store, and keeps it observed like a cell.
 package enum ChangeRouter {
     private struct Subscription: Sendable {
         var observation: StoreObservation?

@@ -85,6 +85,12 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
         self.init(store: store, default: nil, keepsRecent: keepsRecent)
     }
 
+    deinit {
+        // The entries the map kept go with it; one whose write is still on its way to a remote
+        // store is kept until the server has it (see `keepUntilStored`).
+        for entry in recent.withLock({ Array($0.byKey.values) }) { Self.keepUntilStored(entry) }
+    }
+
     // MARK: Keys
 
     /// The value of `key`, loaded on its first use; setting it persists it, as a `@Stored`

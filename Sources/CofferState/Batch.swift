@@ -66,6 +66,9 @@ final class BatchScope {
     /// vault item), the one written last wins, as it would without the batch.
     private var lastWrite: [ObjectIdentifier: Int] = [:]
     private var writes = 0
+    /// Objects kept alive until the batch ends: a ``StoredMap`` entry written in the batch, so
+    /// its cell stays registered and a read of the key in the batch sees the write.
+    private var kept: [AnyObject] = []
 
     static var current: BatchScope? {
         guard let raw = batchSlot.value else { return nil }
@@ -76,6 +79,9 @@ final class BatchScope {
         writes += 1
         if lastWrite.updateValue(writes, forKey: ObjectIdentifier(participant)) == nil { participants.append(participant) }
     }
+
+    /// Keeps `object` alive until the batch has notified and persisted.
+    func keep(_ object: AnyObject) { kept.append(object) }
 
     /// Notifies, then persists one group per store.
     func finish() {

@@ -19,10 +19,14 @@ final class StoreBinding: Sendable {
     /// The strategy, when it waits on a network (StoredCell+RemoteWrites.swift); `nil` for a
     /// local store, written and read before the call returns.
     let remote: (any AsyncPersistenceStrategy)?
+    /// Which store it is (``PersistenceStrategy/id``), asked once: a ``StoredMap``'s `changes`
+    /// are told by store.
+    let storeID: StoreID?
 
     init(strategy: any PersistenceStrategy, key: String) {
         self.strategy = strategy
         self.key = key
+        self.storeID = strategy.id
         self.encoding = strategy.valueEncoding
         self.remote = strategy as? any AsyncPersistenceStrategy
     }

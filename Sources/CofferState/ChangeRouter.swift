@@ -6,6 +6,13 @@ protocol OutsideChangeReceiver: AnyObject, Sendable {
     func reloadAfterOutsideChange()
 }
 
+/// Told of every outside change of a store, whatever the keys (a ``StoredMap``'s `changes`,
+/// while someone iterates it).
+protocol StoreChangeListener: AnyObject, Sendable {
+    /// The store changed outside this process's instance: `change.keys`, or any key (`nil`).
+    func storeDidChange(_ change: StoreChange)
+}
+
 /// Routes each store's outside changes to the cells bound to the changed keys.
 ///
 /// Stores are told apart by their identity (``PersistenceStrategy/id``), not by the strategy
@@ -14,7 +21,8 @@ protocol OutsideChangeReceiver: AnyObject, Sendable {
 /// ``ChangeObservingPersistenceStrategy``, and unsubscribes when it is dropped (its last
 /// property went away). The strategy is observed while at least one cell is subscribed to it:
 /// the watching starts with the first observed or loaded property on a store and stops, thread
-/// and descriptors included, with the last.
+/// and descriptors included, with the last. A ``StoreChangeListener`` (a ``StoredMap``'s
+/// `changes` being iterated) is told every change of its store, and keeps it observed like a cell.
 package enum ChangeRouter {
     private struct Subscription: Sendable {
         var observation: StoreObservation?
@@ -22,6 +30,8 @@ package enum ChangeRouter {
         /// next subscriber tries again (a missing directory created since, say).
         var observing = false
         var cells: [String: [ObjectIdentifier: any OutsideChangeReceiver]] = [:]
+        /// Listeners to every change of the store (they count in `count` too).
+        var listeners: [ObjectIdentifier: any StoreChangeListener] = [:]
         var count = 0
     }
 
@@ -45,48 +55,74 @@ package enum ChangeRouter {
             defer { all[storeID]!.observing = true }
             return !all[storeID]!.observing
         }
-        if start {
-            // Observed outside the lock: a handler may already be running and take it.
-            let observation: StoreObservation?
-            do {
-                observation = try observable.observeChanges { change in deliver(change, from: storeID) }
-            } catch {
-                // The cells still read and write; they do not follow outside changes until a later
-                // subscriber's attempt succeeds. Said once, never silently.
-                observation = nil
-                CofferWarnings.warn(
-                    CofferWarning(
-                        .watchFailed,
-                        "changes made elsewhere cannot be followed for \(type(of: strategy)): \(error)",
-                        path: nil))
-            }
-            let unused = subscriptions.withLock { all -> StoreObservation? in
-                guard all[storeID] != nil, all[storeID]!.observation == nil else { return observation }
-                all[storeID]!.observation = observation
-                if observation == nil { all[storeID]!.observing = false }
-                return nil
-            }
-            // Lost a race with another first subscriber. Cancelled here: a cell subscribes with
-            // none of its locks held (`StoredCell.binding()`), so waiting for the watcher thread,
-            // which may take them, cannot deadlock.
-            if let unused { unused.cancel() }
-        }
+        if start { startObserving(observable, id: storeID) }
         return Unsubscribe(store: storeID, key: key, cell: cellID)
+    }
+
+    /// Subscribes `listener` to every outside change of `strategy`'s store, keeping the store
+    /// observed while it is subscribed (as a cell does); `nil` when the strategy cannot tell or
+    /// has no identity. Unsubscribed by ``unsubscribe(_:)``.
+    static func subscribe(listener: any StoreChangeListener, to strategy: any PersistenceStrategy) -> Unsubscribe? {
+        guard let observable = strategy as? any ChangeObservingPersistenceStrategy, let storeID = strategy.id
+        else { return nil }
+        let listenerID = ObjectIdentifier(listener)
+        let start = subscriptions.withLock { all -> Bool in
+            // In place, as in `subscribe(_:to:key:)`.
+            all[storeID, default: Subscription()].listeners[listenerID] = listener
+            all[storeID]!.count += 1
+            defer { all[storeID]!.observing = true }
+            return !all[storeID]!.observing
+        }
+        if start { startObserving(observable, id: storeID) }
+        return Unsubscribe(store: storeID, key: nil, cell: listenerID)
+    }
+
+    /// Starts the one observation of a store, for its first subscriber.
+    private static func startObserving(_ observable: any ChangeObservingPersistenceStrategy, id storeID: StoreID) {
+        // Observed outside the lock: a handler may already be running and take it.
+        let observation: StoreObservation?
+        do {
+            observation = try observable.observeChanges { change in deliver(change, from: storeID) }
+        } catch {
+            // The cells still read and write; they do not follow outside changes until a later
+            // subscriber's attempt succeeds. Said once, never silently.
+            observation = nil
+            CofferWarnings.warn(
+                CofferWarning(
+                    .watchFailed,
+                    "changes made elsewhere cannot be followed for \(type(of: observable)): \(error)",
+                    path: nil))
+        }
+        let unused = subscriptions.withLock { all -> StoreObservation? in
+            guard all[storeID] != nil, all[storeID]!.observation == nil else { return observation }
+            all[storeID]!.observation = observation
+            if observation == nil { all[storeID]!.observing = false }
+            return nil
+        }
+        // Lost a race with another first subscriber. Cancelled here: a cell subscribes with
+        // none of its locks held (`StoredCell.binding()`), so waiting for the watcher thread,
+        // which may take them, cannot deadlock.
+        if let unused { unused.cancel() }
     }
 
     /// What ``subscribe(_:to:key:)`` hands back.
     struct Unsubscribe: Sendable {
         /// The store (its id keeps the object it names alive while subscribed).
         let store: StoreID
-        let key: String
+        /// The key, or `nil` for a listener to every change of the store.
+        let key: String?
         let cell: ObjectIdentifier
     }
 
     static func unsubscribe(_ token: Unsubscribe) {
         let ended = subscriptions.withLock { all -> StoreObservation? in
             // In place, as in `subscribe`: no copy of the store's table of cells.
-            guard all[token.store]?.cells[token.key]?.removeValue(forKey: token.cell) != nil else { return nil }
-            if all[token.store]!.cells[token.key]!.isEmpty { all[token.store]!.cells[token.key] = nil }
+            if let key = token.key {
+                guard all[token.store]?.cells[key]?.removeValue(forKey: token.cell) != nil else { return nil }
+                if all[token.store]!.cells[key]!.isEmpty { all[token.store]!.cells[key] = nil }
+            } else {
+                guard all[token.store]?.listeners.removeValue(forKey: token.cell) != nil else { return nil }
+            }
             all[token.store]!.count -= 1
             guard all[token.store]!.count == 0 else { return nil }
             return all.removeValue(forKey: token.store)?.observation
@@ -95,12 +131,14 @@ package enum ChangeRouter {
     }
 
     private static func deliver(_ change: StoreChange, from store: StoreID) {
-        let cells = subscriptions.withLock { all -> [any OutsideChangeReceiver] in
-            guard let subscription = all[store] else { return [] }
-            guard let keys = change.keys else { return subscription.cells.values.flatMap(\.values) }
-            return keys.flatMap { subscription.cells[$0].map { Array($0.values) } ?? [] }
+        let (cells, listeners) = subscriptions.withLock { all -> ([any OutsideChangeReceiver], [any StoreChangeListener]) in
+            guard let subscription = all[store] else { return ([], []) }
+            let listeners = subscription.listeners.isEmpty ? [] : Array(subscription.listeners.values)
+            guard let keys = change.keys else { return (subscription.cells.values.flatMap(\.values), listeners) }
+            return (keys.flatMap { subscription.cells[$0].map { Array($0.values) } ?? [] }, listeners)
         }
         for cell in cells { cell.reloadAfterOutsideChange() }
+        for listener in listeners { listener.storeDidChange(change) }
     }
 
     /// How many observations of `strategy`'s store the router holds (0 or 1), and how many cells

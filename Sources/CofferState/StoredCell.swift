@@ -147,8 +147,11 @@ final class StoredCell<Value: Sendable>: Sendable {
     ///
     /// Every change is delivered (the buffer is unbounded); writes inside one ``batch(_:)`` are
     /// delivered once, as their final value.
-    var values: AsyncStream<Value> {
-        let (stream, subscriber) = subscribers.makeStream()
+    var values: AsyncStream<Value> { values(keeping: nil) }
+
+    /// ``values``, keeping `owner` alive until the consumer stops iterating.
+    func values(keeping owner: (any Sendable)?) -> AsyncStream<Value> {
+        let (stream, subscriber) = subscribers.makeStream(keeping: owner)
         let (value, version) = read()
         subscriber.deliver(value, version: version)
         return stream
@@ -228,6 +231,7 @@ final class StoredCell<Value: Sendable>: Sendable {
     /// Tells Observation and the `values` streams of this property (not its dependents).
     func notifyOwnObservers() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
+        if MapChanges.isListened { reportToMapChanges() }
         let subscribers = subscribers.snapshot
         if !subscribers.isEmpty {
             let (value, version) = state.withLock { ($0.value, $0.version) }

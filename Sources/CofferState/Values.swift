@@ -57,11 +57,15 @@ final class SubscriberList<Value: Sendable>: Sendable {
     var snapshot: [Subscriber<Value>] { subscribers.withLock { $0.snapshot } }
 
     /// A new stream and the subscriber that feeds it; it unregisters when the consumer stops.
-    func makeStream() -> (AsyncStream<Value>, Subscriber<Value>) {
+    /// `owner`, if any, is kept alive until then (a ``StoredMap``'s entry, which keeps the cell
+    /// feeding the stream registered).
+    func makeStream(keeping owner: (any Sendable)? = nil) -> (AsyncStream<Value>, Subscriber<Value>) {
         let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: .unbounded)
         let subscriber = Subscriber(continuation)
         let id = subscribers.withLock { $0.insert(subscriber) }
-        continuation.onTermination = { [self] _ in subscribers.withLock { $0.remove(id) } }
+        continuation.onTermination = { [self] _ in
+            withExtendedLifetime(owner) { subscribers.withLock { $0.remove(id) } }
+        }
         return (stream, subscriber)
     }
 

@@ -113,7 +113,7 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         var binds = PostgresBindings()
         binds.append(suite)
         let (suite, link) = (suite, link)
-        return try await link.withConnection(idempotent: true) { [binds, sql] connection in
+        let (keys, skipped) = try await link.withConnection(idempotent: true) { [binds, sql] connection in
             let rows = try await link.run(
                 sql.keys, binds, on: connection)
             var skipped = 0
@@ -122,11 +122,12 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
                 if key == nil { skipped += 1 }
                 return key
             }
-            // A row no Coffer writes (a key that is not UTF-8) is left out and said, never an
-            // error that hides every other key.
-            if skipped > 0 { link.logger.warning("\(skipped) row(s) of suite \(suite) have a key that is not UTF-8: skipped") }
-            return keys
+            return (keys, skipped)
         }
+        // A row no Coffer writes (a key that is not UTF-8) is left out and said (with the
+        // connection back in the pool), never an error that hides every other key.
+        if skipped > 0 { link.logger.warning("\(skipped) row(s) of suite \(suite) have a key that is not UTF-8: skipped") }
+        return keys
     }
 
     /// Applies every change in one transaction: all of them are committed, or none is. A key

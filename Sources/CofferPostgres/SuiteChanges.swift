@@ -154,16 +154,20 @@ final class SuiteTracker: Sendable {
             t.known = t.known.filter { $0.writer >= reading.xmin && ($0.writer >= reading.xmax || current.contains($0)) }
             return .keys(keys, impossible: impossible, undecodable: undecodable)
         }
+        // The observers hear of the changes first; what was skipped is said after, and not on
+        // the feed's task: a skipped row (and the application's log handler, however slow) never
+        // delays the changes read with it, nor the next catch-up.
         switch verdict {
         case .everything(let rolledBack):
+            observers.notify(StoreChange(keys: nil))
             if rolledBack {
                 warnOnce(
                     "rollback",
                     "the server's transaction counter went back (a backup restored or a replica promoted?): "
                         + "every observer of suite \(suite) rereads every value")
             }
-            observers.notify(StoreChange(keys: nil))
         case .keys(let keys, let impossible, let undecodable):
+            if !keys.isEmpty { observers.notify(StoreChange(keys: keys)) }
             if impossible > 0 {
                 warnOnce(
                     "impossible",
@@ -173,13 +177,14 @@ final class SuiteTracker: Sendable {
             if undecodable > 0 {
                 warnOnce("undecodable", "\(undecodable) row(s) of suite \(suite) have a key that is not UTF-8: skipped")
             }
-            if !keys.isEmpty { observers.notify(StoreChange(keys: keys)) }
         }
     }
 
+    /// Logs `message` once per kind and observation, from a task of its own (see ``apply(_:newestBefore:)``).
     private func warnOnce(_ kind: String, _ message: String) {
         guard state.withLock({ $0.warned.insert(kind).inserted }) else { return }
-        logger.warning("\(message)")
+        let logger = logger
+        Offload.start { logger.warning("\(message)") }
     }
 
     /// The catch-up statement: the snapshot's bounds, and (unless `$3` is false) every row of

@@ -112,6 +112,48 @@ struct FollowingTests {
         #expect(said.allSatisfy { $0.contains(suite) }, "\(said)")
     }
 
+    @Test("A row whose key is not UTF-8, read with a legitimate write: the write reaches the follower while the warning about the row is still being logged")
+    func skippedRowDelaysNothing() async throws {
+        let cluster = try PostgresTestCluster.shared
+        let configuration = try sharedConfiguration()
+        let suite = uniqueName("skipped")
+        // The application's log handler takes its time over the warning about the skipped row
+        // (held here until released; at most 30 s). The feed once logged it before telling the
+        // observers of the changes read with it, and on its own task: the follower stayed a
+        // write behind for as long as the handler took.
+        let release = DispatchSemaphore(value: 0)
+        let warnings = Protected<[String]>([])
+        let logger = Logger(label: "coffer.test") { _ in
+            CapturingLogHandler { level, message, _ in
+                guard level >= .warning else { return }
+                if "\(message)".contains("not UTF-8") { _ = release.wait(timeout: .now() + 30) }
+                warnings.withLock { $0.append("\(message)") }
+            }
+        }
+        defer { for _ in 0..<4 { release.signal() } }
+        let writer = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+        let follower = PostgresKeyValueStrategy(configuration: configuration, suite: suite, logger: logger)
+        try await writer.set(1, for: "v")
+        let v = Stored(wrappedValue: 0, backed: .postgres(follower, key: "v"))
+        #expect(await Self.until { v.wrappedValue == 1 })
+
+        // Forged by SQL (a bytea key that is not UTF-8, written by a real transaction), then a
+        // legitimate write, which notifies: one catch-up reads both (or a poll reads the forged
+        // row first; either way the warning is being logged when the write arrives).
+        try cluster.sql(
+            "INSERT INTO coffer_kv (suite, key, value, version, writer) VALUES "
+                + "('\(suite)', '\\xfffe'::bytea, '\\x00'::bytea, 0, pg_current_xact_id())")
+        try await writer.set(2, for: "v")
+        #expect(await Self.until(15) { v.wrappedValue == 2 }, "the skipped row held the follower back")
+        try await writer.set(3, for: "v")
+        #expect(await Self.until(15) { v.wrappedValue == 3 }, "the skipped row held the next catch-up back")
+        #expect(v.loadError == nil)
+
+        // The row was skipped and said, naming the suite.
+        release.signal()
+        #expect(await Self.until { warnings.withLock { $0 }.contains { $0.contains("not UTF-8") && $0.contains(suite) } })
+    }
+
     @Test("A reload refused by the server is tried again by itself: the follower catches up with no further change")
     func failedReloadRetried() async throws {
         let cluster = try PostgresTestCluster()  // roles are the cluster's: a cluster of its own

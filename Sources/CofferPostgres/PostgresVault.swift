@@ -347,8 +347,9 @@ public final class PostgresVault: Sendable {
         let rowKey = try sealing.rowKey(service: service, account: account)
         let (link, channel) = (link, channel)
         let version = try await link.transaction { connection -> ((Int64, UInt64)?, commit: Bool) in
-            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
+            let (bumped, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
             let current = try await self.currentBody(rowKey, sealing: sealing, on: connection)
+            let version = try await self.superseding(bumped, rowKeys: [rowKey], on: connection)
             var old: Data?
             // Zeroed once the transaction is done, as the file vault zeroes its copy for the caller.
             defer { SecureMemory.zero(&old) }
@@ -403,9 +404,9 @@ public final class PostgresVault: Sendable {
         let steps = planned
         let (link, channel) = (link, channel)
         let (version, writer, written) = try await link.transaction { connection -> ((Int64, UInt64, [[UInt8]]), commit: Bool) in
-            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
-            var written: [[UInt8]] = []
-            for (change, rowKey) in steps {
+            let (bumped, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
+            var current: [(existing: VaultItem?, damaged: Bool)] = []
+            for (_, rowKey) in steps {
                 var existing: VaultItem?
                 var damaged = false
                 do {
@@ -413,11 +414,20 @@ public final class PostgresVault: Sendable {
                         existing = item
                         SecureMemory.zero(&secret)
                     }
-                } catch let error as CofferError where error.code == .corrupted || error.code == .rolledBack {
+                } catch let error as CofferError where error.code == .corrupted {
                     // A row that fails authentication is replaced (or removed) whole: writing
                     // the item again is how an operator repairs it. Reads keep reporting it.
+                    // (A row older than this instance has read is not: `.rolledBack` is thrown,
+                    // and nothing is written, until `acceptRollback()`. Written over, its new
+                    // version could still be below the one read, and this instance would refuse
+                    // to read back the write it had acknowledged.)
                     damaged = true
                 }
+                current.append((existing, damaged))
+            }
+            let version = try await self.superseding(bumped, rowKeys: steps.map(\.rowKey), on: connection)
+            var written: [[UInt8]] = []
+            for ((change, rowKey), (existing, damaged)) in zip(steps, current) {
                 inspect(change, existing)
                 let record: [UInt8]
                 switch change {
@@ -900,9 +910,43 @@ public final class PostgresVault: Sendable {
         return (try row.cells[0].decode(Int64.self), try Self.transactionID(row.cells[1]))
     }
 
+    /// The version a write of `rowKeys` takes: `version` (from ``bumpVersion(sealing:on:)``), or,
+    /// when the vault's counter is behind a version this instance has read of one of those rows
+    /// (authentic: read and opened, in this transaction or before; the counter was put back by
+    /// SQL), one above it, the counter raised with it. So the write supersedes the row and reads
+    /// back, here and in every instance that read it. Rows older than this instance has read
+    /// never get here: ``currentBody(_:sealing:on:)`` refuses them (`.rolledBack`).
+    private func superseding(_ version: Int64, rowKeys: [[UInt8]], on connection: PostgresConnection) async throws
+        -> Int64
+    {
+        let floor = newestVersions.withLock { known in rowKeys.compactMap { known[$0] }.max() } ?? 0
+        guard floor >= version else { return version }
+        var binds = PostgresBindings()
+        try binds.append(Data(vaultID))
+        binds.append(floor + 1)
+        try await link.run("UPDATE \(link.tables.vaults) SET version = $2 WHERE vault_id = $1", binds, on: connection)
+        return floor + 1
+    }
+
+    /// Writes a row at `version` (inside the write's transaction).
+    /// - Throws: ``CofferError/Code/rolledBack`` when `version` is not above the version this
+    ///   instance has read of the row: the vault's counter was put back (by SQL; a restore is
+    ///   noticed before, and forgets what was read). Written, the row would be refused by this
+    ///   instance's next read, after the write was acknowledged; so nothing is written until
+    ///   ``acceptRollback()``.
     private func upsert(_ rowKey: [UInt8], _ record: [UInt8], _ version: Int64, on connection: PostgresConnection)
         async throws
     {
+        if let known = newestVersions.withLock({ $0[rowKey] }), version <= known {
+            throw CofferError(
+                .rolledBack,
+                "the vault's version counter is behind a row this instance has read (a write would get version "
+                    + "\(version), not above \(known)), and the server's transaction counter did not go back with it: "
+                    + "someone with write access to the tables put the counter back, or an operator restored rows "
+                    + "logically. Nothing was written. If it was an operator's, accept it with "
+                    + "PostgresVault.acceptRollback() or restart the instance; otherwise treat it as tampering",
+                path: name)
+        }
         var binds = PostgresBindings()
         try binds.append(Data(vaultID))
         try binds.append(Data(rowKey))

@@ -122,6 +122,75 @@ struct VaultSecurityTests {
         try cluster.sql("DROP TABLE saved_\(id)")
     }
 
+    @Test("After a rollback by SQL, writes are refused as .rolledBack (nothing written) until acceptRollback(): never acknowledged, then refused on reading back")
+    func writeAfterRollback() async throws {
+        let cluster = try PostgresTestCluster.shared
+        let configuration = try sharedConfiguration()
+        let name = uniqueName("wrollback")
+        let vault = try await PostgresVault.create(name: name, unlock: .key(testKey), kdf: .interactive, configuration: configuration)
+        let id = try Self.vaultID(name, cluster)
+        func stored() throws -> String {
+            try cluster.sql(
+                "SELECT v.version || '/' || r.version FROM coffer_vaults AS v JOIN coffer_vault_rows AS r "
+                    + "ON r.vault_id = v.vault_id WHERE v.vault_id = '\\x\(id)'"
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        func expectRolledBack(_ what: String, _ body: () async throws -> Void) async {
+            do {
+                try await body()
+                Issue.record("\(what) succeeded on a rolled-back vault")
+            } catch let error as CofferError {
+                #expect(error.code == .rolledBack, "\(what): \(error)")
+                #expect(error.message.contains("acceptRollback"), "\(what): \(error.message)")
+                #expect(!error.message.contains("a6") && !error.message.contains("a7"), "\(what): \(error.message)")
+            } catch {
+                Issue.record("\(what): \(error)")
+            }
+        }
+        try await vault.set("a1", service: "s", account: "x")
+        try await vault.set("a2", service: "s", account: "x")
+        try cluster.sql("CREATE TABLE saved_\(id) AS SELECT * FROM coffer_vault_rows WHERE vault_id = '\\x\(id)'")
+        for n in 3...5 { try await vault.set("a\(n)", service: "s", account: "x") }
+        #expect(try await vault.string(service: "s", account: "x") == "a5")  // this instance has read version 5
+        // The row and the vault's counter put back by SQL (the server's own counter not): the
+        // next write would get version 3, below the 5 this instance read.
+        try cluster.sql(
+            "UPDATE coffer_vault_rows AS t SET record = s.record, version = s.version FROM saved_\(id) AS s "
+                + "WHERE t.vault_id = s.vault_id AND t.row_key = s.row_key; "
+                + "UPDATE coffer_vaults SET version = 2 WHERE vault_id = '\\x\(id)'; DROP TABLE saved_\(id)")
+        #expect(try stored() == "2/2")
+        // The write is refused (it was acknowledged, and its read-back then refused), and
+        // nothing is written; the read still says why.
+        await expectRolledBack("set") { try await vault.set("a6", service: "s", account: "x") }
+        await expectRolledBack("apply") {
+            try await vault.apply([.set(service: "s", account: "x", secret: Array("a6".utf8), label: nil, comment: nil)])
+        }
+        await expectRolledBack("remove") { try await vault.remove(service: "s", account: "x") }
+        await expectRolledBack("get") { _ = try await vault.string(service: "s", account: "x") }
+        #expect(try stored() == "2/2", "a refused write changed the vault")
+
+        // The operator accepts it: the older row is served, and a write supersedes it and reads back.
+        vault.acceptRollback()
+        #expect(try await vault.string(service: "s", account: "x") == "a2")
+        try await vault.set("a6", service: "s", account: "x")
+        #expect(try await vault.string(service: "s", account: "x") == "a6")
+        #expect(try stored() == "3/3")
+
+        // The counter alone put back (the row intact, as this instance read it): a write would
+        // get a version not above the one read; it takes one above it (raising the counter), so
+        // it reads back here and in any instance that read the row.
+        let other = try await PostgresVault.open(name: name, unlock: .key(testKey), configuration: configuration)
+        #expect(try await other.string(service: "s", account: "x") == "a6")
+        try cluster.sql("UPDATE coffer_vaults SET version = 1 WHERE vault_id = '\\x\(id)'")
+        try await vault.set("a7", service: "s", account: "x")
+        #expect(try await vault.string(service: "s", account: "x") == "a7")
+        #expect(try await other.string(service: "s", account: "x") == "a7")
+        #expect(try stored() == "4/4")
+        try await vault.update(service: "s", account: "x") { _ in Data("a8".utf8) }
+        #expect(try await other.string(service: "s", account: "x") == "a8")
+        #expect(try stored() == "5/5")
+    }
+
     @Test("pg_dump shows no secret, service, account, label or comment")
     func dumpShowsNoPlaintext() throws {
         let cluster = try PostgresTestCluster.shared

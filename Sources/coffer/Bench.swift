@@ -34,6 +34,7 @@
 //                             run --env X=coffer://bench/run -- env true` (start, unlock, read one
 //                             secret, spawn, relay, wait) minus `env true` alone, in the same run
 //   peer.env.true             starting `env true` and waiting for it (posix_spawnp + waitpid)
+//   keys.*                    keys chosen at run time, 1k to 100k live entries: see BenchKeys.swift
 
 import Coffer
 import CofferCrypto
@@ -124,7 +125,7 @@ struct BenchSuite {
         "peer.fsync.floor", "vault.seal.1MiB", "peer.libsodium.seal.1MiB", "keyvalue.open.10k", "vault.open.10k",
         "vault.open.identity", "vault.rotate.10k", "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
         "cli.run.overhead", "peer.env.true",
-    ]
+    ] + keyNames
 
     /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
     static var filter: [String]? {
@@ -147,6 +148,7 @@ struct BenchSuite {
             (["kdf.interactive", "kdf.moderate"], kdf),
             (["keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys"], changeLatency),
             (["cli.run.overhead", "peer.env.true"], runOverhead),
+            (Self.keyNames, keysScaling),
         ]
         let filter = Self.filter
         func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }

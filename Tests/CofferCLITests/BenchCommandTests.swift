@@ -16,6 +16,7 @@ struct BenchCommandTests {
         "vault.rotate.10k",
         "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
         "cli.run.overhead", "peer.env.true",
+        "keys.create.1k", "keys.create.100k", "keys.read.100k", "keys.transient", "keys.release.100k",
     ]
 
     @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")

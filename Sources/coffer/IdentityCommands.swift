@@ -74,7 +74,7 @@ struct IdentityNewCommand: ParsableCommand {
         let identity = try X25519Identity.generate()
         try writeNewSecretFile(path, try identity.fileContents(), what: "identity file")
         writeOut("\(identity.recipient)\n")
-        writeError("wrote a new identity to \(path) (mode 0600); its recipient string is on standard output\n")
+        writeError("wrote a new identity to \(escapedName(path)) (mode 0600); its recipient string is on standard output\n")
     }
 }
 

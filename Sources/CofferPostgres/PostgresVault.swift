@@ -330,6 +330,67 @@ public final class PostgresVault: Sendable {
         try await commit(changes) { _, _ in }
     }
 
+    /// Adds new items in one transaction unless one of them exists already: whether one does is
+    /// read inside the transaction that locks the vault's version row (every writer takes that
+    /// lock first), and the rows are written in it, so an item another instance stored meanwhile
+    /// is never replaced. When one exists the transaction is rolled back: nothing is written.
+    ///
+    /// - Parameter changes: `.set` changes only.
+    /// - Returns: The items of `changes` that exist already, in the order of `changes`; empty
+    ///   when every item was added.
+    /// - Throws: ``CofferError/Code/invalidArgument`` for a `.remove` (nothing is written);
+    ///   ``CofferError/Code/corrupted`` for an existing row that fails authentication (it is
+    ///   not replaced); as `apply(_:)`.
+    public func add(_ changes: [VaultChange]) async throws -> [VaultItemID] {
+        guard !changes.isEmpty else { return [] }
+        return try await withCurrentKeys { try await self.addOnce(changes) }
+    }
+
+    private func addOnce(_ changes: [VaultChange]) async throws -> [VaultItemID] {
+        let sealing = try sealing
+        var planned: [(change: VaultChange, rowKey: [UInt8])] = []
+        for change in changes {
+            guard case .set(let service, let account, _, _, _) = change else {
+                throw CofferError(.invalidArgument, "add(_:) adds items: a removal is not one", path: name)
+            }
+            try checkNames(service: service, account: account)
+            let rowKey = try sealing.rowKey(service: service, account: account)
+            planned.removeAll { $0.rowKey == rowKey }
+            planned.append((change, rowKey))
+        }
+        let steps = planned
+        let (link, channel) = (link, channel)
+        let (present, version, writer) = try await link.transaction {
+            connection -> (([VaultItemID], Int64, UInt64), commit: Bool) in
+            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
+            var present: [VaultItemID] = []
+            for (change, rowKey) in steps {
+                if case .put(_, var secret)? = try await self.currentBody(rowKey, sealing: sealing, on: connection) {
+                    SecureMemory.zero(&secret)
+                    let (service, account) = change.names
+                    present.append(VaultItemID(service: service, account: account))
+                }
+            }
+            guard present.isEmpty else { return ((present, version, writer), false) }
+            for (change, rowKey) in steps {
+                guard case .set(let service, let account, let secret, let label, let comment) = change else { continue }
+                let record = try self.seal(
+                    service: service, account: account, secret: Data(secret), label: label, comment: comment,
+                    existing: nil, rowKey: rowKey, version: version, sealing: sealing)
+                try await self.upsert(rowKey, record, version, on: connection)
+            }
+            try await ChangeFeed.notify(channel, of: version, on: connection, link: link)
+            return (([], version, writer), true)
+        }
+        if present.isEmpty { wrote(steps.map(\.rowKey), version, writer: writer) }
+        return present
+    }
+
+    /// `add(_:)`, blocking until it ends.
+    public func add(_ changes: [VaultChange]) throws -> [VaultItemID] {
+        try Offload.wait { try await self.add(changes) }
+    }
+
     /// Reads, transforms and writes one secret atomically with respect to every instance: the
     /// vault's version row stays locked from the read to the write. Returning `nil` removes it.
     /// `transform` runs inside the transaction: keep it short.

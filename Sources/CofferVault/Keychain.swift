@@ -92,6 +92,22 @@ public protocol Keychain: AnyObject, Sendable {
     /// append and one fsync; the PostgreSQL vault: one transaction).
     func apply(_ changes: [VaultChange]) throws
 
+    /// Adds new items as one commit, as ``apply(_:)`` does, unless one of them exists already.
+    ///
+    /// Whether one exists is decided while the vault's write lock is held, and the commit is
+    /// made under that same hold (the file vault: `<file>.lock`, after catching up with the
+    /// other writers; the PostgreSQL vault: the transaction that locks the vault's version row),
+    /// so an item another writer stored meanwhile is never replaced: of two processes adding
+    /// the same item at once, exactly one adds it. Checking with ``item(service:account:)`` and
+    /// then calling ``set(_:service:account:label:comment:)-(Data,_,_,_,_)`` is not atomic.
+    ///
+    /// - Parameter changes: `.set` changes only.
+    /// - Returns: The items of `changes` that exist already, in the order of `changes` (then
+    ///   nothing is written); empty when every item was added.
+    /// - Throws: ``CofferError/Code/invalidArgument`` for a `.remove` (nothing is written); as
+    ///   ``apply(_:)``.
+    func add(_ changes: [VaultChange]) throws -> [VaultItemID]
+
     /// Reads, transforms and writes one item's secret atomically with respect to every writer
     /// of the vault, in any process: `transform` gets the current secret (`nil`: no such item)
     /// and returns the new one (`nil` removes the item; the current bytes write nothing).

@@ -174,6 +174,37 @@ public final class Vault: Sendable {
         try write(changes)
     }
 
+    /// Adds new items as one commit (one append, one fsync) unless one of them exists already:
+    /// whether one does is decided under the vault's write lock (`<file>.lock`), after catching
+    /// up with the other writers, and the commit is made under that same hold, so an item
+    /// another thread or process stored meanwhile is never replaced.
+    ///
+    /// - Parameter changes: `.set` changes only.
+    /// - Returns: The items of `changes` that exist already, in the order of `changes` (then
+    ///   nothing is written); empty when every item was added.
+    /// - Throws: ``CofferError/Code/invalidArgument`` for a `.remove`, an empty name, or a name,
+    ///   label or comment above its limit (nothing is written); as ``apply(_:)``.
+    public func add(_ changes: [VaultChange]) throws -> [VaultItemID] {
+        for change in changes where change.attributes == nil {
+            throw CofferError(.invalidArgument, "add(_:) adds items: a removal is not one")
+        }
+        try Self.check(changes)
+        return try store.write { live in
+            var present: [VaultItemID] = []
+            var seen = Set<ItemKey>()
+            for change in changes {
+                let (service, account) = change.identity
+                let key = ItemKey(service: service, account: account)
+                if live.entries[key] != nil, seen.insert(key).inserted {
+                    present.append(VaultItemID(service: service, account: account))
+                }
+            }
+            guard present.isEmpty else { return present }
+            _ = try live.commit(changes)
+            return []
+        }
+    }
+
     /// Reads, transforms and writes one item's secret atomically with respect to every thread and
     /// process: the vault's write lock (`<file>.lock`) is held from the read to the write, after
     /// catching up with the other writers, so concurrent increments are never lost.
@@ -391,16 +422,22 @@ public final class Vault: Sendable {
 
     @discardableResult
     private func write<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+        try Self.check(changes)
+        return try store.write { try $0.commit(changes) }
+    }
+
+    /// Refuses, before anything is written, a change with an empty name, or a set whose name,
+    /// label or comment is above its limit.
+    private static func check<Changes: Collection>(_ changes: Changes) throws where Changes.Element: CommitChange {
         for change in changes {
             let (service, account) = change.identity
             try Self.checkIdentity(service: service, account: account)
             // Sets only: a removal writes nothing new, and must reach an item with a longer name
             // written before the limits existed.
             if let (label, comment) = change.attributes {
-                try Self.checkLengths(service: service, account: account, label: label, comment: comment)
+                try checkLengths(service: service, account: account, label: label, comment: comment)
             }
         }
-        return try store.write { try $0.commit(changes) }
     }
 }
 

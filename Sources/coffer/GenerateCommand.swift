@@ -96,11 +96,6 @@ struct GenerateCommand: ParsableCommand {
 
     func run() throws {
         let store = try root.global.openKeychain()
-        if !force, try store.items(service: service).contains(where: { $0.account == account }) {
-            throw CLIError(
-                .failure,
-                "\(escapedName(service)) / \(escapedName(account)) already has a secret: --force replaces it")
-        }
         let buffer = WipingBuffer(capacity: 64)
         let bits: Double
         let what: String
@@ -121,7 +116,15 @@ struct GenerateCommand: ParsableCommand {
             what = "\(length) character\(length == 1 ? "" : "s") from a set of \(alphabet.count)"
         }
         let secret = try buffer.secureCopy()
-        try store.set(secret, service: service, account: account, label: label, comment: comment)
+        if force {
+            try store.set(secret, service: service, account: account, label: label, comment: comment)
+        } else if try !add(secret, to: store) {
+            // Decided under the vault's write lock with the write itself: of two `generate`s of
+            // one new item at once, exactly one stores (and prints) its secret.
+            throw CLIError(
+                .failure,
+                "\(escapedName(service)) / \(escapedName(account)) already has a secret: --force replaces it")
+        }
         let said = "generated and stored \(escapedName(service)) / \(escapedName(account)): \(what), \(Int(bits)) bits\n"
         guard print else { return writeOut(said) }
         // The secret alone on standard output; the report goes to standard error.
@@ -130,5 +133,18 @@ struct GenerateCommand: ParsableCommand {
         if !written {
             throw CLIError(.failure, "cannot write to standard output: \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// Stores `secret` unless the item exists (``Keychain/add(_:)``); returns whether it did. The
+    /// array ``VaultChange`` holds is a copy made only for the commit, and zeroed once it is done.
+    private func add(_ secret: SecureBytes, to store: any Keychain) throws -> Bool {
+        var bytes = secret.withUnsafeBytes { [UInt8]($0) }
+        // Runs after `commit`'s change is released, so the array is zeroed in place.
+        defer { SecureMemory.zero(&bytes) }
+        return try commit(bytes, to: store)
+    }
+
+    private func commit(_ bytes: [UInt8], to store: any Keychain) throws -> Bool {
+        try store.add([.set(service: service, account: account, secret: bytes, label: label, comment: comment)]).isEmpty
     }
 }

@@ -22,7 +22,14 @@ struct ImportCommand: ParsableCommand {
             only, never secrets) and writes nothing. An existing item whose secret, label or \
             comment differs is a clash: without --overwrite, the clashes are listed and nothing \
             is written. An item already there with the same values is left unchanged. Two \
-            items of the input with the same service and account are an error naming both.
+            items of the input with the same service and account are an error naming both. \
+            Without --overwrite, whether an item exists is decided again under the vault's write \
+            lock, with the commit: an item another writer stored meanwhile is never replaced. \
+            Names may hold any character but NUL (names are printed with control characters \
+            escaped, $'…'), so whatever `coffer set` stored and `coffer export` wrote imports \
+            again. json is read in place, without a tree of the document: an import holds at \
+            most about 6 bytes per input byte beyond what the vault holds. The input is at most \
+            256 MiB.
 
               format     service / account / secret / label / comment
               dotenv     --service / NAME / VALUE / – / –
@@ -117,40 +124,65 @@ struct ImportCommand: ParsableCommand {
         try batch.check()
 
         let store = try root.global.openKeychain()
-        let plan = try Self.plan(batch, against: store)
-        let clashes = plan.filter { $0.change == .replace }
-        let counts = Dictionary(grouping: plan, by: \.change).mapValues(\.count)
-        let added = counts[.add] ?? 0, replaced = counts[.replace] ?? 0, unchanged = counts[.unchanged] ?? 0
-        let refused = !clashes.isEmpty && !overwrite
-        let clashError = CLIError(
-            .failure,
-            "\(clashes.count) item\(clashes.count == 1 ? "" : "s") of the input already exist\(clashes.count == 1 ? "s" : "") "
-                + "in \(quotedName(store.location)) with another secret, label or comment: "
-                + listed(clashes.map { "\(escapedName($0.item.service)) / \(escapedName($0.item.account))" })
-                + "; --overwrite replaces them; nothing was imported")
-        if dryRun {
-            let rows = plan.map { entry in
-                [
-                    entry.change == .replace && refused ? "clash" : entry.change.rawValue,
-                    escapedName(entry.item.service), escapedName(entry.item.account), entry.item.origin,
-                ]
+        // Without --overwrite, the items to add are added only if none of them exists by then,
+        // decided under the vault's write lock with the commit (``Keychain/add(_:)``): an item
+        // another writer stores after the plan was made is never replaced. The plan is then made
+        // again, once or twice, so the import ends as it would have had it started later.
+        for attempt in 1...Self.attempts {
+            let plan = try Self.plan(batch, against: store)
+            let clashes = plan.filter { $0.change == .replace }
+            let counts = Dictionary(grouping: plan, by: \.change).mapValues(\.count)
+            let added = counts[.add] ?? 0, replaced = counts[.replace] ?? 0, unchanged = counts[.unchanged] ?? 0
+            let refused = !clashes.isEmpty && !overwrite
+            let clashError = CLIError(
+                .failure,
+                "\(clashes.count) item\(clashes.count == 1 ? "" : "s") of the input already exist\(clashes.count == 1 ? "s" : "") "
+                    + "in \(quotedName(store.location)) with another secret, label or comment: "
+                    + listed(clashes.map { "\(escapedName($0.item.service)) / \(escapedName($0.item.account))" })
+                    + "; --overwrite replaces them; nothing was imported")
+            if dryRun {
+                let rows = plan.map { entry in
+                    [
+                        entry.change == .replace && refused ? "clash" : entry.change.rawValue,
+                        escapedName(entry.item.service), escapedName(entry.item.account), entry.item.origin,
+                    ]
+                }
+                if !rows.isEmpty { writeOut(formatTable(rows, maximumWidth: ListCommand.maximumCellWidth)) }
+                writeOut(
+                    "dry run: would add \(added), replace \(replaced)\(refused ? " (refused without --overwrite)" : ""), "
+                        + "leave \(unchanged) unchanged in \(escapedName(store.location)); nothing was written\n")
+                notes(batch)
+                if refused { throw clashError }
+                return
             }
-            if !rows.isEmpty { writeOut(formatTable(rows, maximumWidth: ListCommand.maximumCellWidth)) }
-            writeOut(
-                "dry run: would add \(added), replace \(replaced)\(refused ? " (refused without --overwrite)" : ""), "
-                    + "leave \(unchanged) unchanged in \(escapedName(store.location)); nothing was written\n")
-            notes(batch)
             if refused { throw clashError }
+            let changed = plan.filter { $0.change != .unchanged }.map(\.item)
+            if !changed.isEmpty {
+                // Without --overwrite every change is an addition (a replacement is a clash).
+                let present = try Self.commit(changed, from: batch, to: store, onlyAdding: !overwrite)
+                if !present.isEmpty {
+                    guard attempt < Self.attempts else {
+                        throw CLIError(
+                            .failure,
+                            "other writers kept storing items of the input in \(quotedName(store.location)) while it was "
+                                + "imported, most recently "
+                                + listed(present.map { "\(escapedName($0.service)) / \(escapedName($0.account))" })
+                                + "; nothing was imported")
+                    }
+                    continue
+                }
+            }
+            writeOut(
+                "imported \(plan.count) item\(plan.count == 1 ? "" : "s") into \(escapedName(store.location)) in one commit: "
+                    + "\(added) added, \(replaced) replaced, \(unchanged) unchanged\n")
+            notes(batch)
             return
         }
-        if refused { throw clashError }
-        let changed = plan.filter { $0.change != .unchanged }.map(\.item)
-        if !changed.isEmpty { try Self.commit(changed, from: batch, to: store) }
-        writeOut(
-            "imported \(plan.count) item\(plan.count == 1 ? "" : "s") into \(escapedName(store.location)) in one commit: "
-                + "\(added) added, \(replaced) replaced, \(unchanged) unchanged\n")
-        notes(batch)
     }
+
+    /// How many times the import is planned when other writers store items of the input
+    /// between its plan and its commit.
+    static let attempts = 3
 
     /// What the import does to one item.
     enum Change: String {
@@ -176,21 +208,31 @@ struct ImportCommand: ParsableCommand {
     }
 
     /// Writes `items` in one commit (``Keychain/apply(_:)``: for a file vault one journal append
-    /// and one fsync, for a PostgreSQL vault one transaction). The secrets are copied into arrays
-    /// (what ``VaultChange`` holds) only now, and those arrays are wiped once the commit is done.
-    static func commit(_ items: [ImportBatch.Item], from batch: ImportBatch, to store: any Keychain) throws {
+    /// and one fsync, for a PostgreSQL vault one transaction); `onlyAdding`, only if none of them
+    /// exists (``Keychain/add(_:)``). Returns the items that exist (then nothing was written).
+    /// The secrets are copied into arrays (what ``VaultChange`` holds) only now, and those arrays
+    /// are wiped once the commit is done.
+    static func commit(_ items: [ImportBatch.Item], from batch: ImportBatch, to store: any Keychain, onlyAdding: Bool)
+        throws -> [VaultItemID]
+    {
         var secrets = items.map { item in batch.withSecret(item) { [UInt8]($0) } }
         // Runs after `apply`'s changes are released, so each array is wiped in place.
         defer { for index in secrets.indices { SecureMemory.zero(&secrets[index]) } }
-        try apply(items, secrets, to: store)
+        return try apply(items, secrets, to: store, onlyAdding: onlyAdding)
     }
 
-    private static func apply(_ items: [ImportBatch.Item], _ secrets: [[UInt8]], to store: any Keychain) throws {
+    private static func apply(_ items: [ImportBatch.Item], _ secrets: [[UInt8]], to store: any Keychain, onlyAdding: Bool)
+        throws -> [VaultItemID]
+    {
         let changes = zip(items, secrets).map { item, secret in
             VaultChange.set(
                 service: item.service, account: item.account, secret: secret, label: item.label, comment: item.comment)
         }
-        try store.apply(changes)
+        guard onlyAdding else {
+            try store.apply(changes)
+            return []
+        }
+        return try store.add(changes)
     }
 
     /// What was deliberately left out, on standard error.

@@ -27,7 +27,8 @@ final class ImportBatch {
         var comment: String?
         /// Where the secret lies in ``ImportBatch/secrets``.
         var secret: Range<Int>
-        /// Where the item came from, for messages: `line 12`, `item 3`, `email/work.gpg`.
+        /// Where the item came from, for messages: `line 12`, `item 3`, `email/work.gpg`; text
+        /// from the input (a pass entry's path) in it is escaped for printing (``escapedName(_:)``).
         var origin: String
     }
 
@@ -57,10 +58,13 @@ final class ImportBatch {
         for item in items {
             for (name, what) in [(item.service, "service"), (item.account, "account")] {
                 if name.isEmpty { throw CLIError.usage("\(item.origin): the \(what) is empty") }
-                // A NUL (or another control character) makes an item no command line can name
-                // (`coffer rm` cannot pass a NUL), and a PostgreSQL vault refuses it at commit.
-                if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
-                    throw CLIError.usage("\(item.origin): the \(what) holds a control character (a NUL, a newline, an escape)")
+                // Every name `coffer set` accepts is imported, so an export of any vault the CLI
+                // wrote imports again: a newline, a tab or an escape too (printed escaped, $'…').
+                // Only a NUL is refused, as no command line can pass one: `coffer get` and `rm`
+                // could never name the item.
+                if name.utf8.contains(0) {
+                    throw CLIError.usage(
+                        "\(item.origin): the \(what) holds a NUL, which no command line can pass (coffer get and rm could not name the item)")
                 }
                 if name.utf8.count > Vault.maximumNameLength {
                     throw CLIError.usage(
@@ -439,21 +443,32 @@ enum CofferJSON {
 
     // MARK: Reading
 
-    /// A parsed JSON value. Strings are kept as the ranges of their raw text (escapes
-    /// undecoded), so a secret is decoded once, straight into the batch's wiping buffer.
-    indirect enum Value {
-        case object([(key: String, value: Value, offset: Int)])
-        case array([(value: Value, offset: Int)])
-        case string(Range<Int>)
-        case number(String)
-        case bool(Bool)
-        case null
-    }
-
-    /// A small strict JSON reader over bytes (RFC 8259), nesting at most 64 deep.
+    /// A small strict JSON reader over bytes (RFC 8259), nesting at most 64 deep, that builds no
+    /// tree of the document: ``checkDocument()`` checks it whole, then the import walks the
+    /// members it needs in place (``openObject()``, ``nextMember(_:)``, ``skipValue(depth:)``).
+    /// Strings stay the ranges of their raw text (escapes undecoded) until a name is needed, and
+    /// a secret is decoded once, straight into the batch's wiping buffer. Beyond the input,
+    /// reading holds only one set of member-name hashes per object open at a time (the duplicate
+    /// check): a tree of the document cost ~33 bytes per byte read.
     struct Parser {
         let bytes: UnsafeRawBufferPointer
         var index = 0
+        /// Whether a member name given twice in an object is refused (the check of the whole
+        /// document does it; walks over the checked document need not again).
+        var checkingNames = true
+
+        /// An object being read: where it starts, how many members were read, and the hashes of
+        /// their names.
+        struct ObjectReading {
+            let start: Int
+            var count = 0
+            var names = Set<Int>()
+        }
+
+        /// An array being read: how many elements were read.
+        struct ArrayReading {
+            var count = 0
+        }
 
         func fail(_ what: String, at offset: Int? = nil) -> CLIError {
             CLIError.usage("line \(lineNumber(of: offset ?? index, in: bytes)) of the JSON file: \(what)")
@@ -463,88 +478,129 @@ enum CofferJSON {
             while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
         }
 
-        mutating func document() throws -> Value {
+        /// Checks that the bytes are one JSON value with nothing after it but white space.
+        mutating func checkDocument() throws {
             skipSpace()
-            let value = try self.value(depth: 0)
+            try skipValue(depth: 0)
             skipSpace()
             guard index == bytes.count else { throw fail("text after the end of the JSON value") }
-            return value
         }
 
-        mutating func value(depth: Int) throws -> Value {
+        /// Checks the value at `index` and steps over it.
+        mutating func skipValue(depth: Int) throws {
             guard depth < 64 else { throw fail("nested more than 64 levels deep") }
             guard index < bytes.count else { throw fail("the JSON text ends early") }
             switch bytes[index] {
             case UInt8(ascii: "{"):
-                index += 1
-                var members: [(key: String, value: Value, offset: Int)] = []
-                // The names so far, for the duplicate check: a list searched per member made a
-                // 430 KB object of 40,000 members take two minutes.
-                var seen = Set<String>()
-                skipSpace()
-                if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                    index += 1
-                    return .object(members)
-                }
-                while true {
-                    skipSpace()
-                    let offset = index
-                    guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
-                    let key = try decodeText(try rawString())
-                    if !seen.insert(key).inserted { throw fail("the member \"\(key)\" appears twice", at: offset) }
-                    skipSpace()
-                    guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected : after a member name") }
-                    index += 1
-                    skipSpace()
-                    members.append((key, try value(depth: depth + 1), offset))
-                    skipSpace()
-                    guard index < bytes.count else { throw fail("the JSON text ends inside an object") }
-                    if bytes[index] == UInt8(ascii: ",") {
-                        index += 1
-                        continue
-                    }
-                    guard bytes[index] == UInt8(ascii: "}") else { throw fail("expected , or } in an object") }
-                    index += 1
-                    return .object(members)
-                }
+                var object = openObject()
+                while try nextMember(&object) != nil { try skipValue(depth: depth + 1) }
             case UInt8(ascii: "["):
-                index += 1
-                var elements: [(value: Value, offset: Int)] = []
-                skipSpace()
-                if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                    index += 1
-                    return .array(elements)
-                }
-                while true {
-                    skipSpace()
-                    let offset = index
-                    elements.append((try value(depth: depth + 1), offset))
-                    skipSpace()
-                    guard index < bytes.count else { throw fail("the JSON text ends inside an array") }
-                    if bytes[index] == UInt8(ascii: ",") {
-                        index += 1
-                        continue
-                    }
-                    guard bytes[index] == UInt8(ascii: "]") else { throw fail("expected , or ] in an array") }
-                    index += 1
-                    return .array(elements)
-                }
+                var array = openArray()
+                while try nextElement(&array) { try skipValue(depth: depth + 1) }
             case UInt8(ascii: "\""):
-                return .string(try rawString())
+                _ = try rawString()
             case UInt8(ascii: "t"), UInt8(ascii: "f"), UInt8(ascii: "n"):
-                for (word, value) in [("true", Value.bool(true)), ("false", .bool(false)), ("null", .null)]
+                for word in ["true", "false", "null"]
                 where UnsafeRawBufferPointer(rebasing: bytes[index...]).starts(with: word.utf8) {
                     index += word.utf8.count
-                    return value
+                    return
                 }
                 throw fail("not a JSON value")
             default:
                 let start = index
-                while index < bytes.count, Array("+-.0123456789eE".utf8).contains(bytes[index]) { index += 1 }
-                guard index > start, let number = String(validating: bytes[start..<index], as: UTF8.self), Double(number) != nil
-                else { throw fail("not a JSON value") }
-                return .number(number)
+                while index < bytes.count, Self.isNumberByte(bytes[index]) { index += 1 }
+                guard index > start, number(start..<index) != nil else { throw fail("not a JSON value") }
             }
+        }
+
+        static func isNumberByte(_ byte: UInt8) -> Bool {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                UInt8(ascii: "e"), UInt8(ascii: "E"):
+                true
+            default: false
+            }
+        }
+
+        /// The text of the number at `range`, when it is one.
+        func number(_ range: Range<Int>) -> String? {
+            guard let text = String(validating: bytes[range], as: UTF8.self), Double(text) != nil else { return nil }
+            return text
+        }
+
+        /// Steps over the `{` at `index`.
+        mutating func openObject() -> ObjectReading {
+            let start = index
+            index += 1
+            return ObjectReading(start: start)
+        }
+
+        /// The next member of `object`: its name (the raw range) and where it starts, with
+        /// `index` on its value, which the caller then reads or skips; `nil` after the `}`.
+        mutating func nextMember(_ object: inout ObjectReading) throws -> (name: Range<Int>, offset: Int)? {
+            skipSpace()
+            guard index < bytes.count else { throw fail("the JSON text ends inside an object") }
+            if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return nil
+            }
+            if object.count > 0 {
+                guard bytes[index] == UInt8(ascii: ",") else { throw fail("expected , or } in an object") }
+                index += 1
+                skipSpace()
+            }
+            let offset = index
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
+            let name = try rawString()
+            if checkingNames { try checkUnique(name, at: offset, in: &object) }
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected : after a member name") }
+            index += 1
+            skipSpace()
+            object.count += 1
+            return (name, offset)
+        }
+
+        /// Refuses a member name that an earlier member of `object` has. Only hashes are kept:
+        /// when one repeats (the same name, or rarely two names with one hash), the members
+        /// before are read again to tell. The name is quoted: it comes from the input.
+        private func checkUnique(_ name: Range<Int>, at offset: Int, in object: inout ObjectReading) throws {
+            var hasher = Hasher()
+            try decode(name) { hasher.combine($0) }
+            guard !object.names.insert(hasher.finalize()).inserted else { return }
+            var wanted: [UInt8] = []
+            try decode(name) { wanted.append($0) }
+            var scan = Parser(bytes: bytes, index: object.start, checkingNames: false)
+            var again = scan.openObject()
+            while let member = try scan.nextMember(&again), member.offset < offset {
+                if decoded(member.name, equals: wanted) {
+                    throw fail("the member \(quotedName(try decodeText(name))) appears twice", at: offset)
+                }
+                try scan.skipValue(depth: 1)
+            }
+        }
+
+        /// Steps over the `[` at `index`.
+        mutating func openArray() -> ArrayReading {
+            index += 1
+            return ArrayReading()
+        }
+
+        /// Whether `array` has another element, with `index` on it; false after the `]`.
+        mutating func nextElement(_ array: inout ArrayReading) throws -> Bool {
+            skipSpace()
+            guard index < bytes.count else { throw fail("the JSON text ends inside an array") }
+            if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return false
+            }
+            if array.count > 0 {
+                guard bytes[index] == UInt8(ascii: ",") else { throw fail("expected , or ] in an array") }
+                index += 1
+                skipSpace()
+            }
+            array.count += 1
+            return true
         }
 
         /// The raw text of a string (without its quotes); `index` is on the opening quote.
@@ -561,6 +617,18 @@ enum CofferJSON {
                 index += byte == UInt8(ascii: "\\") ? 2 : 1
             }
             throw fail("a string is never closed", at: start)
+        }
+
+        /// Whether the string at `range` decodes to exactly `expected`.
+        func decoded(_ range: Range<Int>, equals expected: some Sequence<UInt8>) -> Bool {
+            var iterator = expected.makeIterator()
+            var same = true
+            do {
+                try decode(range) { byte in if same, iterator.next() != byte { same = false } }
+            } catch {
+                return false
+            }
+            return same && iterator.next() == nil
         }
 
         /// Decodes a string's escapes, appending the UTF-8 bytes to `out`.
@@ -622,53 +690,87 @@ enum CofferJSON {
         }
     }
 
-    /// Reads an export (its bytes must be UTF-8) into `batch`.
+    /// The members of an item that are read, in the order ``parse(_:into:)`` keeps them.
+    private static let itemMembers = ["service", "account", "label", "comment", "secretEncoding", "secret"]
+
+    /// Reads an export (its bytes must be UTF-8) into `batch`: the document is checked whole
+    /// first, then its members are walked in place (``Parser``).
     static func parse(_ input: UnsafeRawBufferPointer, into batch: ImportBatch) throws {
         guard isValidUTF8(input) else { throw CLIError.usage("the JSON file is not UTF-8") }
-        var parser = Parser(bytes: input)
-        guard case .object(let top) = try parser.document() else {
+        var check = Parser(bytes: input)
+        try check.checkDocument()
+        let reader = Parser(bytes: input, checkingNames: false)
+        var walk = reader
+        walk.skipSpace()
+        guard input[walk.index] == UInt8(ascii: "{") else {
             throw CLIError.usage("the JSON file is not a Coffer export: it is not an object")
         }
-        func member(_ members: [(key: String, value: Value, offset: Int)], _ key: String) -> Value? {
-            members.first { $0.key == key }?.value
+        // The raw text of each member's value (a string's with its quotes).
+        var format: Range<Int>?, versionText: Range<Int>?, items: Range<Int>?
+        var top = walk.openObject()
+        while let member = try walk.nextMember(&top) {
+            let start = walk.index
+            try walk.skipValue(depth: 1)
+            if walk.decoded(member.name, equals: "format".utf8) { format = start..<walk.index }
+            if walk.decoded(member.name, equals: "version".utf8) { versionText = start..<walk.index }
+            if walk.decoded(member.name, equals: "items".utf8) { items = start..<walk.index }
         }
-        guard case .string(let format)? = member(top, "format"), try parser.decodeText(format) == formatName else {
+        /// The text of a string value without its quotes; `nil` for another kind of value.
+        func stringText(_ value: Range<Int>) -> Range<Int>? {
+            input[value.lowerBound] == UInt8(ascii: "\"") ? (value.lowerBound + 1)..<(value.upperBound - 1) : nil
+        }
+        guard let format = format.flatMap(stringText), reader.decoded(format, equals: formatName.utf8) else {
             throw CLIError.usage("the JSON file is not a Coffer export: its \"format\" is not \"\(formatName)\"")
         }
-        guard case .number(let number)? = member(top, "version"), let found = Int(number) else {
+        guard let versionText, Parser.isNumberByte(input[versionText.lowerBound]),
+            let found = reader.number(versionText).flatMap({ Int($0) })
+        else {
             throw CLIError.usage("the Coffer export has no \"version\" number")
         }
         guard found == version else {
             throw CLIError.usage(
                 "the Coffer export is version \(found); this coffer reads version \(version)\(found > version ? " (it was written by a newer coffer)" : "")")
         }
-        guard case .array(let elements)? = member(top, "items") else {
+        guard let items, input[items.lowerBound] == UInt8(ascii: "[") else {
             throw CLIError.usage("the Coffer export has no \"items\" array")
         }
-        for (position, element) in elements.enumerated() {
-            let origin = "item \(position + 1)"
-            func fail(_ what: String) -> CLIError { parser.fail("\(origin): \(what)", at: element.offset) }
-            guard case .object(let members) = element.value else { throw fail("not an object") }
-            func string(_ key: String, required: Bool) throws -> Range<Int>? {
-                switch member(members, key) {
-                case .string(let range)?: return range
-                case nil where !required: return nil
-                case nil: throw fail("no \"\(key)\"")
-                default: throw fail("\"\(key)\" is not a string")
+        walk.index = items.lowerBound
+        var array = walk.openArray()
+        var position = 0
+        while try walk.nextElement(&array) {
+            position += 1
+            let origin = "item \(position)", offset = walk.index
+            func fail(_ what: String) -> CLIError { reader.fail("\(origin): \(what)", at: offset) }
+            guard input[offset] == UInt8(ascii: "{") else { throw fail("not an object") }
+            var values = [Range<Int>?](repeating: nil, count: itemMembers.count)
+            var object = walk.openObject()
+            while let member = try walk.nextMember(&object) {
+                let start = walk.index
+                try walk.skipValue(depth: 2)
+                if let slot = itemMembers.firstIndex(where: { walk.decoded(member.name, equals: $0.utf8) }) {
+                    values[slot] = start..<walk.index
                 }
             }
-            let service = try parser.decodeText(try string("service", required: true)!)
-            let account = try parser.decodeText(try string("account", required: true)!)
-            let label = try string("label", required: false).map { try parser.decodeText($0) }
-            let comment = try string("comment", required: false).map { try parser.decodeText($0) }
-            let encoding = try string("secretEncoding", required: false).map { try parser.decodeText($0) } ?? "utf8"
+            func string(_ key: String, required: Bool) throws -> Range<Int>? {
+                guard let value = values[itemMembers.firstIndex(of: key)!] else {
+                    if required { throw fail("no \"\(key)\"") }
+                    return nil
+                }
+                guard let text = stringText(value) else { throw fail("\"\(key)\" is not a string") }
+                return text
+            }
+            let service = try reader.decodeText(try string("service", required: true)!)
+            let account = try reader.decodeText(try string("account", required: true)!)
+            let label = try string("label", required: false).map { try reader.decodeText($0) }
+            let comment = try string("comment", required: false).map { try reader.decodeText($0) }
+            let encoding = try string("secretEncoding", required: false).map { try reader.decodeText($0) } ?? "utf8"
             let secret = try string("secret", required: true)!
             guard encoding == "utf8" || encoding == "base64" else {
                 throw fail("\"secretEncoding\" is neither \"utf8\" nor \"base64\"")
             }
             try batch.add(service: service, account: account, label: label, comment: comment, origin: origin) { out in
                 if encoding == "utf8" {
-                    try parser.decode(secret) { out.append($0) }
+                    try reader.decode(secret) { out.append($0) }
                 } else {
                     try decodeBase64(UnsafeRawBufferPointer(rebasing: input[secret]), into: out) {
                         fail("the secret is not base64 (standard alphabet, padded)")
@@ -804,7 +906,7 @@ enum PassStore {
                 if end + 1 < bytes.count, bytes[(end + 1)...].contains(where: { ![0x0A, 0x0D, 0x20, 0x09].contains($0) }) {
                     longer += 1
                 }
-                batch.add(service: service, account: account, label: nil, comment: nil, origin: entry) { out in
+                batch.add(service: service, account: account, label: nil, comment: nil, origin: escapedName(entry)) { out in
                     out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
                 }
             }
@@ -904,8 +1006,18 @@ enum PassStore {
         let exited = status & 0x7F == 0
         guard exited, (status >> 8) & 0xFF == 0 else {
             let how = exited ? "exit \((status >> 8) & 0xFF)" : "signal \(status & 0x7F)"
+            // gpg's messages quote the entry's path: nothing a terminal acts on (controls, C1
+            // controls such as CSI, bidirectional overrides) is printed raw.
             let said = String(decoding: messages, as: UTF8.self).split(whereSeparator: \.isNewline).suffix(3)
-                .map { String($0.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : Character($0) }) }
+                .map { line in
+                    String(
+                        line.unicodeScalars.map { scalar in
+                            switch scalar.properties.generalCategory {
+                            case .control, .format, .lineSeparator, .paragraphSeparator: " "
+                            default: Character(scalar)
+                            }
+                        })
+                }
                 .joined(separator: "; ")
             throw CLIError(
                 .failure,

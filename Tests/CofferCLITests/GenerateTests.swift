@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// `coffer generate`: a random secret stored without passing through a shell or a terminal.
 @Suite("coffer generate")
 struct GenerateTests {
@@ -34,6 +38,29 @@ struct GenerateTests {
         #expect(printed.stdout != stored.stdout)
     }
 
+    @Test("Two generate --print of one new item at once: exactly one stores and prints its secret; the other fails, prints none, and replaces nothing", .timeLimit(.minutes(10)))
+    func concurrentGeneratesOfOneItem() throws {
+        // The existence check and the write were two steps: both processes found no item, both
+        // stored a secret and printed it, and one of the printed secrets was silently replaced.
+        let box = try Sandbox()
+        try box.initVault()
+        for pair in 0..<20 {
+            let account = "pair-\(pair)"
+            let children = try box.startTogether((0..<2).map { _ in ["generate", "race", account, "--print"] })
+            let runs = children.map { box.expectClean($0.wait()) }
+            let winners = runs.filter { $0.status == Exit.ok }
+            // Statuses and standard error only: standard output holds a generated secret.
+            #expect(winners.count == 1, "pair \(pair): exit \(runs.map(\.status)); \(runs.map(\.err))")
+            for run in runs where run.status != Exit.ok {
+                let refused = run.status == Exit.failure && run.err.contains("already has a secret") && run.stdout.isEmpty
+                #expect(refused, "pair \(pair): exit \(run.status), \(run.stdout.count) bytes printed; \(run.err)")
+            }
+            let stored = try box.run(["get", "race", account])
+            let kept = winners.count == 1 && stored.status == Exit.ok && stored.printed(winners[0].stdout)
+            #expect(kept, "pair \(pair): the stored secret is not the one the successful generate printed")
+        }
+    }
+
     @Test("Every character of a set can be drawn and nothing outside it is; words come from EFF's list", .timeLimit(.minutes(10)))
     func charactersAndWords() throws {
         let box = try Sandbox()
@@ -63,5 +90,22 @@ struct GenerateTests {
             let run = try box.run(["generate", "s", "a"] + arguments)
             #expect(run.status == Exit.usage, "\(arguments): \(run)")
         }
+    }
+}
+
+extension Sandbox {
+    /// Starts `coffer` with each of `runs` while holding the vault's write lock (`<vault>.lock`),
+    /// as another writer would, and releases it after `seconds`: every child waits for it to
+    /// open the vault, and they go on together, so what each does between opening the vault and
+    /// writing overlaps. (Children merely started at once mostly run one after the other.)
+    func startTogether(_ runs: [[String]], seconds: Double = 0.5) throws -> [Child] {
+        let lock = open(vault + ".lock", O_RDWR | O_CLOEXEC)
+        guard lock >= 0 else { throw POSIXError(.ENOENT) }
+        defer { close(lock) }
+        guard flock(lock, LOCK_EX) == 0 else { throw POSIXError(.EBUSY) }
+        let children = try runs.map { try start($0) }
+        usleep(useconds_t(seconds * 1_000_000))
+        flock(lock, LOCK_UN)
+        return children
     }
 }

@@ -124,6 +124,7 @@ final class RecordingKeychain: Keychain {
     func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) throws {}
     func remove(service: String, account: String) throws -> Bool { false }
     func apply(_ changes: [VaultChange]) throws {}
+    func add(_ changes: [VaultChange]) throws -> [VaultItemID] { [] }
     func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {}
     func lock() { calls.withLock { $0.append("lock") } }
     func flush() throws { calls.withLock { $0.append("flush") } }

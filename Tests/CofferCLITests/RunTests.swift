@@ -209,7 +209,7 @@ struct RunTests {
         }
         let cases: [([String], [String: String], String)] = [
             (["run", "--env", "X=coffer://db.internal/%zz", "--", "touch", marker], [:], "--env X"),
-            (["run", "--env", "X=plain", "--", "touch", marker], [:], "--env X"),
+            (["run", "--env", "X=plain", "--", "touch", marker], [:], "argument 1 of --env"),
             (["run", "--env", "1X=coffer://db.internal/app", "--", "touch", marker], [:], "NAME="),
             (["run", "--", "touch", marker], ["BROKEN": "coffer://only-a-service"], "BROKEN"),
             (["run", "--env-file", box.path + "/absent.env", "--", "touch", marker], [:], "absent.env"),
@@ -223,13 +223,14 @@ struct RunTests {
             let run = try box.run(arguments, environment: environment)
             #expect(run.status == Exit.usage && run.err.contains(said), "\(arguments): \(run)")
         }
-        // A mistyped --env or env file line never shows its value (it may be the secret itself):
-        // only the name before the =.
+        // A mistyped --env or env file line never shows its value (it may be the secret itself),
+        // nor the part before its = (a token's characters can look like a name): only which
+        // argument it is.
         let value = "ghp_" + UUID().uuidString
         let leaks: [([String], String?)] = [
-            (["run", "--env", "my-token=\(value)", "--", "touch", marker], "my-token"),
-            (["run", "--env", value, "--", "touch", marker], nil),
-            (["run", "--env", "TOKEN=\(value)", "--", "touch", marker], "--env TOKEN"),
+            (["run", "--env", "my-token=\(value)", "--", "touch", marker], "argument 1 of --env"),
+            (["run", "--env", value, "--", "touch", marker], "argument 1 of --env"),
+            (["run", "--env", "TOKEN=\(value)", "--", "touch", marker], "argument 1 of --env"),
         ]
         for (arguments, said) in leaks {
             let run = try box.run(arguments)
@@ -237,12 +238,50 @@ struct RunTests {
             #expect(!run.err.contains(value) && !run.out.contains(value), "the value is in the message: \(run)")
             if let said { #expect(run.err.contains(said), "\(run)") }
         }
-        for line in ["A='\(value)' trailing\n", "A=\"\(value)\\q\"\n", "A= \(value)\n", "1A=\(value)\n", "A \(value)\n"] {
+        for line in [
+            "A='\(value)' trailing\n", "A=\"\(value)\\q\"\n", "A= \(value)\n", "1A=\(value)\n", "A \(value)\n", "\(value)\n",
+            "my-token=\(value)\n",
+        ] {
             try box.write(line, to: file)
             let run = try box.run(["run", "--env-file", file, "--", "touch", marker])
             #expect(run.status == Exit.usage && run.err.contains("line 1"), "\(run)")
             #expect(!run.err.contains(value) && !run.out.contains(value), "the value is in the message: \(run)")
         }
+        #expect(!FileManager.default.fileExists(atPath: marker), "a command was started")
+    }
+
+    @Test(
+        "A token pasted where --env NAME=REF or a --restart-signal goes is never echoed, not even its part before an =",
+        .timeLimit(.minutes(10)))
+    func pastedTokenNotEchoed() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("db.internal", "app", Array("never-shown-9".utf8))
+        let marker = box.path + "/started"
+        let random = UUID().uuidString.replacingOccurrences(of: "-", with: "")
+        // Token shapes: base64 with padding (what comes before the = is a valid variable name),
+        // a name-like head and a plain value, a JWT, an API key with a dash.
+        let tokens = [
+            "dG9rZW5\(random)==", "Secret_\(random)=x\(random)", "eyJhbGciOiJIUzI1NiJ9.\(random).c2ln", "sk-\(random)=",
+            "ghp_\(random)",
+        ]
+        for token in tokens {
+            // The token is the second --env: the message says so, and shows nothing of it.
+            let run = try box.run(["run", "--env", "A=coffer://db.internal/app", "--env", token, "--", "touch", marker])
+            #expect(run.status == Exit.usage, "\(run)")
+            #expect(run.err.contains("argument 2 of --env is not NAME=coffer://SERVICE/ACCOUNT"), "\(run)")
+            let signal = try box.run(
+                ["run", "--watch", "--restart-signal", token, "--env", "A=coffer://db.internal/app", "--", "touch", marker])
+            #expect(signal.status == Exit.usage && signal.err.contains("--restart-signal takes one of"), "\(signal)")
+            for output in [run, signal] {
+                for part in token.split(separator: "=") where part.count >= 4 {
+                    #expect(!output.err.contains(part) && !output.out.contains(part), "a part of the token is in the message: \(output)")
+                }
+            }
+        }
+        // A well-formed one is named: its name is a variable's, its value a reference.
+        let named = try box.run(["run", "--env", "A=coffer://db.internal/app", "--env", "B=coffer://db.internal/%zz", "--", "touch", marker])
+        #expect(named.status == Exit.usage && named.err.contains("--env B is not a valid reference"), "\(named)")
         #expect(!FileManager.default.fileExists(atPath: marker), "a command was started")
     }
 
@@ -316,6 +355,41 @@ struct RunTests {
         #expect(lines.count == 3 && lines[1] == "then <concealed by coffer>" && lines[2] == "done")
         #expect(lines.first == "first line ends with " + String(decoding: secret[..<3], as: UTF8.self))
         #expect(child.output.utf8.firstRange(of: secret) == nil && child.standardError.utf8.firstRange(of: secret) == nil)
+    }
+
+    @Test(
+        "Masking keeps up with a long run of a periodic secret (4 MiB of a, secret aaaa): its replacement is written while the command runs",
+        .timeLimit(.minutes(10)))
+    func periodicRunStreams() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Array("aaaa".utf8))
+        let (wrote, go) = (box.path + "/wrote", box.path + "/go")
+        // 4 MiB of `a` (the secret's first byte, so the secret is in no argument), then nothing
+        // until the test creates `go`: the run has not ended while the test looks.
+        let program = """
+            import os, sys, time
+            view = memoryview(os.environb[b"S"][:1] * (4 * 1024 * 1024))
+            while view: view = view[os.write(1, view):]
+            open(sys.argv[1], "w").close()
+            deadline = time.time() + 120
+            while not os.path.exists(sys.argv[2]) and time.time() < deadline: time.sleep(0.02)
+            os.write(1, b"\\ndone\\n")
+            """
+        let child = try Self.startLive(box, ["run", "--env", "S=coffer://svc/acct", "--"] + Self.python(program, wrote, go))
+        // A pipe holds 64 KiB: the child's writes end only once coffer has read nearly all of
+        // them (a hang guard, not a measure of speed).
+        let consumed = Self.eventually(60) { FileManager.default.fileExists(atPath: wrote) }
+        // The replacement is out while the run may still go on; the run's bytes are not held.
+        let seen = Self.eventually(60) { child.output == "<concealed by coffer>" }
+        let early = child.output.prefix(200)
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        #expect(consumed, "coffer did not read the 4 MiB within 60 s")
+        #expect(seen, "before the run ended, coffer wrote \(early.count) characters: \(early)")
+        let status = child.wait()
+        #expect(status == 0)
+        let output = child.output
+        #expect(output == "<concealed by coffer>\ndone\n", "\(output.count) characters: \(output.prefix(200))")
     }
 
     @Test("--no-masking passes the output through untouched", .timeLimit(.minutes(10)))
@@ -422,6 +496,61 @@ struct RunTests {
         #expect(child.wait() == 128 + SIGTERM)
         #expect(child.standardError.contains("coffer://svc/acct changed"))
         #expect(child.standardError.utf8.firstRange(of: second) == nil && child.output.utf8.firstRange(of: second) == nil)
+    }
+
+    @Test(
+        "--watch: after two restarts, a process the first child left behind still has its value concealed in the output",
+        .timeLimit(.minutes(10)))
+    func watchKeepsEarlierValuesConcealed() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        let values = [Self.secret("first"), Self.secret("second"), Self.secret("third")]
+        try box.set("svc", "acct", values[0])
+        let (log, go) = (box.path + "/starts", box.path + "/go")
+        let marker = "coffer-run-leftover-\(UUID().uuidString)"
+        // Started in the background by the first child, outliving it: once the test creates
+        // `go`, it writes the value it inherited to the output it shares with every child.
+        let writer = """
+            import os, sys, time
+            deadline = time.time() + 120
+            while not os.path.exists(sys.argv[1]) and time.time() < deadline: time.sleep(0.02)
+            os.write(1, b"left behind:" + os.environb[b"S"] + b":end\\n")
+            """
+        let program = """
+            import os, subprocess, sys, time
+            value = os.environb[b"S"]
+            which = next((tag for tag in ("first", "second", "third") if value.startswith(tag.encode() + b"-")), "other")
+            if which == "first": subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[2]])
+            with open(sys.argv[1], "a") as log: log.write("%d %s\\n" % (os.getpid(), which))
+            deadline = time.time() + 300
+            while time.time() < deadline: time.sleep(0.05)
+            """
+        let child = try Self.startLive(
+            box, ["run", "--watch", "--env", "S=coffer://svc/acct", "--"] + Self.python(program, log, go, writer),
+            environment: ["LEFTOVER_MARKER": marker])
+        defer {
+            for pid in Self.processes(holding: marker) { kill(pid, SIGKILL) }
+        }
+        func starts() -> [Substring] { String(decoding: Self.contents(log) ?? [], as: UTF8.self).split(separator: "\n") }
+        #expect(Self.eventually(120) { starts().count == 1 }, "the child never started: \(child.transcript)")
+        // Two changes, each waited for: the third child runs, the first value is two behind.
+        for (index, value) in values.enumerated().dropFirst() {
+            try box.set("svc", "acct", value)
+            #expect(Self.eventually(60) { starts().count >= index + 1 }, "no restart \(index): \(child.transcript)")
+        }
+        #expect(starts().map { $0.split(separator: " ").last ?? "" } == ["first", "second", "third"], "\(starts())")
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        let written = Self.eventually(60) { child.lines.contains { $0.hasPrefix("left behind:") } }
+        kill(child.process.processIdentifier, SIGTERM)
+        #expect(child.wait() == 128 + SIGTERM)
+        // Bools, not the output: a failure must not print the value that leaked.
+        #expect(written, "the left-behind process wrote nothing")
+        let concealed = child.lines.contains("left behind:<concealed by coffer>:end")
+        #expect(concealed, "the left-behind process's line is not masked")
+        for (index, value) in values.enumerated() {
+            let leaked = child.output.utf8.firstRange(of: value) != nil || child.standardError.utf8.firstRange(of: value) != nil
+            #expect(!leaked, "value \(index + 1) is in coffer's output")
+        }
     }
 
     @Test("A storm of TERM, HUP and USR1 to coffer while --watch restarts the child leaves no process behind", .timeLimit(.minutes(10)))

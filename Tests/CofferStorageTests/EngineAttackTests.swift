@@ -378,10 +378,16 @@ struct EngineAttackTests {
         let store = try suite(dir.path, "race", lockTimeout: .seconds(60))
         let child = try HelperChild(["kv-write", dir.path, "race", "400", "child-", "immediate"], standardError: .capture)
         var compactions = 0
-        while try store.get(Int.self, for: "child-399") == nil, compactions < 10_000 {
+        let deadline = ContinuousClock.now + .seconds(180)  // a hang guard, not a speed
+        while try store.get(Int.self, for: "child-399") == nil, !child.lines.contains(where: { !$0.hasPrefix("ack") }),
+            child.standardError.isEmpty, ContinuousClock.now < deadline
+        {
             try store.compact()
             try store.set(compactions, for: "parent-\(compactions % 50)")
             compactions += 1
+            // flock is not fair: a loop that takes the lock again at once can keep the child
+            // waiting past its lock timeout on a busy machine. Leave it a moment each round.
+            try await Task.sleep(for: .milliseconds(5))
         }
         #expect(try await child.waitForExit(seconds: 240) == 0, "\(child.transcript)")
         let reopened = try suite(dir.path, "race")

@@ -362,7 +362,7 @@ public final class PostgresVault: Sendable {
         let (link, channel) = (link, channel)
         let (present, version, writer) = try await link.transaction {
             connection -> (([VaultItemID], Int64, UInt64), commit: Bool) in
-            let (version, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
+            let (bumped, writer) = try await self.bumpVersion(sealing: sealing, on: connection)
             var present: [VaultItemID] = []
             for (change, rowKey) in steps {
                 if case .put(_, var secret)? = try await self.currentBody(rowKey, sealing: sealing, on: connection) {
@@ -371,7 +371,10 @@ public final class PostgresVault: Sendable {
                     present.append(VaultItemID(service: service, account: account))
                 }
             }
-            guard present.isEmpty else { return ((present, version, writer), false) }
+            guard present.isEmpty else { return ((present, bumped, writer), false) }
+            // As every write: above any version this instance has read of these rows (a
+            // removed item's row), so the rows written read back.
+            let version = try await self.superseding(bumped, rowKeys: steps.map(\.rowKey), on: connection)
             for (change, rowKey) in steps {
                 guard case .set(let service, let account, let secret, let label, let comment) = change else { continue }
                 let record = try self.seal(

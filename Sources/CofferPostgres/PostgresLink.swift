@@ -198,6 +198,10 @@ final class PostgresLink: Sendable {
         // process's one timer thread (no task per call).
         let work = Offload.startBesideCaller {
             do {
+                // A probe already under way when this call came may have been refused by a server
+                // that was still starting (57P03): its failure sends this call to one more probe,
+                // begun after it came, whose outcome is this call's.
+                var mayAskAgain = true
                 while true {
                     let leasing = phase.withLock { phase -> Bool in
                         if case .leasing = phase { return true }
@@ -211,9 +215,13 @@ final class PostgresLink: Sendable {
                     switch try ClientRegistry.admit(configuration, logger: logger, connect: connect) {
                     case .pool(let pool):
                         client = pool
-                    case .probe(let probe):
+                    case .probe(let probe, let started):
                         askedOf.withLock { $0 = nil }
                         if case .failure(let error) = await probe.outcome {
+                            if !started, mayAskAgain {
+                                mayAskAgain = false
+                                continue
+                            }
                             verdict.settle(.unreachable(error))
                             return
                         }
@@ -578,7 +586,8 @@ enum ClientRegistry {
     enum Admission {
         case pool(PostgresClient)
         /// Wait for this probe's outcome: reached, ask again; not reached, fail with its error.
-        case probe(Probe)
+        /// `started`: begun for this call (else it was under way when the call came).
+        case probe(Probe, started: Bool)
     }
 
     private static let entries = Locked<[PostgresConfiguration: Entry]>([:])
@@ -623,12 +632,12 @@ enum ClientRegistry {
                 all[configuration] = entry
                 return (.pool(client), nil)
             case .probing(let probe, _):
-                return (.probe(probe), nil)
+                return (.probe(probe, started: false), nil)
             case .unproven(let replacePool):
                 let probe = Probe()
                 entry.reach = .probing(probe, replacePool: replacePool)
                 all[configuration] = entry
-                return (.probe(probe), probe)
+                return (.probe(probe, started: true), probe)
             }
         }
         if let started {

@@ -348,17 +348,12 @@ public final class PostgresVault: Sendable {
 
     private func addOnce(_ changes: [VaultChange]) async throws -> [VaultItemID] {
         let sealing = try sealing
-        var planned: [(change: VaultChange, rowKey: [UInt8])] = []
         for change in changes {
-            guard case .set(let service, let account, _, _, _) = change else {
+            guard case .set = change else {
                 throw CofferError(.invalidArgument, "add(_:) adds items: a removal is not one", path: name)
             }
-            try checkNames(service: service, account: account)
-            let rowKey = try sealing.rowKey(service: service, account: account)
-            planned.removeAll { $0.rowKey == rowKey }
-            planned.append((change, rowKey))
         }
-        let steps = planned
+        let steps = try planned(changes, sealing: sealing)
         let (link, channel) = (link, channel)
         let (present, version, writer) = try await link.transaction {
             connection -> (([VaultItemID], Int64, UInt64), commit: Bool) in
@@ -453,10 +448,9 @@ public final class PostgresVault: Sendable {
         try await withCurrentKeys { try await self.commitOnce(changes, inspect: inspect) }
     }
 
-    private func commitOnce(_ changes: [VaultChange], inspect: @escaping @Sendable (VaultChange, VaultItem?) -> Void)
-        async throws
-    {
-        let sealing = try sealing
+    /// Each change with the key of its row, its names checked; of several changes of one row,
+    /// the last one only (the one written last wins, as without a batch).
+    private func planned(_ changes: [VaultChange], sealing: RowSealing) throws -> [(change: VaultChange, rowKey: [UInt8])] {
         var planned: [(change: VaultChange, rowKey: [UInt8])] = []
         for change in changes {
             let (service, account) = change.names
@@ -465,7 +459,14 @@ public final class PostgresVault: Sendable {
             planned.removeAll { $0.rowKey == rowKey }
             planned.append((change, rowKey))
         }
-        let steps = planned
+        return planned
+    }
+
+    private func commitOnce(_ changes: [VaultChange], inspect: @escaping @Sendable (VaultChange, VaultItem?) -> Void)
+        async throws
+    {
+        let sealing = try sealing
+        let steps = try planned(changes, sealing: sealing)
         let (link, channel) = (link, channel)
         let (version, writer, written) = try await link.transaction { connection -> ((Int64, UInt64, [[UInt8]]), commit: Bool) in
             let (bumped, writer) = try await self.bumpVersion(sealing: sealing, on: connection)

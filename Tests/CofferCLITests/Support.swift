@@ -70,9 +70,12 @@ final class Child {
     /// `stdin == nil` gives the child `/dev/null`; a `terminal` (a pseudo-terminal's device)
     /// becomes its standard input and its controlling terminal instead. `rawArguments`, when
     /// given, are passed as they are (bytes that need not be UTF-8) instead of `arguments`.
+    /// `program` is `coffer` unless given; `newSession: false` keeps the child in this
+    /// process's session (another program run as the test's own thread would run it).
     init(
         _ arguments: [String], rawArguments: [[UInt8]]? = nil, environment: [String: String],
-        rawEnvironment: [[UInt8]] = [], stdin: [UInt8]?, terminal: String? = nil
+        rawEnvironment: [[UInt8]] = [], stdin: [UInt8]?, terminal: String? = nil, program: String = cofferPath,
+        newSession: Bool = true
     ) throws {
         self.arguments = arguments
         ignoreBrokenPipes
@@ -80,7 +83,9 @@ final class Child {
         // Tests spawn in parallel: make the pipes and spawn under one lock, so no child
         // inherits another test's pipe (which would keep that pipe open past its own child).
         let spawned = try spawnLock.withLock {
-            try Self.spawn(argv, environment: environment, raw: rawEnvironment, stdin: stdin, terminal: terminal)
+            try Self.spawn(
+                program, argv, environment: environment, raw: rawEnvironment, stdin: stdin, terminal: terminal,
+                newSession: newSession)
         }
         pid = spawned.pid
         input = stdin ?? []
@@ -96,8 +101,8 @@ final class Child {
     }
 
     private static func spawn(
-        _ arguments: [[UInt8]], environment: [String: String], raw rawEnvironment: [[UInt8]], stdin: [UInt8]?,
-        terminal: String?
+        _ program: String, _ arguments: [[UInt8]], environment: [String: String], raw rawEnvironment: [[UInt8]],
+        stdin: [UInt8]?, terminal: String?, newSession: Bool
     ) throws -> (
         pid: pid_t, stdin: Int32, stdout: Int32, stderr: Int32
     ) {
@@ -136,10 +141,10 @@ final class Child {
         sigemptyset(&defaults)
         sigaddset(&defaults, SIGPIPE)
         posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, 0x80 | 0x04 | 0x08)
+        posix_spawnattr_setflags(&attributes, (newSession ? 0x80 : 0) | 0x04 | 0x08)
 
         let argv: [UnsafeMutablePointer<CChar>?] =
-            ([Array(cofferPath.utf8)] + arguments).map { bytes in
+            ([Array(program.utf8)] + arguments).map { bytes in
                 let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
                 for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
                 copy[bytes.count] = 0
@@ -161,7 +166,7 @@ final class Child {
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, cofferPath, &actions, &attributes, argv, envp)
+        let result = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
         close(inPipe[0])
         close(outPipe[1])
         close(errPipe[1])

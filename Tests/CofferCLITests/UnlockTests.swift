@@ -604,72 +604,8 @@ struct ProgramRun: CustomStringConvertible {
 /// Runs `path` with `arguments` from the calling thread (so in that thread's session keyring),
 /// with standard input from /dev/null and an empty environment but PATH; killed after 30 s.
 func runProgram(_ path: String, _ arguments: [String]) throws -> ProgramRun {
-    var outPipe: [Int32] = [-1, -1]
-    var errPipe: [Int32] = [-1, -1]
-    guard pipe(&outPipe) == 0 else { throw POSIXError(.EMFILE) }
-    guard pipe(&errPipe) == 0 else {
-        close(outPipe[0])
-        close(outPipe[1])
-        throw POSIXError(.EMFILE)
-    }
-    for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-    posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var none = sigset_t()
-    sigemptyset(&none)
-    posix_spawnattr_setsigmask(&attributes, &none)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    sigaddset(&defaults, SIGPIPE)
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setflags(&attributes, 0x04 | 0x08)  // POSIX_SPAWN_SETSIGDEF, POSIX_SPAWN_SETSIGMASK
-    let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
-    let envp: [UnsafeMutablePointer<CChar>?] = [strdup("PATH=/usr/bin:/bin:/usr/sbin:/sbin"), nil]
-    defer {
-        argv.forEach { free($0) }
-        envp.forEach { free($0) }
-    }
-    var pid: pid_t = 0
-    let spawned = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
-    close(outPipe[1])
-    close(errPipe[1])
-    guard spawned == 0 else {
-        close(outPipe[0])
-        close(errPipe[0])
-        throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .EIO)
-    }
-    var out: [UInt8] = [], err: [UInt8] = []
-    var open = [outPipe[0], errPipe[0]]
-    var chunk = [UInt8](repeating: 0, count: 65536)
-    let deadline = Date().addingTimeInterval(30)
-    while !open.isEmpty {
-        let left = deadline.timeIntervalSinceNow
-        if left <= 0 {
-            kill(pid, SIGKILL)
-            break
-        }
-        var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-        if poll(&fds, nfds_t(fds.count), Int32(min(left, 1) * 1000)) < 0 && errno != EINTR { break }
-        for entry in fds where entry.revents != 0 {
-            let n = read(entry.fd, &chunk, chunk.count)
-            if n > 0 {
-                if entry.fd == outPipe[0] { out += chunk[..<n] } else { err += chunk[..<n] }
-            } else if n == 0 || errno != EINTR && errno != EAGAIN {
-                open.removeAll { $0 == entry.fd }
-            }
-        }
-    }
-    close(outPipe[0])
-    close(errPipe[0])
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    let exited = (status & 0x7f) == 0
-    return ProgramRun(status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), stdout: out, stderr: err)
+    let run = try Child(
+        arguments, environment: ["PATH": "/usr/bin:/bin:/usr/sbin:/sbin"], stdin: nil, program: path, newSession: false
+    ).wait()
+    return ProgramRun(status: run.status, stdout: run.stdout, stderr: run.stderr)
 }

@@ -53,6 +53,11 @@ let package = Package(
             name: "Dependencies",
             description: "CofferDependencies: a swift-dependencies key for the Coffer context, and settings objects."),
         .trait(name: "Postgres", description: "CofferPostgres: a key-value store and a vault on PostgreSQL (postgres-nio)"),
+        // Not an integration: the example server, built by `make test` (every trait) so it cannot rot.
+        .trait(
+            name: "ExampleService",
+            description: "Builds the example Hummingbird service in Examples/TenantService.",
+            enabledTraits: ["Postgres", "ServiceLifecycle"]),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -67,6 +72,8 @@ let package = Package(
         // `make docs` only: a command plugin, so no target builds or links it.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // The example service only (trait `ExampleService`); it shares swift-nio with postgres-nio.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         .systemLibrary(
@@ -146,6 +153,23 @@ let package = Package(
                     name: "ServiceLifecycle", package: "swift-service-lifecycle",
                     condition: .when(traits: ["ServiceLifecycle"])),
             ],
+            swiftSettings: strictSettings
+        ),
+        // The example service (Examples/TenantService/README.md): a Hummingbird server with
+        // StoredMaps over a suite, the vault and PostgreSQL. Not a product. Without its trait, a
+        // main that says the trait is needed; Hummingbird is then neither resolved nor built.
+        .executableTarget(
+            name: "TenantService",
+            dependencies: [
+                "Coffer", "CofferCrypto", "CofferPostgres", "CofferServiceLifecycle",
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["ExampleService"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["ExampleService"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ExampleService"])),
+            ],
+            path: "Examples/TenantService",
+            exclude: ["README.md"],
             swiftSettings: strictSettings
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build replays corpus files instead.
@@ -248,7 +272,7 @@ let package = Package(
             name: "CofferPostgresTests",
             dependencies: [
                 "CofferCore", "CofferCrypto", "CofferPostgres", "CofferState", "CofferVault", "CofferTesting",
-                "CofferTestHelper",
+                "CofferTestHelper", "TenantService",
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
             ],
             swiftSettings: strictSettings

@@ -78,7 +78,27 @@ final class StoredCell<Value: Sendable>: Sendable {
 
     @usableFromInline let state: Locked<State>
     let dependentLinks = Locked(DependentLinks())
-    let subscribers = SubscriberList<Value>()
+    /// The `values` streams' list, made with the first stream: most cells never stream, and a
+    /// list made for each cost an allocation and a generic deinit on every release. Held as
+    /// `AnyObject` (always a `SubscriberList<Value>`), so the cell's own release needs no
+    /// run-time metadata for it.
+    private let streamList = Locked<AnyObject?>(nil)
+
+    /// The list of `values` streams, if one was ever made.
+    var subscribersIfAny: SubscriberList<Value>? {
+        streamList.withLock { $0 }.map { unsafeDowncast($0, to: SubscriberList<Value>.self) }
+    }
+
+    /// The list of `values` streams, made on first need.
+    var subscribers: SubscriberList<Value> {
+        let list = streamList.withLock { list -> AnyObject in
+            if let list { return list }
+            let made = SubscriberList<Value>()
+            list = made
+            return made
+        }
+        return unsafeDowncast(list, to: SubscriberList<Value>.self)
+    }
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
     let persistLock = Locked(false)
     /// Remote updates of this cell in this process take turns: racing each other's
@@ -121,7 +141,7 @@ final class StoredCell<Value: Sendable>: Sendable {
     }
 
     deinit {
-        subscribers.finishAll()
+        subscribersIfAny?.finishAll()
     }
 
     /// The value: from memory after the first read.
@@ -232,8 +252,7 @@ final class StoredCell<Value: Sendable>: Sendable {
     func notifyOwnObservers() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
         if MapChanges.isListened { reportToMapChanges() }
-        let subscribers = subscribers.snapshot
-        if !subscribers.isEmpty {
+        if let subscribers = subscribersIfAny?.snapshot, !subscribers.isEmpty {
             let (value, version) = state.withLock { ($0.value, $0.version) }
             for subscriber in subscribers { subscriber.deliver(value, version: version) }
         }

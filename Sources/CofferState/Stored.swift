@@ -156,7 +156,7 @@ public final class Stored<Value: Sendable>: Sendable {
     }
 
     deinit {
-        if let key = cell.registryKey { CellRegistry.release(key) } else { cell.detach() }
+        if cell.registryKey != nil { CellRegistry.release(cell) } else { cell.detach() }
     }
 
     /// The value: from memory after the first read.

@@ -127,6 +127,8 @@ final class StoredCell<Value: Sendable>: Sendable {
     let updateTurn = AsyncTurn()
     /// Whether cells of another value type share this key (set by ``CellRegistry``).
     let hasSiblings = Atomic<Bool>(false)
+    /// How many properties use this cell (``CellRegistry``).
+    let users = Atomic<Int>(1)
     /// As ``valueKeyPath``, for ``error``.
     nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell, CofferError?>
     let isEqual: (@Sendable (Value, Value) -> Bool)?

@@ -53,14 +53,18 @@ public struct StoreID: Hashable, Sendable, CustomStringConvertible {
     /// What names the store within `object` (or on its own).
     let parts: [String]
 
-    private struct Anchor: Sendable {
-        let object: any Sendable
+    // An object reference rather than `any Sendable`: an id is copied and compared wherever a
+    // cell is registered, found or released, and copying an existential box cost more than the
+    // rest of those steps together.
+    private struct Anchor: @unchecked Sendable {
+        // @unchecked Sendable: it only keeps a `Sendable` object alive and is never read.
+        let object: AnyObject
     }
 
     /// The store that is `object` (`parts` empty), or a part of it named by `parts`.
     public init(_ object: some AnyObject & Sendable, _ parts: [String] = []) {
         self.object = ObjectIdentifier(object)
-        self.anchor = Anchor(object: object)
+        self.anchor = Anchor(object: object as AnyObject)
         self.parts = parts
     }
 
@@ -78,7 +82,7 @@ public struct StoreID: Hashable, Sendable, CustomStringConvertible {
     package static func of(_ value: any Sendable) -> StoreID? {
         if let strategy = value as? any PersistenceStrategy { return strategy.id }
         guard type(of: value) is AnyObject.Type else { return nil }
-        return StoreID(object: ObjectIdentifier(value as AnyObject), anchor: Anchor(object: value), parts: [])
+        return StoreID(object: ObjectIdentifier(value as AnyObject), anchor: Anchor(object: value as AnyObject), parts: [])
     }
 
     private init(object: ObjectIdentifier?, anchor: Anchor?, parts: [String]) {

@@ -1,4 +1,5 @@
 package import CofferCore
+import Dispatch
 import Synchronization
 
 /// A ``StoredCell`` as the registry holds it, whatever its value type.
@@ -11,11 +12,30 @@ protocol RegisteredCell: AnyObject, Sendable {
     /// Whether other cells share its key with another value type (kept by the registry, so a
     /// save takes the registry's lock only when there is someone to tell).
     var hasSiblings: Atomic<Bool> { get }
+    /// How many properties use it. Raised under the registry's lock (by a property that finds
+    /// the cell), lowered without it (by a property going away).
+    var users: Atomic<Int> { get }
+    /// Where it is registered.
+    var registryKey: CellRegistry.Key? { get }
+    /// Whether a new property of its key may take it up after its last property went away: it
+    /// never loaded, or it holds what the store holds and still follows the store's changes.
+    var canBeTakenUp: Bool { get }
 }
 
 /// The cells of the process, one per (backing identity, context, value type), each kept while
 /// at least one ``Stored`` uses it (a count, not weak references: a weakly referenced object
 /// pays a slower reference count on every retain, and cells are on the read path).
+///
+/// A property going away only lowers its cell's count. The cell whose count reached zero is
+/// handed to a background queue, which unregisters it, stops its following of outside changes
+/// and frees it, many at a time under one hold of the lock: releasing a table of 100k entries
+/// (a server's shutdown, a cache dropped) costs the releasing thread a decrement and an append
+/// per entry, not the registry's and the change router's bookkeeping. The queue lets cells
+/// linger up to ``lingering`` (at most ``mostLingering`` of them) first, still registered and
+/// still following their key, so that a property made again for the key meanwhile takes the
+/// cell up, loaded and current: a property or map entry made per request costs a lookup, not a
+/// load. A cell that failed, holds an unsaved write or does not follow its store is never taken
+/// up: a new property gets a new cell, loaded from the store, as before.
 ///
 /// Two properties bound to one key with *different* value types have a cell each (a cell holds
 /// a typed value). They are siblings: after one of them stores a value, the others reload it
@@ -31,14 +51,35 @@ package enum CellRegistry {
     struct Group: Hashable, Sendable {
         let identity: Backing.Identity
         let context: ObjectIdentifier?
+        /// Hashed once: a registry of 100k keys rehashes its neighbours when one leaves (the
+        /// dictionary's probing), and an identity hashes a store id and strings.
+        private let hash: Int
+
+        init(identity: Backing.Identity, context: ObjectIdentifier?) {
+            self.identity = identity
+            self.context = context
+            var hasher = Hasher()
+            hasher.combine(identity)
+            hasher.combine(context)
+            self.hash = hasher.finalize()
+        }
+
+        static func == (a: Group, b: Group) -> Bool {
+            a.hash == b.hash && a.context == b.context && a.identity == b.identity
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
     }
 
+    /// A cell of one group (its count of users is the cell's own).
     private struct Entry: Sendable {
+        let type: ObjectIdentifier
         let cell: any RegisteredCell
-        var users: Int
     }
 
-    private static let groups = Locked<[Group: [ObjectIdentifier: Entry]]>([:])
+    /// The cells of each group: nearly always one, so a small array rather than a dictionary per
+    /// key. Each step below hashes the group once (an index, then work in place).
+    private static let groups = Locked<[Group: [Entry]]>([:])
 
     /// The cell a new property bound to `backing` in `context` uses: the one already shared by
     /// properties on the same key and type, or a new one (registered when the backing has an
@@ -49,63 +90,128 @@ package enum CellRegistry {
         }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
         let key = Key(group: group, type: ObjectIdentifier(Value.self))
-        return groups.withLock { groups in
-            if var entry = groups[group]?[key.type], let cell = entry.cell as? StoredCell<Value> {
-                entry.users += 1
-                groups[group]![key.type] = entry
-                return cell
+        let (cell, replaced) = groups.withLock { groups -> (StoredCell<Value>, (any RegisteredCell)?) in
+            if let index = groups.index(forKey: group) {
+                if let member = groups.values[index].firstIndex(where: { $0.type == key.type }) {
+                    // The entry of this type is always a `StoredCell<Value>`. Raised under the
+                    // lock: a cell at zero users is unregistered only under it, so a cell found
+                    // here is not being let go.
+                    let cell = unsafeDowncast(groups.values[index][member].cell, to: StoredCell<Value>.self)
+                    if cell.users.load(ordering: .acquiring) > 0 || cell.canBeTakenUp {
+                        cell.users.add(1, ordering: .acquiringAndReleasing)
+                        return (cell, nil)
+                    }
+                    // Unused, and not to be taken up: let go of it now, and make a new one.
+                    let made = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
+                    groups.values[index][member] = Entry(type: key.type, cell: made)
+                    return (made, cell)
+                }
+                let cell = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
+                groups.values[index].append(Entry(type: key.type, cell: cell))
+                markSiblings(groups.values[index])
+                return (cell, nil)
             }
             let cell = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
-            groups[group, default: [:]][key.type] = Entry(cell: cell, users: 1)
-            markSiblings(groups[group]!)
-            return cell
+            groups[group] = [Entry(type: key.type, cell: cell)]
+            return (cell, nil)
+        }
+        // Stops following outside changes, with no lock held.
+        replaced?.detach()
+        return cell
+    }
+
+    /// How long an unused cell may stay registered, to be taken up by a new property.
+    static let lingering = DispatchTimeInterval.milliseconds(250)
+    /// How many unused cells may wait at once: beyond, they are let go without waiting.
+    static let mostLingering = 4096
+
+    /// Cells whose last property went away, for the release queue.
+    private static let unused = Locked<[any RegisteredCell]>([])
+    private static let releaseQueue = DispatchQueue(label: "coffer.cells.release", qos: .utility)
+
+    /// One property using `cell` went away; the cell is let go (in the background) with the last.
+    static func release(_ cell: any RegisteredCell) {
+        guard cell.users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
+        let count = unused.withLock { unused -> Int in
+            unused.append(cell)
+            return unused.count
+        }
+        if count == 1 {
+            releaseQueue.asyncAfter(deadline: .now() + lingering) { letGoOfUnusedCells() }
+        } else if count == mostLingering + 1 {
+            releaseQueue.async { letGoOfUnusedCells() }
         }
     }
 
-    /// One property using the cell of `key` went away; the cell is dropped with the last one.
-    static func release(_ key: Key) {
-        let dropped: (any RegisteredCell)? = groups.withLock { groups in
-            guard var entry = groups[key.group]?[key.type] else { return nil }
-            entry.users -= 1
-            guard entry.users == 0 else {
-                groups[key.group]![key.type] = entry
-                return nil
+    /// Unregisters the cells handed over with no users left, stops their following and frees
+    /// them: a cell taken up again meanwhile stays, one handed over twice is let go once.
+    private static func letGoOfUnusedCells() {
+        while true {
+            let cells = unused.withLock { unused -> [any RegisteredCell] in
+                defer { unused = [] }
+                return unused
             }
-            groups[key.group]![key.type] = nil
-            if groups[key.group]!.isEmpty { groups[key.group] = nil } else { markSiblings(groups[key.group]!) }
-            return entry.cell
+            guard !cells.isEmpty else { return }
+            // A bounded hold of the lock at a time: a property being made waits for one slice.
+            var start = 0
+            while start < cells.count {
+                let slice = cells[start..<min(start + 512, cells.count)]
+                start = slice.endIndex
+                let dropped = groups.withLock { groups -> [any RegisteredCell] in
+                    var dropped: [any RegisteredCell] = []
+                    for cell in slice where cell.users.load(ordering: .acquiring) == 0 {
+                        guard let key = cell.registryKey, let index = groups.index(forKey: key.group),
+                            let member = groups.values[index].firstIndex(where: { $0.cell === cell })
+                        else { continue }  // let go already
+                        if groups.values[index].count == 1 {
+                            groups.remove(at: index)
+                        } else {
+                            groups.values[index].remove(at: member)
+                            markSiblings(groups.values[index])
+                        }
+                        dropped.append(cell)
+                    }
+                    return dropped
+                }
+                // Unsubscribed, then freed (a deinit ends its streams) here, with no lock held.
+                for cell in dropped { cell.detach() }
+            }
         }
-        // Unsubscribed, then released (its deinit ends its streams) here, with no lock held.
-        dropped?.detach()
     }
 
-    private static func markSiblings(_ members: [ObjectIdentifier: Entry]) {
-        for entry in members.values { entry.cell.hasSiblings.store(members.count > 1, ordering: .relaxed) }
+    /// Waits until the cells whose last property went away before the call are let go (tests,
+    /// and code that counts the store's followers).
+    package static func settle() {
+        releaseQueue.sync { letGoOfUnusedCells() }
+    }
+
+    private static func markSiblings(_ members: [Entry]) {
+        for entry in members { entry.cell.hasSiblings.store(members.count > 1, ordering: .relaxed) }
     }
 
     /// The cells bound to the same key as `key` with another value type.
     static func siblings(of key: Key) -> [any RegisteredCell] {
         groups.withLock { groups in
             guard let members = groups[key.group], members.count > 1 else { return [] }
-            return members.compactMap { $0.key == key.type ? nil : $0.value.cell }
+            return members.compactMap { $0.type == key.type ? nil : $0.cell }
         }
     }
 
-    /// How many properties use the cell that a property of type `Value` bound to `backing` in
-    /// `context` would use (0 when there is none).
     /// Every live cell bound to `backing` in `context`, whatever its value type: a migration
     /// that removed the backing's value tells them to reload.
     static func cells(boundTo backing: Backing, context: CofferContext) -> [any RegisteredCell] {
         guard let identity = backing.identity else { return [] }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
-        return groups.withLock { $0[group].map { $0.values.map(\.cell) } ?? [] }
+        return groups.withLock { $0[group].map { $0.map(\.cell) } ?? [] }
     }
 
+    /// How many properties use the cell that a property of type `Value` bound to `backing` in
+    /// `context` would use (0 when there is none).
     package static func users<Value>(
         of backing: Backing, context: CofferContext = .current, type: Value.Type
     ) -> Int {
         guard let identity = backing.identity else { return 0 }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
-        return groups.withLock { $0[group]?[ObjectIdentifier(Value.self)]?.users ?? 0 }
+        return groups.withLock { $0[group]?.first { $0.type == ObjectIdentifier(Value.self) }?.cell.users.load(ordering: .acquiring) ?? 0 }
     }
 }

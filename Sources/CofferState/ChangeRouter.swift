@@ -24,18 +24,40 @@ protocol StoreChangeListener: AnyObject, Sendable {
 /// and descriptors included, with the last. A ``StoreChangeListener`` (a ``StoredMap``'s
 /// `changes` being iterated) is told every change of its store, and keeps it observed like a cell.
 package enum ChangeRouter {
-    private struct Subscription: Sendable {
+    /// One store's subscribers. A class, so that a subscriber's token names it directly: leaving
+    /// costs no lookup of the store, and no copy of its table of keys (one entry per live key).
+    /// Every field is read and written under ``subscriptions``' lock only.
+    fileprivate final class Subscription: @unchecked Sendable {
+        // @unchecked Sendable: every access is under `ChangeRouter.subscriptions`' lock.
         var observation: StoreObservation?
         /// An observation is held or being started; false again after a start failed, so the
         /// next subscriber tries again (a missing directory created since, say).
         var observing = false
-        var cells: [String: [ObjectIdentifier: any OutsideChangeReceiver]] = [:]
+        /// The cells following each key: nearly always one, so a small array rather than a
+        /// dictionary per key.
+        var cells: [String: [(id: ObjectIdentifier, cell: any OutsideChangeReceiver)]] = [:]
         /// Listeners to every change of the store (they count in `count` too).
         var listeners: [ObjectIdentifier: any StoreChangeListener] = [:]
         var count = 0
+        /// Still the store's entry in ``subscriptions`` (false once its last subscriber left).
+        var isCurrent = true
     }
 
     private static let subscriptions = Locked<[StoreID: Subscription]>([:])
+
+    /// The store's subscription, made when it has none; and whether the caller must start observing.
+    private static func join(_ all: inout [StoreID: Subscription], _ storeID: StoreID) -> (Subscription, start: Bool) {
+        let subscription: Subscription
+        if let existing = all[storeID] {
+            subscription = existing
+        } else {
+            subscription = Subscription()
+            all[storeID] = subscription
+        }
+        subscription.count += 1
+        defer { subscription.observing = true }
+        return (subscription, !subscription.observing)
+    }
 
     /// Subscribes `cell` to outside changes of `key` in `strategy`'s store; returns what
     /// unsubscribes it, or `nil` when the strategy cannot tell or has no identity (then nothing is
@@ -46,17 +68,13 @@ package enum ChangeRouter {
         guard let observable = strategy as? any ChangeObservingPersistenceStrategy, let storeID = strategy.id
         else { return nil }
         let cellID = ObjectIdentifier(cell)
-        // Every mutation below goes through the dictionary's in-place accessors: a copy of the
-        // store's `Subscription` taken out and written back would copy its table of cells, one
-        // entry per live key, on each call (the cost of a first use grew with the live keys).
-        let start = subscriptions.withLock { all -> Bool in
-            all[storeID, default: Subscription()].cells[key, default: [:]][cellID] = cell
-            all[storeID]!.count += 1
-            defer { all[storeID]!.observing = true }
-            return !all[storeID]!.observing
+        let (subscription, start) = subscriptions.withLock { all in
+            let joined = join(&all, storeID)
+            joined.0.cells[key, default: []].append((cellID, cell))  // in place
+            return joined
         }
         if start { startObserving(observable, id: storeID) }
-        return Unsubscribe(store: storeID, key: key, cell: cellID)
+        return Unsubscribe(store: storeID, subscription: subscription, key: key, cell: cellID)
     }
 
     /// Subscribes `listener` to every outside change of `strategy`'s store, keeping the store
@@ -66,15 +84,13 @@ package enum ChangeRouter {
         guard let observable = strategy as? any ChangeObservingPersistenceStrategy, let storeID = strategy.id
         else { return nil }
         let listenerID = ObjectIdentifier(listener)
-        let start = subscriptions.withLock { all -> Bool in
-            // In place, as in `subscribe(_:to:key:)`.
-            all[storeID, default: Subscription()].listeners[listenerID] = listener
-            all[storeID]!.count += 1
-            defer { all[storeID]!.observing = true }
-            return !all[storeID]!.observing
+        let (subscription, start) = subscriptions.withLock { all in
+            let joined = join(&all, storeID)
+            joined.0.listeners[listenerID] = listener
+            return joined
         }
         if start { startObserving(observable, id: storeID) }
-        return Unsubscribe(store: storeID, key: nil, cell: listenerID)
+        return Unsubscribe(store: storeID, subscription: subscription, key: nil, cell: listenerID)
     }
 
     /// Starts the one observation of a store, for its first subscriber.
@@ -94,9 +110,9 @@ package enum ChangeRouter {
                     path: nil))
         }
         let unused = subscriptions.withLock { all -> StoreObservation? in
-            guard all[storeID] != nil, all[storeID]!.observation == nil else { return observation }
-            all[storeID]!.observation = observation
-            if observation == nil { all[storeID]!.observing = false }
+            guard let subscription = all[storeID], subscription.observation == nil else { return observation }
+            subscription.observation = observation
+            if observation == nil { subscription.observing = false }
             return nil
         }
         // Lost a race with another first subscriber. Cancelled here: a cell subscribes with
@@ -109,6 +125,7 @@ package enum ChangeRouter {
     struct Unsubscribe: Sendable {
         /// The store (its id keeps the object it names alive while subscribed).
         let store: StoreID
+        fileprivate let subscription: Subscription
         /// The key, or `nil` for a listener to every change of the store.
         let key: String?
         let cell: ObjectIdentifier
@@ -116,16 +133,25 @@ package enum ChangeRouter {
 
     static func unsubscribe(_ token: Unsubscribe) {
         let ended = subscriptions.withLock { all -> StoreObservation? in
+            let subscription = token.subscription
             // In place, as in `subscribe`: no copy of the store's table of cells.
             if let key = token.key {
-                guard all[token.store]?.cells[key]?.removeValue(forKey: token.cell) != nil else { return nil }
-                if all[token.store]!.cells[key]!.isEmpty { all[token.store]!.cells[key] = nil }
+                guard let index = subscription.cells.index(forKey: key),
+                    let position = subscription.cells.values[index].firstIndex(where: { $0.id == token.cell })
+                else { return nil }
+                if subscription.cells.values[index].count == 1 {
+                    subscription.cells.remove(at: index)
+                } else {
+                    subscription.cells.values[index].remove(at: position)
+                }
             } else {
-                guard all[token.store]?.listeners.removeValue(forKey: token.cell) != nil else { return nil }
+                guard subscription.listeners.removeValue(forKey: token.cell) != nil else { return nil }
             }
-            all[token.store]!.count -= 1
-            guard all[token.store]!.count == 0 else { return nil }
-            return all.removeValue(forKey: token.store)?.observation
+            subscription.count -= 1
+            guard subscription.count == 0, subscription.isCurrent else { return nil }
+            subscription.isCurrent = false
+            all.removeValue(forKey: token.store)
+            return subscription.observation
         }
         ended?.cancel()  // with no lock held (it may wait for the watcher thread)
     }
@@ -134,8 +160,8 @@ package enum ChangeRouter {
         let (cells, listeners) = subscriptions.withLock { all -> ([any OutsideChangeReceiver], [any StoreChangeListener]) in
             guard let subscription = all[store] else { return ([], []) }
             let listeners = subscription.listeners.isEmpty ? [] : Array(subscription.listeners.values)
-            guard let keys = change.keys else { return (subscription.cells.values.flatMap(\.values), listeners) }
-            return (keys.flatMap { subscription.cells[$0].map { Array($0.values) } ?? [] }, listeners)
+            guard let keys = change.keys else { return (subscription.cells.values.flatMap { $0.map(\.cell) }, listeners) }
+            return (keys.flatMap { subscription.cells[$0].map { $0.map(\.cell) } ?? [] }, listeners)
         }
         for cell in cells { cell.reloadAfterOutsideChange() }
         for listener in listeners { listener.storeDidChange(change) }

@@ -84,6 +84,14 @@ extension StoredCell {
         }
     }
 
+    /// The binding, once the backing has resolved to a store; `nil` before, or for memory.
+    var resolvedBinding: StoreBinding? {
+        state.withLock { s in
+            guard case .store(let binding) = s.resolution else { return nil }
+            return binding
+        }
+    }
+
     /// Whether a write of this cell to a remote store is still on its way (made in memory, not
     /// yet acknowledged by the server).
     var hasRemoteWriteOnItsWay: Bool {

@@ -40,6 +40,15 @@ extension StoredCell: RegisteredCell, OutsideChangeReceiver {
         _ = try? load(keepingUnsavedWrite: true)
     }
 
+    var canBeTakenUp: Bool {
+        state.withLock { s in
+            guard s.loaded else { return !s.isLoading && s.firstLoad == nil }
+            guard case .store = s.resolution else { return false }
+            return s.error == nil && s.subscription != nil && !s.detached && s.version == s.persistedVersion
+                && !s.writerActive && !s.isLoading
+        }
+    }
+
     /// The last property using this cell went away: stop following outside changes.
     func detach() {
         let subscription = state.withLock { s -> ChangeRouter.Unsubscribe? in

@@ -68,6 +68,27 @@ final class StoredCell<Value: Sendable>: Sendable {
         var firstLoad: FirstLoadGate?
     }
 
+    // The read path's fields first: they share the object's first cache line with its header,
+    // and their offsets do not depend on `Value` (fields after a `Value`-sized one do).
+    @usableFromInline let registrar = ObservationRegistrar()
+    /// The value's bytes, for a lock-free read, when `Value` is small and trivially copyable
+    /// (``usesWordPath``, ``usesPairPath``). Written only while `state` is locked, next to
+    /// `state.value`.
+    @usableFromInline let word = Atomic<UInt64>(0)
+    /// The value's second word (``usesPairPath``: an `Int?`, a `Double?`, two words).
+    @usableFromInline let secondWord = Atomic<UInt64>(0)
+    /// Even when the two words are a whole value, odd while they are being written: a read of
+    /// both that sees the same even count before and after read a whole value (a sequence lock;
+    /// writers are the holders of `state`'s lock).
+    @usableFromInline let wordSequence = Atomic<UInt64>(0)
+    /// True once the value is loaded and the words hold it (``usesWordPath`` and ``usesPairPath``
+    /// only). Never cleared.
+    @usableFromInline let wordReady = Atomic<Bool>(false)
+    // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
+    // and a plain `KeyPath` (no existential) keeps the read path free of retains. Both are made
+    // once per value type (``CellTypeTraits``), not per cell.
+    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value>
+
     /// Where the value persists (the backing of the property that created the cell).
     let backing: Backing
     /// The value before anything was stored, and after the stored copy is removed (the initial
@@ -78,24 +99,37 @@ final class StoredCell<Value: Sendable>: Sendable {
 
     @usableFromInline let state: Locked<State>
     let dependentLinks = Locked(DependentLinks())
-    let subscribers = SubscriberList<Value>()
+    /// The `values` streams' list, made with the first stream: most cells never stream, and a
+    /// list made for each cost an allocation and a generic deinit on every release. Held as
+    /// `AnyObject` (always a `SubscriberList<Value>`), so the cell's own release needs no
+    /// run-time metadata for it.
+    private let streamList = Locked<AnyObject?>(nil)
+
+    /// The list of `values` streams, if one was ever made.
+    var subscribersIfAny: SubscriberList<Value>? {
+        streamList.withLock { $0 }.map { unsafeDowncast($0, to: SubscriberList<Value>.self) }
+    }
+
+    /// The list of `values` streams, made on first need.
+    var subscribers: SubscriberList<Value> {
+        let list = streamList.withLock { list -> AnyObject in
+            if let list { return list }
+            let made = SubscriberList<Value>()
+            list = made
+            return made
+        }
+        return unsafeDowncast(list, to: SubscriberList<Value>.self)
+    }
     /// Serialises persistence of this property, so an older value never overwrites a newer one.
     let persistLock = Locked(false)
     /// Remote updates of this cell in this process take turns: racing each other's
     /// compare-and-swap, eight tasks updating one key could lose to each other for seconds.
     let updateTurn = AsyncTurn()
-    @usableFromInline let registrar = ObservationRegistrar()
-    /// The value's bytes, for a lock-free read, when `Value` is small and trivially copyable
-    /// (``usesWordPath``). Written only while `state` is locked, next to `state.value`.
-    @usableFromInline let word = Atomic<UInt64>(0)
-    /// True once the value is loaded and `word` holds it (``usesWordPath`` only). Never cleared.
-    @usableFromInline let wordReady = Atomic<Bool>(false)
     /// Whether cells of another value type share this key (set by ``CellRegistry``).
     let hasSiblings = Atomic<Bool>(false)
-    // A key path is immutable; `nonisolated(unsafe)` because `KeyPath` is not declared `Sendable`,
-    // and a plain `KeyPath` (no existential) keeps the read path free of retains. Both are made
-    // once per value type (``CellTypeTraits``), not per cell.
-    @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value>
+    /// How many properties use this cell (``CellRegistry``).
+    let users = Atomic<Int>(1)
+    /// As ``valueKeyPath``, for ``error``.
     nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell, CofferError?>
     let isEqual: (@Sendable (Value, Value) -> Bool)?
     let isNil: (@Sendable (Value) -> Bool)?
@@ -121,7 +155,7 @@ final class StoredCell<Value: Sendable>: Sendable {
     }
 
     deinit {
-        subscribers.finishAll()
+        subscribersIfAny?.finishAll()
     }
 
     /// The value: from memory after the first read.
@@ -135,6 +169,10 @@ final class StoredCell<Value: Sendable>: Sendable {
             // running anywhere (so there is no read to record).
             if Self.usesWordPath, wordReady.load(ordering: .acquiring), Graph.nothingComputing {
                 return Self.value(ofWord: word.load(ordering: .acquiring))
+            }
+            // Int?, Double?: two atomic loads between two loads of the sequence count.
+            if Self.usesPairPath, wordReady.load(ordering: .acquiring), Graph.nothingComputing, let value = readPair() {
+                return value
             }
             let (value, version) = read()
             recordRead(version: version)
@@ -164,6 +202,25 @@ final class StoredCell<Value: Sendable>: Sendable {
     @inlinable
     static var usesWordPath: Bool { _isPOD(Value.self) && MemoryLayout<Value>.size <= MemoryLayout<UInt64>.size }
 
+    /// True when `Value` fits in two machine words and has no references (`Int?`, `Double?`):
+    /// reads then come from ``word`` and ``secondWord`` under a sequence count, without the lock.
+    @inlinable
+    static var usesPairPath: Bool {
+        _isPOD(Value.self) && MemoryLayout<Value>.size > MemoryLayout<UInt64>.size
+            && MemoryLayout<Value>.size <= 2 * MemoryLayout<UInt64>.size
+    }
+
+    /// The value from its two words, or `nil` when a write ran meanwhile (the caller locks).
+    @inlinable @inline(__always)
+    func readPair() -> Value? {
+        let before = wordSequence.load(ordering: .acquiring)
+        guard before & 1 == 0 else { return nil }
+        let words = (word.load(ordering: .relaxed), secondWord.load(ordering: .relaxed))
+        atomicMemoryFence(ordering: .acquiring)
+        guard wordSequence.load(ordering: .relaxed) == before else { return nil }
+        return withUnsafeBytes(of: words) { $0.loadUnaligned(as: Value.self) }
+    }
+
     @inlinable @inline(__always)
     static func value(ofWord word: UInt64) -> Value {
         withUnsafeBytes(of: word) { $0.loadUnaligned(as: Value.self) }
@@ -185,6 +242,18 @@ final class StoredCell<Value: Sendable>: Sendable {
             let result = body(&s)
             if Self.usesWordPath, s.loaded {
                 word.store(Self.word(of: s.value), ordering: .releasing)
+                wordReady.store(true, ordering: .releasing)
+            } else if Self.usesPairPath, s.loaded {
+                var words: (UInt64, UInt64) = (0, 0)
+                withUnsafeMutableBytes(of: &words) { target in
+                    withUnsafeBytes(of: s.value) { target.copyMemory(from: $0) }
+                }
+                let count = wordSequence.load(ordering: .relaxed)
+                wordSequence.store(count &+ 1, ordering: .relaxed)
+                atomicMemoryFence(ordering: .releasing)
+                word.store(words.0, ordering: .relaxed)
+                secondWord.store(words.1, ordering: .relaxed)
+                wordSequence.store(count &+ 2, ordering: .releasing)
                 wordReady.store(true, ordering: .releasing)
             }
             return result
@@ -232,8 +301,7 @@ final class StoredCell<Value: Sendable>: Sendable {
     func notifyOwnObservers() {
         registrar.withMutation(of: self, keyPath: valueKeyPath) {}
         if MapChanges.isListened { reportToMapChanges() }
-        let subscribers = subscribers.snapshot
-        if !subscribers.isEmpty {
+        if let subscribers = subscribersIfAny?.snapshot, !subscribers.isEmpty {
             let (value, version) = state.withLock { ($0.value, $0.version) }
             for subscriber in subscribers { subscriber.deliver(value, version: version) }
         }

@@ -1,5 +1,6 @@
 public import CofferCore
 import Foundation
+import Synchronization
 
 /// What changed in a ``StoredMap``'s store, as ``StoredMap/changes`` tells it.
 public enum StoredMapChange: Sendable, Hashable {
@@ -50,6 +51,11 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     public let keepsRecent: Int
 
     private let recent: Locked<RecentEntries<Value>>
+    /// The map's hold on its store's observation (see ``holdStore(through:)``), and whether it
+    /// was taken (or the store cannot be observed): one relaxed load per use after that.
+    private let storeHold = Locked<ChangeRouter.Unsubscribe?>(nil)
+    private let holdsStore = Atomic<Bool>(false)
+    private let holder = StoreHolder()
     /// The store's strategy, resolved on first need by `keys()` and ``changes``.
     private let resolved = Locked<Resolved?>(nil)
 
@@ -89,6 +95,26 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
         // The entries the map kept go with it; one whose write is still on its way to a remote
         // store is kept until the server has it (see `keepUntilStored`).
         for entry in recent.withLock({ Array($0.byKey.values) }) { Self.keepUntilStored(entry) }
+        if let hold = storeHold.withLock({ $0 }) { ChangeRouter.unsubscribe(hold) }
+    }
+
+    /// Keeps the store observed from the first use of an entry that resolved it until the map
+    /// goes away. The observation of a store (a watch thread and descriptors for a file, a
+    /// listening connection for PostgreSQL) lasts while anything follows the store; without
+    /// this, a map whose entries are made and dropped per request started and stopped it with
+    /// each one — most of the cost of such an entry. The hold follows no key: a key is followed
+    /// only while its entry is held, as before.
+    private func holdStore(through entry: Stored<Value>) {
+        guard !holdsStore.load(ordering: .relaxed) else { return }
+        guard let binding = entry.cell.resolvedBinding else { return }  // memory, or not resolved yet
+        let token = ChangeRouter.subscribe(listener: holder, to: binding.strategy)
+        let unused = storeHold.withLock { held -> ChangeRouter.Unsubscribe? in
+            guard held == nil else { return token }
+            held = token
+            return nil
+        }
+        if let unused { ChangeRouter.unsubscribe(unused) }
+        holdsStore.store(true, ordering: .relaxed)
     }
 
     // MARK: Keys
@@ -99,13 +125,19 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     /// `map[key] += 1` reads and then writes: a write made elsewhere in between is lost. Use
     /// `update(_:_:)` to change a value from the one stored.
     public subscript(key: String) -> Value {
-        get { entry(key).wrappedValue }
+        get {
+            let entry = entry(key)
+            let value = entry.wrappedValue
+            holdStore(through: entry)
+            return value
+        }
         set {
             let entry = entry(key)
             // Inside a batch, the entry lives until the batch has persisted it, so a read of
             // the key in the batch sees the write (the cell stays the key's one cell).
             BatchScope.current?.keep(entry)
             entry.wrappedValue = newValue
+            holdStore(through: entry)
             Self.keepUntilStored(entry)
         }
     }
@@ -141,19 +173,19 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     /// - Throws: ``CofferError`` when the store cannot be read or the stored bytes are not a
     ///   `Value` (``CofferError/Code/decoding``; also in `entry(key).error`).
     @discardableResult
-    public func load(_ key: String) throws -> Value { try entry(key).load() }
+    public func load(_ key: String) throws -> Value { try using(key) { try $0.load() } }
 
     /// `load(_:)` without blocking a thread: the way to get the stored value of a
     /// remote key in async code (a request handler), where a first read shows the default.
     @discardableResult
-    public func load(_ key: String) async throws -> Value { try await entry(key).load() }
+    public func load(_ key: String) async throws -> Value { try await using(key) { try await $0.load() } }
 
     /// Sets `key` to `value` and writes it before returning (see ``Stored/save(_:)``).
     /// - Throws: ``CofferError`` when the value cannot be encoded or stored.
-    public func save(_ value: Value, for key: String) throws { try entry(key).save(value) }
+    public func save(_ value: Value, for key: String) throws { try using(key) { try $0.save(value) } }
 
     /// Sets `key` to `value` and waits until the store has acknowledged it.
-    public func save(_ value: Value, for key: String) async throws { try await entry(key).save(value) }
+    public func save(_ value: Value, for key: String) async throws { try await using(key) { try await $0.save(value) } }
 
     /// Reads `key` from the store, lets `body` change it, and writes it back as one step: no
     /// write of another thread or process is lost in between (see ``Stored/update(_:)``).
@@ -164,30 +196,45 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     /// - Returns: The value stored.
     @discardableResult
     public func update(_ key: String, _ body: (inout Value) throws -> Void) throws -> Value {
-        try entry(key).update(body)
+        try using(key) { try $0.update(body) }
     }
 
     /// `update(_:_:)` suspending instead of blocking on a remote store.
     @discardableResult
     public func update(_ key: String, _ body: (inout Value) throws -> Void) async throws -> Value {
-        try await entry(key).update(body)
+        try await using(key) { try await $0.update(body) }
     }
 
     /// Removes `key` from the store: it reads ``defaultValue`` again, in every entry of it.
     /// Writes at once, even inside a ``batch(_:)``.
     /// - Throws: ``CofferError`` when the store cannot remove it (also in `entry(key).error`);
     ///   the value in memory is then unchanged.
-    public func remove(_ key: String) throws { try entry(key).cell.removeStored() }
+    public func remove(_ key: String) throws { try using(key) { try $0.cell.removeStored() } }
 
     /// `remove(_:)` without blocking a thread; on a remote store, the writes of the key
     /// still on their way land first, and the removal after them.
-    public func remove(_ key: String) async throws { try await entry(key).cell.removeStoredAsync() }
+    public func remove(_ key: String) async throws { try await using(key) { try await $0.cell.removeStoredAsync() } }
 
     /// The current value of `key`, then each new one, until the consumer stops iterating; the
     /// key is followed (its entry held) meanwhile. See ``Stored/values``.
     public func values(of key: String) -> AsyncStream<Value> {
         let entry = entry(key)
-        return entry.cell.values(keeping: entry)
+        let stream = entry.cell.values(keeping: entry)
+        holdStore(through: entry)
+        return stream
+    }
+
+    /// `body` on the entry of `key`, then the map's hold on the store (the entry has resolved it).
+    private func using<R>(_ key: String, _ body: (Stored<Value>) throws -> R) rethrows -> R {
+        let entry = entry(key)
+        defer { holdStore(through: entry) }
+        return try body(entry)
+    }
+
+    private func using<R>(_ key: String, _ body: (Stored<Value>) async throws -> R) async rethrows -> R {
+        let entry = entry(key)
+        defer { holdStore(through: entry) }
+        return try await body(entry)
     }
 
     // MARK: The store
@@ -287,6 +334,11 @@ private struct RecentEntries<Value: Codable & Sendable>: Sendable {
         byKey[key] = entry
         return (entry, evicted)
     }
+}
+
+/// What a ``StoredMap`` holds its store's observation with: a listener that needs no news.
+private final class StoreHolder: StoreChangeListener {
+    func storeDidChange(_ change: StoreChange) {}
 }
 
 /// One iteration of ``StoredMap/changes``: told by the cells of its store (changes made in

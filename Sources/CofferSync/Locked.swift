@@ -23,16 +23,17 @@ import Darwin
 @usableFromInline
 package struct Locked<State: ~Copyable>: ~Copyable {
     @usableFromInline package let mutex: Mutex<State>
-    /// The address ThreadSanitizer synchronises on; `nil` when it is not running.
-    @usableFromInline package let token: UnsafeMutableRawPointer?
+    /// What ThreadSanitizer synchronises on; `nil` when it is not running.
+    @usableFromInline package let token: SanitizerToken?
 
+    // Inlinable, and no `deinit` of its own (the token frees itself): making and dropping a
+    // lock is then specialised for `State` where it is used. Unspecialised, each one looked up
+    // `Locked<State>`'s generic metadata at run time, a cost every new `@Stored` cell paid on
+    // its several locks, and again on release.
+    @inlinable
     package init(_ initialValue: consuming sending State) {
         mutex = Mutex(initialValue)
-        token = sanitizerHooks == nil ? nil : UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
-    }
-
-    deinit {
-        token?.deallocate()
+        token = sanitizerHooks == nil ? nil : SanitizerToken()
     }
 
     // Inlinable so that a read from another module is specialised for its value type.
@@ -41,7 +42,7 @@ package struct Locked<State: ~Copyable>: ~Copyable {
         _ body: (inout sending State) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         guard let token else { return try mutex.withLock(body) }
-        return try withLockAnnotated(token, body)
+        return try withLockAnnotated(token.address, body)
     }
 
     @usableFromInline
@@ -60,6 +61,7 @@ package struct Locked<State: ~Copyable>: ~Copyable {
 extension Locked: @unchecked Sendable where State: ~Copyable {}
 
 /// ThreadSanitizer's annotation entry points, when its runtime is loaded.
+@usableFromInline
 struct SanitizerHooks: Sendable {
     typealias Hook = @convention(c) (UnsafeMutableRawPointer?) -> Void
     let acquire: Hook
@@ -76,4 +78,15 @@ struct SanitizerHooks: Sendable {
     }
 }
 
-let sanitizerHooks = SanitizerHooks.load()
+@usableFromInline let sanitizerHooks = SanitizerHooks.load()
+
+/// The byte a ``Locked`` tells ThreadSanitizer to synchronise on, freed with the lock.
+@usableFromInline
+package final class SanitizerToken: @unchecked Sendable {
+    // @unchecked Sendable: the address is never written through; only its value is used.
+    @usableFromInline let address = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+
+    @usableFromInline init() {}
+
+    deinit { address.deallocate() }
+}

@@ -34,11 +34,21 @@ struct BenchChangeWriterCommand: ParsableCommand {
 
     @Argument var kind: String
     @Argument var directory: String
+    /// `keys-memory`: the number of keys of the large suite.
+    @Argument var count: Int?
 
     func run() throws {
         let url = URL(fileURLWithPath: directory)
         let write: () throws -> Void
         switch kind {
+        case "keys":
+            // One key of the large suite of the `keys.*.1M` rows (BenchKeysLarge.swift).
+            let store = try KeyValueFileStrategy(directory: url, suite: BenchSuite.largeSuite)
+            write = { try store.set(Int(monotonicNanoseconds()), for: BenchSuite.largeWatchedKey) }
+        case "keys-memory":
+            // Not a writer: the memory probe of the large suite, which says its figures and ends.
+            try keysMemoryProbe(directory: url, count: count ?? 0)
+            return
         case "keyvalue":
             let store = try KeyValueFileStrategy(directory: url, suite: "change")
             write = { try store.set(Int(monotonicNanoseconds()), for: "t") }

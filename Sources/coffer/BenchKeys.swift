@@ -10,60 +10,58 @@
 //   keys.transient      an entry for a stored key made, read and dropped (a handler that makes
 //                       its property per request), with no other entry of that key alive
 //   keys.release.100k   releasing 100,000 live entries, all at once (one op per run)
+//   keys.*.1M           a suite of 1,000,000 keys: opened, compacted, one key followed (see
+//                       BenchKeysLarge.swift)
+//
+// The curves (`COFFER_BENCH_KEYS_CURVE=1`): keys.create.N, keys.read.N and keys.release.N at
+// N = 1k, 10k, 100k and 1M live entries (1k and 10k with `--quick`), in place of the three rows
+// above that they include; each size is measured on its own (its create and read share one
+// table of N live entries), so the tables of the other sizes are not alive meanwhile.
 
 import Coffer
 import Foundation
 
 extension BenchSuite {
-    static let keyNames = ["keys.create.1k", "keys.create.100k", "keys.read.100k", "keys.transient", "keys.release.100k"]
+    static let keyNames =
+        (curveSizes.map { sizes in
+            ["create", "read", "release"].flatMap { op in sizes.map { "keys.\(op).\($0.label)" } }
+        } ?? ["keys.create.1k", "keys.create.100k", "keys.read.100k"])
+        + ["keys.transient"] + (curveSizes == nil ? ["keys.release.100k"] : []) + largeKeyNames
+
+    /// The sizes of the curves when `COFFER_BENCH_KEYS_CURVE` is set (to anything but `0` or
+    /// empty), else `nil`. `--quick` runs only the first two.
+    static let curveSizes: [(label: String, count: Int)]? = {
+        guard let value = ProcessInfo.processInfo.environment["COFFER_BENCH_KEYS_CURVE"], !value.isEmpty, value != "0"
+        else { return nil }
+        return [("1k", 1000), ("10k", 10_000), ("100k", 100_000), ("1M", 1_000_000)]
+    }()
 
     func keysScaling(_ selected: [String]) throws -> [BenchResult] {
+        let large = try keysLarge(selected.filter { Self.largeKeyNames.contains($0) })
+        if Self.curveSizes != nil {
+            return try keysCurves(selected) + keysFixed(selected.filter { $0 == "keys.transient" }) + large
+        }
+        return try keysFixed(selected) + large
+    }
+
+    /// The default rows: create with 1k and 100k alive, read among 100k, transient, release 100k.
+    private func keysFixed(_ selected: [String]) throws -> [BenchResult] {
+        if selected.isEmpty { return [] }
         let store = try KeyValueFileStrategy(directory: directory, suite: "keys", durability: .coalesced)
         defer { try? store.flush() }
         let map = StoredMap<Int?>(store: .strategy(store), keepsRecent: 0)
-        /// `count` live entries on keys `prefix-0`…, each written and read.
-        func liveEntries(_ prefix: String, _ count: Int) -> [Stored<Int?>] {
-            (0..<count).map { i in
-                let entry = map.entry("\(prefix)-\(i)")
-                entry.wrappedValue = i
-                return entry
-            }
-        }
+        func liveEntries(_ prefix: String, _ count: Int) -> [Stored<Int?>] { Self.liveEntries(map, prefix, count) }
         // `--quick` (a smoke run, as the test of the command makes) builds tables of 10,000: the
         // names stay, the figures are not the published ones.
         let large = runner.quick ? 10_000 : 100_000
         var results: [BenchResult] = []
-        // Creating: each run adds at most 1,000 entries to the table, dropped before the next run
-        // (untimed), so the table the figure is taken at stays at its nominal size.
         func creating(_ name: String, alive: Int) -> BenchSpec {
-            let table = liveEntries(name, alive)
-            var made: [Stored<Int?>] = []
-            made.reserveCapacity(1000)
-            var next = 0
-            return BenchSpec(name: name, maxIterations: 1000, prepare: { made.removeAll(keepingCapacity: true) }) { n in
-                for _ in 0..<n {
-                    next += 1
-                    let entry = map.entry("\(name)-new-\(next)")
-                    entry.wrappedValue = next
-                    made.append(entry)
-                }
-                return UInt64(made.count + table.count)
-            }
+            creatingBeside(liveEntries(name, alive), name: name, map: map)
         }
         var specs: [BenchSpec] = []
         if selected.contains("keys.create.1k") { specs.append(creating("keys.create.1k", alive: 1000)) }
         if selected.contains("keys.create.100k") { specs.append(creating("keys.create.100k", alive: large)) }
-        if selected.contains("keys.read.100k") {
-            let table = liveEntries("read", large)
-            var index = 0
-            specs.append(
-                BenchSpec(name: "keys.read.100k") { n in
-                    sumOfReads(n) {
-                        index = index == table.count - 1 ? 0 : index + 1
-                        return table[index].wrappedValue ?? 0
-                    }
-                })
-        }
+        if selected.contains("keys.read.100k") { specs.append(reading(liveEntries("read", large), name: "keys.read.100k")) }
         if selected.contains("keys.transient") {
             for i in 0..<1000 { try store.set(i, for: "transient-\(i)") }
             var index = 0
@@ -89,5 +87,73 @@ extension BenchSuite {
                 })
         }
         return results
+    }
+
+    /// The curves: create, read and release at each of ``curveSizes`` live entries, one size
+    /// after the other.
+    private func keysCurves(_ selected: [String]) throws -> [BenchResult] {
+        guard let allSizes = Self.curveSizes else { return [] }
+        let store = try KeyValueFileStrategy(directory: directory, suite: "keys-curves", durability: .coalesced)
+        defer { try? store.flush() }
+        let map = StoredMap<Int?>(store: .strategy(store), keepsRecent: 0)
+        var results: [BenchResult] = []
+        for (label, count) in allSizes.prefix(runner.quick ? 2 : allSizes.count) {
+            let (create, read, release) = ("keys.create.\(label)", "keys.read.\(label)", "keys.release.\(label)")
+            if selected.contains(create) || selected.contains(read) {
+                let table = Self.liveEntries(map, "table-\(label)", count)
+                var specs: [BenchSpec] = []
+                if selected.contains(create) { specs.append(creatingBeside(table, name: create, map: map)) }
+                if selected.contains(read) { specs.append(reading(table, name: read)) }
+                results += try runner.measureGroup(specs)
+            }
+            if selected.contains(release) {
+                var table: [Stored<Int?>] = []
+                results.append(
+                    try runner.measureSingle(release, prepare: { table = Self.liveEntries(map, "release-\(label)", count) }) {
+                        let released = table.count
+                        table = []
+                        return UInt64(released)
+                    })
+            }
+        }
+        return results
+    }
+
+    /// `count` live entries of `map` on keys `prefix-0`…, each written and read.
+    static func liveEntries(_ map: StoredMap<Int?>, _ prefix: String, _ count: Int) -> [Stored<Int?>] {
+        (0..<count).map { i in
+            let entry = map.entry("\(prefix)-\(i)")
+            entry.wrappedValue = i
+            return entry
+        }
+    }
+
+    /// Creating a new key's entry (written) with `table` alive: each run adds at most 1,000
+    /// entries, dropped before the next run (untimed), so the number of live entries the figure
+    /// is taken at stays at its nominal size.
+    func creatingBeside(_ table: [Stored<Int?>], name: String, map: StoredMap<Int?>) -> BenchSpec {
+        var made: [Stored<Int?>] = []
+        made.reserveCapacity(1000)
+        var next = 0
+        return BenchSpec(name: name, maxIterations: 1000, prepare: { made.removeAll(keepingCapacity: true) }) { n in
+            for _ in 0..<n {
+                next += 1
+                let entry = map.entry("\(name)-new-\(next)")
+                entry.wrappedValue = next
+                made.append(entry)
+            }
+            return UInt64(made.count + table.count)
+        }
+    }
+
+    /// A read of a live entry of `table`, each in turn.
+    func reading(_ table: [Stored<Int?>], name: String) -> BenchSpec {
+        var index = 0
+        return BenchSpec(name: name) { n in
+            sumOfReads(n) {
+                index = index == table.count - 1 ? 0 : index + 1
+                return table[index].wrappedValue ?? 0
+            }
+        }
     }
 }

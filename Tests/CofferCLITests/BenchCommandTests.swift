@@ -17,6 +17,7 @@ struct BenchCommandTests {
         "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
         "cli.run.overhead", "peer.env.true",
         "keys.create.1k", "keys.create.100k", "keys.read.100k", "keys.transient", "keys.release.100k",
+        "keys.open.1M", "keys.compact.1M", "keys.change.latency.1M", "keys.change.cpu.1M",
     ]
 
     @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")

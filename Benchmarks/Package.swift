@@ -51,6 +51,7 @@ let package = Package(
         suite("KeyValue"),
         suite("Vault"),
         suite("State"),
+        suite("Keys"),
         suite("Peers", ["CSQLite", "CLMDB"]),
     ]
 )

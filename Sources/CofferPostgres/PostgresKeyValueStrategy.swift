@@ -241,14 +241,23 @@ public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, Asyn
         }
     }
 
+    /// How many catch-ups of this instance's current observation asked the server for rows, and
+    /// how many rows they read in all: what following the suite has cost (0 when unobserved).
+    package var catchUpReads: (catchUps: Int, rows: Int) { tracker.reads }
+
+    /// The catch-up statement (`$1` suite, `$2` the previous snapshot's `xmax`, `$3` whether to
+    /// read rows, `$4` its running transactions): for a test that checks the server's plan.
+    package var catchUpStatement: String { sql.catchUp }
+
     /// Reads which keys changed since the last report and tells the observers.
     private func catchUp() async throws {
         guard tracker.isObserved else { return }
         let (horizon, newest) = tracker.start()
         var binds = PostgresBindings()
         binds.append(suite)
-        binds.append(String(horizon ?? 0))
+        binds.append(String(horizon?.xmax ?? 0))
         binds.append(horizon != nil)
+        binds.append((horizon?.running ?? []).map { String($0) })
         let link = link
         let reading = try await link.withConnection(idempotent: true) { [binds, sql] connection in
             try SuiteTracker.reading(try await link.run(sql.catchUp, binds, on: connection))

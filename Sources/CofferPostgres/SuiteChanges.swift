@@ -10,14 +10,18 @@ import PostgresNIO
 /// The change observation of one key-value suite, ordered by the server's transaction ids.
 ///
 /// Every key-value row carries `writer`, the id (`xid8`) of the transaction that last wrote it.
-/// A catch-up reads, in one statement and so under one snapshot, the snapshot's `xmin` (every
-/// transaction with a smaller id has ended) and the rows whose writer is at least the previous
-/// catch-up's `xmin`. A transaction that had not ended at the previous catch-up has an id at
-/// least that `xmin`, so every row committed since is read: no commit is missed however commits
-/// interleave, and no write has to lock anything shared to keep them in order (the suite-wide
-/// version row this replaces made every write of a suite wait for the previous one's commit).
-/// A row read twice (its transaction ended between two catch-ups but after the earlier `xmin`)
-/// is reported once.
+/// A catch-up reads, in one statement and so under one snapshot, that snapshot (`xmin`: every
+/// transaction with a smaller id has ended; `xmax`: the next id; `xip`: the ids still running
+/// between them) and the rows the previous catch-up's snapshot could not see: those whose writer
+/// is at least its `xmax`, or one of its `xip`. A transaction that had not committed at the
+/// previous catch-up is one of those, so every row committed since is read: no commit is missed
+/// however commits interleave, and no write has to lock anything shared to keep them in order
+/// (the suite-wide version row this replaces made every write of a suite wait for the previous
+/// one's commit). A row the previous snapshot saw is not read again, so a catch-up reads what
+/// changed since the last one, by the `(suite, writer)` index, however large the suite, even
+/// while a transaction left open elsewhere holds `xmin` back (reading from the previous `xmin`
+/// reread every row written since that transaction began, at every catch-up). A row of this
+/// instance's own writes is not reported.
 ///
 /// What the server says is checked against what this instance knew:
 /// - the snapshot's `xmin` below the previous one, or its `xmax` (the next transaction id) not
@@ -35,11 +39,21 @@ final class SuiteTracker: Sendable {
         var writer: UInt64
     }
 
-    /// What one catch-up statement returns: the snapshot's bounds and the rows written since.
+    /// What one catch-up statement returns: the snapshot and the rows written since.
     struct Reading: Sendable {
         var xmin: UInt64
         var xmax: UInt64
+        /// The transactions running when the snapshot was taken (between `xmin` and `xmax`).
+        var running: [UInt64] = []
         var rows: [Row]
+    }
+
+    /// What the next catch-up reads: rows whose writer is at least `xmax` or one of `running`
+    /// (the previous snapshot's; what it could not see). `xmin` checks the counter did not go back.
+    struct Since: Sendable {
+        var xmin: UInt64
+        var xmax: UInt64
+        var running: [UInt64]
     }
 
     private struct Stamp: Hashable {
@@ -48,15 +62,18 @@ final class SuiteTracker: Sendable {
     }
 
     private struct State {
-        /// The `xmin` of the last catch-up; `nil` until the feed's first catch-up reads it.
-        var horizon: UInt64?
+        /// The snapshot of the last catch-up; `nil` until the feed's first catch-up reads it.
+        var horizon: Since?
         /// The newest transaction id known to have committed here (read in a row, or this
         /// instance's own write).
         var newest: UInt64 = 0
-        /// Rows at or above the horizon already reported, or written by this instance.
+        /// Rows the next catch-up may read that were already reported, or written by this instance.
         var known: Set<Stamp> = []
         /// What has been logged already (each kind once per observation).
         var warned: Set<String> = []
+        /// How many catch-ups read rows, and how many rows they read (``reads``).
+        var catchUps = 0
+        var rowsRead = 0
     }
 
     private let observers = FeedObservers<StoreChange>()
@@ -89,11 +106,17 @@ final class SuiteTracker: Sendable {
     /// Whether anyone observes.
     var isObserved: Bool { observers.isObserved }
 
-    /// What a catch-up starts from: the horizon to read from (`nil` when only the snapshot is
+    /// What a catch-up starts from: the previous snapshot (`nil` when only the snapshot is
     /// needed: the first catch-up), and the newest transaction known to have committed before
     /// the catch-up's statement is sent (every one of them is below its snapshot's `xmax`).
-    func start() -> (horizon: UInt64?, newest: UInt64) {
+    func start() -> (horizon: Since?, newest: UInt64) {
         state.withLock { ($0.horizon, $0.newest) }
+    }
+
+    /// How many catch-ups this observation made that asked for rows, and how many rows they
+    /// read in all: what following a suite costs, whatever its size (for tests and the benchmark).
+    var reads: (catchUps: Int, rows: Int) {
+        state.withLock { ($0.catchUps, $0.rowsRead) }
     }
 
     /// Notes rows this instance committed (transaction `writer`), so catching up does not report
@@ -103,7 +126,7 @@ final class SuiteTracker: Sendable {
         state.withLock { t in
             t.newest = max(t.newest, writer)
             // Unknown start: the first catch-up makes everyone reread anyway.
-            guard let horizon = t.horizon, writer >= horizon else { return }
+            guard let horizon = t.horizon, writer >= horizon.xmin else { return }
             for key in keys { t.known.insert(Stamp(key: key, writer: writer)) }
         }
     }
@@ -117,14 +140,17 @@ final class SuiteTracker: Sendable {
             case keys(Set<String>, impossible: Int, undecodable: Int)
         }
         let verdict = state.withLock { t -> Verdict in
+            let snapshot = Since(xmin: reading.xmin, xmax: reading.xmax, running: reading.running)
             guard let horizon = t.horizon else {
-                t.horizon = reading.xmin
+                t.horizon = snapshot
                 t.newest = max(t.newest, reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0)
                 return .everything(rolledBack: false)
             }
-            if reading.xmin < horizon || reading.xmax <= newestBefore {
+            t.catchUps += 1
+            t.rowsRead += reading.rows.count
+            if reading.xmin < horizon.xmin || reading.xmax <= newestBefore {
                 // The counter went back: start over from what the server says now.
-                t.horizon = reading.xmin
+                t.horizon = snapshot
                 t.known = []
                 t.newest = reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0
                 return .everything(rolledBack: true)
@@ -145,13 +171,12 @@ final class SuiteTracker: Sendable {
                 }
                 keys.insert(key)
             }
-            t.horizon = reading.xmin
-            // What the next catch-up can still return: rows of this reading (a row's writer only
-            // changes by a newer write, reported then), and writes of this instance the snapshot
-            // could not see yet. So a horizon held back for hours (a transaction left open
-            // anywhere on the server) keeps this set as small as the rows it keeps rereading.
-            let current = Set(reading.rows.map { Stamp(key: $0.key, writer: $0.writer) })
-            t.known = t.known.filter { $0.writer >= reading.xmin && ($0.writer >= reading.xmax || current.contains($0)) }
+            t.horizon = snapshot
+            // What the next catch-up can still return: only writes this snapshot could not see
+            // (a row it saw is read again only once a newer write changes its writer). So the
+            // set holds this instance's writes not yet seen, however long `xmin` is held back.
+            let unseen = Set(reading.running)
+            t.known = t.known.filter { $0.writer >= reading.xmax || unseen.contains($0.writer) }
             return .keys(keys, impossible: impossible, undecodable: undecodable)
         }
         // The observers hear of the changes first; what was skipped is said after, and not on
@@ -187,27 +212,41 @@ final class SuiteTracker: Sendable {
         Offload.start { logger.warning("\(message)") }
     }
 
-    /// The catch-up statement: the snapshot's bounds, and (unless `$3` is false) every row of
-    /// suite `$1` whose writer is at least `$2`, all under the statement's one snapshot.
+    /// The catch-up statement: a row with no key holding the statement's snapshot (as text,
+    /// `xmin:xmax:xip,…`), and (unless `$3` is false) every row of suite `$1` that the previous
+    /// snapshot could not see: its writer at least `$2` (that snapshot's `xmax`) or one of `$4`
+    /// (its `xip`). Both parts read the statement's one snapshot; the rows come by the
+    /// `(suite, writer)` index (docs/FORMAT.md §4).
     static func catchUpStatement(_ tables: Tables) -> String {
         """
-        SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text, k.key, k.writer::text \
-        FROM pg_current_snapshot() AS s \
-        LEFT JOIN \(tables.kv) AS k ON $3 AND k.suite = $1 AND k.writer >= $2::text::xid8
+        SELECT NULL::bytea, pg_current_snapshot()::text \
+        UNION ALL \
+        SELECT k.key, k.writer::text FROM \(tables.kv) AS k WHERE $3 AND k.suite = $1 \
+        AND (k.writer >= $2::text::xid8 OR k.writer = ANY ($4::text[]::xid8[]))
         """
     }
 
     /// Decodes the catch-up statement's rows.
     static func reading(_ rows: [PostgresRow]) throws -> Reading {
         var reading = Reading(xmin: 0, xmax: 0, rows: [])
+        var snapshot: String?
         for row in rows {
             let cells = row.cells
-            reading.xmin = try xid(cells[0].decode(String.self))
-            reading.xmax = try xid(cells[1].decode(String.self))
-            if let key = try cells[2].decode(Data?.self), let writer = try cells[3].decode(String?.self) {
+            let writer = try cells[1].decode(String.self)
+            if let key = try cells[0].decode(Data?.self) {
                 reading.rows.append(Row(key: key, writer: try xid(writer)))
+            } else {
+                snapshot = writer
             }
         }
+        // `xmin:xmax:xip,xip,…` (the `xip` list may be empty).
+        let parts = snapshot?.split(separator: ":", omittingEmptySubsequences: false) ?? []
+        guard parts.count == 3 else {
+            throw CofferError(.io, "the PostgreSQL server sent no snapshot, or one that is not xmin:xmax:xip")
+        }
+        reading.xmin = try xid(String(parts[0]))
+        reading.xmax = try xid(String(parts[1]))
+        reading.running = try parts[2].split(separator: ",").map { try xid(String($0)) }
         return reading
     }
 

@@ -30,8 +30,8 @@ protocol RegisteredCell: AnyObject, Sendable {
 /// handed to a background queue, which unregisters it, stops its following of outside changes
 /// and frees it, many at a time under one hold of the lock: releasing a table of 100k entries
 /// (a server's shutdown, a cache dropped) costs the releasing thread a decrement and an append
-/// per entry, not the registry's and the change router's bookkeeping. The queue lets cells
-/// linger up to ``lingering`` (at most ``mostLingering`` of them) first, still registered and
+/// per entry, not the registry's and the change router's bookkeeping. The queue lets each cell
+/// linger about ``lingering`` (at most ``mostLingering`` of them; beyond, the oldest go at once) first, still registered and
 /// still following their key, so that a property made again for the key meanwhile takes the
 /// cell up, loaded and current: a property or map entry made per request costs a lookup, not a
 /// load. A cell that failed, holds an unsaved write or does not follow its store is never taken
@@ -121,36 +121,73 @@ package enum CellRegistry {
     }
 
     /// How long an unused cell may stay registered, to be taken up by a new property.
-    static let lingering = DispatchTimeInterval.milliseconds(250)
-    /// How many unused cells may wait at once: beyond, they are let go without waiting.
+    static let lingering: UInt64 = 250_000_000  // nanoseconds
+    /// How many unused cells may wait at once: beyond, the oldest are let go without waiting.
     static let mostLingering = 4096
 
-    /// Cells whose last property went away, for the release queue.
-    private static let unused = Locked<[any RegisteredCell]>([])
+    /// Cells whose last property went away, oldest first, with when that happened (uptime ns).
+    private static let unused = Locked<Unused>(Unused())
     private static let releaseQueue = DispatchQueue(label: "coffer.cells.release", qos: .utility)
+
+    private struct Unused: Sendable {
+        var cells: [(cell: any RegisteredCell, since: UInt64)] = []
+        /// A pass is scheduled for when the oldest cell has lingered long enough.
+        var timedPass = false
+        /// A pass is scheduled at once, for the cells beyond ``mostLingering``.
+        var urgentPass = false
+    }
+
+    private enum Pass { case timed, urgent, all }
 
     /// One property using `cell` went away; the cell is let go (in the background) with the last.
     static func release(_ cell: any RegisteredCell) {
         guard cell.users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
-        let count = unused.withLock { unused -> Int in
-            unused.append(cell)
-            return unused.count
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (timed, urgent) = unused.withLock { unused -> (DispatchTime?, Bool) in
+            unused.cells.append((cell, now))
+            var timed: DispatchTime?
+            var urgent = false
+            if unused.cells.count > mostLingering, !unused.urgentPass {
+                unused.urgentPass = true
+                urgent = true
+            }
+            if !unused.timedPass {
+                unused.timedPass = true
+                timed = DispatchTime(uptimeNanoseconds: now + lingering)
+            }
+            return (timed, urgent)
         }
-        if count == 1 {
-            releaseQueue.asyncAfter(deadline: .now() + lingering) { letGoOfUnusedCells() }
-        } else if count == mostLingering + 1 {
-            releaseQueue.async { letGoOfUnusedCells() }
-        }
+        if urgent { releaseQueue.async { letGoOfUnusedCells(.urgent) } }
+        if let timed { releaseQueue.asyncAfter(deadline: timed) { letGoOfUnusedCells(.timed) } }
     }
 
-    /// Unregisters the cells handed over with no users left, stops their following and frees
-    /// them: a cell taken up again meanwhile stays, one handed over twice is let go once.
-    private static func letGoOfUnusedCells() {
+    /// Unregisters the cells that lingered long enough (those beyond ``mostLingering``, or all of
+    /// them for ``settle()``), stops their following and frees them: a cell taken up again
+    /// meanwhile stays, one handed over twice is let go once.
+    private static func letGoOfUnusedCells(_ pass: Pass) {
+        var first = true
         while true {
-            let cells = unused.withLock { unused -> [any RegisteredCell] in
-                defer { unused = [] }
-                return unused
+            let now = DispatchTime.now().uptimeNanoseconds
+            let (cells, next) = unused.withLock { unused -> ([any RegisteredCell], DispatchTime?) in
+                if first {
+                    if pass == .timed { unused.timedPass = false }
+                    if pass == .urgent { unused.urgentPass = false }
+                }
+                let due: Int
+                if pass == .all {
+                    due = unused.cells.count
+                } else {
+                    let old = unused.cells.prefix { $0.since + lingering <= now }.count
+                    due = max(old, unused.cells.count - mostLingering)
+                }
+                let taken = unused.cells.prefix(due).map(\.cell)
+                unused.cells.removeFirst(due)
+                guard taken.isEmpty, let oldest = unused.cells.first, !unused.timedPass else { return (taken, nil) }
+                unused.timedPass = true
+                return (taken, DispatchTime(uptimeNanoseconds: oldest.since + lingering))
             }
+            first = false
+            if let next { releaseQueue.asyncAfter(deadline: next) { letGoOfUnusedCells(.timed) } }
             guard !cells.isEmpty else { return }
             // A bounded hold of the lock at a time: a property being made waits for one slice.
             var start = 0
@@ -182,7 +219,7 @@ package enum CellRegistry {
     /// Waits until the cells whose last property went away before the call are let go (tests,
     /// and code that counts the store's followers).
     package static func settle() {
-        releaseQueue.sync { letGoOfUnusedCells() }
+        releaseQueue.sync { letGoOfUnusedCells(.all) }
     }
 
     private static func markSiblings(_ members: [Entry]) {

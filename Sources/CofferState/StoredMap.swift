@@ -31,7 +31,7 @@ public enum StoredMapChange: Sendable, Hashable {
 /// **Costs.** Nothing here grows with the number of keys in use: making or finding an entry is
 /// a dictionary lookup; a key is followed (one entry in its store's table, under the one
 /// observation of the store) only while something holds its entry, and its cell is let go in
-/// the background (after lingering up to 250 ms, to be taken up by an entry made again for the
+/// the background (after lingering about 250 ms, to be taken up by an entry made again for the
 /// key). The map keeps its store observed from its first use until it goes away, so entries
 /// made and dropped per request do not start and stop the store's watch. The map itself holds the
 /// entries of the ``keepsRecent`` keys it made last, so that repeated reads come from memory

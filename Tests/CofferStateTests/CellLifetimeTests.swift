@@ -1,0 +1,165 @@
+import CofferCore
+import CofferStorage
+import Foundation
+import CofferState
+import Synchronization
+import Testing
+
+/// What happens to a key's cell after its last property goes away (it lingers, to be taken up
+/// again, then is let go in the background), and the lock-free read of two-word values.
+// Serialized: `CellRegistry.settle()` lets go of every lingering cell, the one a test of
+// taking up waits to take up included.
+@Suite("Cell lifetime", .serialized)
+struct CellLifetimeTests {
+    /// A store that follows changes (the observation does nothing), counts its loads, and can
+    /// fail them.
+    final class FollowedStore: ChangeObservingPersistenceStrategy, @unchecked Sendable {
+        // @unchecked Sendable: every field is a lock or an atomic.
+        let values = Locked<[String: Data]>([:])
+        let loads = Atomic<Int>(0)
+        let failing = Atomic<Bool>(false)
+        let observations = Atomic<Int>(0)
+
+        struct Failure: Error {}
+
+        func load(_ key: String) throws -> Data? {
+            loads.add(1, ordering: .relaxed)
+            if failing.load(ordering: .relaxed) { throw Failure() }
+            return values.withLock { $0[key] }
+        }
+
+        func save(_ data: Data, for key: String) throws { values.withLock { $0[key] = data } }
+        func remove(_ key: String) throws { values.withLock { $0[key] = nil } }
+        func keys() throws -> [String] { values.withLock { Array($0.keys) } }
+
+        func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
+            observations.add(1, ordering: .relaxed)
+            return StoreObservation { [self] in observations.subtract(1, ordering: .relaxed) }
+        }
+    }
+
+    @Test("A released cell that follows its store is taken up by the next property of its key, without a load")
+    func releasedCellIsTakenUp() throws {
+        let store = FollowedStore()
+        var first: Stored<Int>? = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        first!.wrappedValue = 7
+        let loads = store.loads.load(ordering: .relaxed)
+        first = nil
+        #expect(CellRegistry.users(of: .strategy(store, key: "k"), type: Int.self) == 0)
+
+        let second = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        #expect(second.wrappedValue == 7)
+        #expect(store.loads.load(ordering: .relaxed) == loads)  // the same cell, taken up: not loaded again
+        #expect(CellRegistry.users(of: .strategy(store, key: "k"), type: Int.self) == 1)
+        _ = first
+    }
+
+    @Test("A released cell that failed to load is not taken up: the next property loads anew")
+    func failedCellIsNotTakenUp() throws {
+        let store = FollowedStore()
+        store.failing.store(true, ordering: .relaxed)
+        var first: Stored<Int>? = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        #expect(first!.wrappedValue == 0)
+        #expect(first!.error != nil)
+        let loads = store.loads.load(ordering: .relaxed)
+        first = nil
+
+        store.failing.store(false, ordering: .relaxed)
+        try store.save(ValueCodec.encode(5, as: store.valueEncoding), for: "k")
+        let second = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        #expect(second.wrappedValue == 5)  // a new cell, loaded
+        #expect(store.loads.load(ordering: .relaxed) == loads + 1)
+        #expect(second.error == nil)
+        _ = first
+    }
+
+    @Test("A released cell of a store that cannot follow changes is not taken up: the next property loads anew")
+    func unfollowedCellIsNotTakenUp() throws {
+        let store = RecordingStrategy(name: "unfollowed")
+        var first: Stored<Int>? = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        first!.wrappedValue = 3
+        let loads = store.recorded.loads
+        first = nil
+        // Changed behind the cell's back, which it could not have heard of.
+        try store.save(ValueCodec.encode(4, as: store.valueEncoding), for: "k")
+        let second = Stored(wrappedValue: 0, backed: .strategy(store, key: "k"))
+        #expect(second.wrappedValue == 4)
+        #expect(store.recorded.loads == loads + 1)
+    }
+
+    @Test("Released cells are let go: unregistered and unsubscribed, and the store's observation ends with the last")
+    func releasedCellsAreLetGo() throws {
+        let store = FollowedStore()
+        var table: [Stored<Int>] = (0..<1000).map { i in
+            let entry = Stored(wrappedValue: 0, backed: .strategy(store, key: "k\(i)"))
+            entry.wrappedValue = i
+            return entry
+        }
+        #expect(ChangeRouter.observation(of: store) == (1, 1000))
+        #expect(store.observations.load(ordering: .relaxed) == 1)
+        table.removeAll()
+        CellRegistry.settle()
+        #expect(ChangeRouter.observation(of: store) == (0, 0))
+        #expect(store.observations.load(ordering: .relaxed) == 0)
+        // A new property of a let-go key is a new cell, loaded from the store.
+        let loads = store.loads.load(ordering: .relaxed)
+        #expect(Stored(wrappedValue: 0, backed: .strategy(store, key: "k5")).wrappedValue == 5)
+        #expect(store.loads.load(ordering: .relaxed) == loads + 1)
+        _ = table
+    }
+
+    @Test("A map keeps its store observed while it lives, however its entries come and go")
+    func mapHoldsItsStore() throws {
+        let store = FollowedStore()
+        var map: StoredMap<Int?>? = StoredMap<Int?>(store: .strategy(store), keepsRecent: 0)
+        for i in 0..<100 { map!["k\(i)"] = i }  // each entry made and dropped at once
+        CellRegistry.settle()
+        #expect(ChangeRouter.observation(of: store) == (1, 1))  // the map's hold, no key
+        #expect(store.observations.load(ordering: .relaxed) == 1)  // started once
+        #expect(map!["k42"] == 42)
+        map = nil
+        CellRegistry.settle()
+        #expect(ChangeRouter.observation(of: store) == (0, 0))
+        #expect(store.observations.load(ordering: .relaxed) == 0)
+    }
+
+    /// What the racing readers saw.
+    final class Tally: Sendable {
+        let done = Atomic<Bool>(false)
+        let torn = Atomic<Int>(0)
+        let reads = Atomic<Int>(0)
+    }
+
+    @Test("Reads of a two-word value (Int?, Double?) racing its writes never see half of one write")
+    func twoWordReadsAreWhole() async throws {
+        let number = Stored<Int?>(wrappedValue: nil, backed: .memory)
+        let ratio = Stored<Double?>(wrappedValue: nil, backed: .memory)
+        _ = (number.wrappedValue, ratio.wrappedValue)
+        // nil and Int.max share no byte: a read mixing the words of the two gives .some(0), or
+        // another value neither write made.
+        let tally = Tally()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for i in 0..<200_000 {
+                    number.wrappedValue = i.isMultiple(of: 2) ? nil : Int.max
+                    ratio.wrappedValue = i.isMultiple(of: 2) ? nil : -Double.greatestFiniteMagnitude
+                }
+                tally.done.store(true, ordering: .releasing)
+            }
+            for _ in 0..<2 {
+                group.addTask {
+                    repeat {
+                        let n = number.wrappedValue
+                        let r = ratio.wrappedValue
+                        if !(n == nil || n == Int.max) { tally.torn.add(1, ordering: .relaxed) }
+                        if !(r == nil || r == -Double.greatestFiniteMagnitude) { tally.torn.add(1, ordering: .relaxed) }
+                        tally.reads.add(1, ordering: .relaxed)
+                    } while !tally.done.load(ordering: .acquiring)
+                }
+            }
+        }
+        #expect(tally.torn.load(ordering: .relaxed) == 0)
+        #expect(tally.reads.load(ordering: .relaxed) > 0)
+        #expect(number.wrappedValue == Int.max)
+    }
+}

@@ -158,7 +158,14 @@ extension BenchSuite {
 ///
 /// A process of its own, so the figures start from a clean heap (the bench process has freed
 /// much memory by then, which its allocator reuses).
+///
+/// When the directory holds no suite, the probe makes one of `COUNT` keys first, and lets it go
+/// before measuring (to profile the probe on its own: `heaptrack coffer bench-change-writer
+/// keys-memory DIR 10000`).
 func keysMemoryProbe(directory: URL, count: Int) throws {
+    if !FileManager.default.fileExists(atPath: directory.appendingPathComponent(BenchSuite.largeSuite + ".cofferkv").path) {
+        _ = try BenchSuite.makeLargeSuite(in: directory, count: count)
+    }
     let baseline = residentBytes()
     let store = try KeyValueFileStrategy(directory: directory, suite: BenchSuite.largeSuite, durability: .coalesced)
     let opened = residentBytes()

@@ -17,8 +17,11 @@ protocol RegisteredCell: AnyObject, Sendable {
     var users: Atomic<Int> { get }
     /// Where it is registered.
     var registryKey: CellRegistry.Key? { get }
-    /// Whether a new property of its key may take it up after its last property went away: it
-    /// never loaded, or it holds what the store holds and still follows the store's changes.
+    /// When its last property went away (uptime ns), while it waits to be let go; 0 otherwise.
+    /// Read and written under the registry's list of unused cells' lock only.
+    var releasedAt: Atomic<UInt64> { get }
+    /// Whether a new property of its key may take it up after its last property went away (and
+    /// reread its key): no error, and it never loaded, or it is bound to a store.
     var canBeTakenUp: Bool { get }
 }
 
@@ -31,11 +34,12 @@ protocol RegisteredCell: AnyObject, Sendable {
 /// and frees it, many at a time under one hold of the lock: releasing a table of 100k entries
 /// (a server's shutdown, a cache dropped) costs the releasing thread a decrement and an append
 /// per entry, not the registry's and the change router's bookkeeping. The queue lets each cell
-/// linger about ``lingering`` (at most ``mostLingering`` of them; beyond, the oldest go at once) first, still registered and
-/// still following their key, so that a property made again for the key meanwhile takes the
-/// cell up, loaded and current: a property or map entry made per request costs a lookup, not a
-/// load. A cell that failed, holds an unsaved write or does not follow its store is never taken
-/// up: a new property gets a new cell, loaded from the store, as before.
+/// linger about ``lingering`` first (at most ``mostLingering`` of them; beyond, the oldest go at
+/// once), still registered and following its key, so that a property made again for the key
+/// meanwhile takes the cell up and rereads the key: a property or map entry made per request
+/// costs a lookup and a read, not a new cell, a resolution and a subscription. A cell that
+/// failed (an error of any kind) or holds memory only is never taken up: a new property gets a
+/// new cell, loaded from the store, as before.
 ///
 /// Two properties bound to one key with *different* value types have a cell each (a cell holds
 /// a typed value). They are siblings: after one of them stores a value, the others reload it
@@ -90,33 +94,43 @@ package enum CellRegistry {
         }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
         let key = Key(group: group, type: ObjectIdentifier(Value.self))
-        let (cell, replaced) = groups.withLock { groups -> (StoredCell<Value>, (any RegisteredCell)?) in
+        let (cell, replaced, takenUp) = groups.withLock { groups -> (StoredCell<Value>, (any RegisteredCell)?, Bool) in
             if let index = groups.index(forKey: group) {
                 if let member = groups.values[index].firstIndex(where: { $0.type == key.type }) {
                     // The entry of this type is always a `StoredCell<Value>`. Raised under the
                     // lock: a cell at zero users is unregistered only under it, so a cell found
                     // here is not being let go.
                     let cell = unsafeDowncast(groups.values[index][member].cell, to: StoredCell<Value>.self)
-                    if cell.users.load(ordering: .acquiring) > 0 || cell.canBeTakenUp {
+                    if cell.users.load(ordering: .acquiring) > 0 {
                         cell.users.add(1, ordering: .acquiringAndReleasing)
-                        return (cell, nil)
+                        return (cell, nil, false)
                     }
-                    // Unused, and not to be taken up: let go of it now, and make a new one.
+                    if cell.canBeTakenUp {
+                        cell.users.add(1, ordering: .acquiringAndReleasing)
+                        return (cell, nil, true)
+                    }
+                    // Unused, and not to be taken up: let go of it, and make a new one.
                     let made = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
                     groups.values[index][member] = Entry(type: key.type, cell: made)
-                    return (made, cell)
+                    markSiblings(groups.values[index])
+                    return (made, cell, false)
                 }
                 let cell = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
                 groups.values[index].append(Entry(type: key.type, cell: cell))
                 markSiblings(groups.values[index])
-                return (cell, nil)
+                return (cell, nil, false)
             }
             let cell = StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: key)
             groups[group] = [Entry(type: key.type, cell: cell)]
-            return (cell, nil)
+            return (cell, nil, false)
         }
-        // Stops following outside changes, with no lock held.
-        replaced?.detach()
+        // Stops following outside changes on the release queue, as any cell let go (the last
+        // unsubscribe of a store waits for its watcher thread).
+        if let replaced { releaseQueue.async { replaced.detach() } }
+        // A cell taken up rereads its key, as a new one would load it: a write its store did not
+        // report (made through the strategy itself, or not delivered yet) is seen. A remote
+        // store rereads in the background; a write here not yet stored is kept.
+        if takenUp { cell.reloadAfterTakeUp() }
         return cell
     }
 
@@ -125,12 +139,13 @@ package enum CellRegistry {
     /// How many unused cells may wait at once: beyond, the oldest are let go without waiting.
     static let mostLingering = 4096
 
-    /// Cells whose last property went away, oldest first, with when that happened (uptime ns).
+    /// Cells whose last property went away (each once, however often it was taken up and let
+    /// go since), for the release queue.
     private static let unused = Locked<Unused>(Unused())
     private static let releaseQueue = DispatchQueue(label: "coffer.cells.release", qos: .utility)
 
     private struct Unused: Sendable {
-        var cells: [(cell: any RegisteredCell, since: UInt64)] = []
+        var cells: [any RegisteredCell] = []
         /// A pass is scheduled for when the oldest cell has lingered long enough.
         var timedPass = false
         /// A pass is scheduled at once, for the cells beyond ``mostLingering``.
@@ -142,9 +157,11 @@ package enum CellRegistry {
     /// One property using `cell` went away; the cell is let go (in the background) with the last.
     static func release(_ cell: any RegisteredCell) {
         guard cell.users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = max(1, DispatchTime.now().uptimeNanoseconds)
         let (timed, urgent) = unused.withLock { unused -> (DispatchTime?, Bool) in
-            unused.cells.append((cell, now))
+            // `releasedAt` is read and written under this lock only; 0 means "not in the list".
+            if cell.releasedAt.load(ordering: .relaxed) == 0 { unused.cells.append(cell) }
+            cell.releasedAt.store(now, ordering: .relaxed)
             var timed: DispatchTime?
             var urgent = false
             if unused.cells.count > mostLingering, !unused.urgentPass {
@@ -161,58 +178,66 @@ package enum CellRegistry {
         if let timed { releaseQueue.asyncAfter(deadline: timed) { letGoOfUnusedCells(.timed) } }
     }
 
-    /// Unregisters the cells that lingered long enough (those beyond ``mostLingering``, or all of
-    /// them for ``settle()``), stops their following and frees them: a cell taken up again
-    /// meanwhile stays, one handed over twice is let go once.
+    /// Unregisters the unused cells that lingered long enough (and the oldest beyond
+    /// ``mostLingering``, or all of them for ``settle()``), stops their following and frees them.
+    /// A cell taken up meanwhile leaves the list (it comes back when let go again), and is kept.
     private static func letGoOfUnusedCells(_ pass: Pass) {
-        var first = true
-        while true {
-            let now = DispatchTime.now().uptimeNanoseconds
-            let (cells, next) = unused.withLock { unused -> ([any RegisteredCell], DispatchTime?) in
-                if first {
-                    if pass == .timed { unused.timedPass = false }
-                    if pass == .urgent { unused.urgentPass = false }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (cells, next) = unused.withLock { unused -> ([any RegisteredCell], DispatchTime?) in
+            if pass == .timed { unused.timedPass = false }
+            if pass == .urgent { unused.urgentPass = false }
+            var due: [any RegisteredCell] = []
+            var waiting: [any RegisteredCell] = []
+            var earliest = UInt64.max
+            // The list is in the order cells first went unused: the oldest go first when too many wait.
+            var excess = unused.cells.count - mostLingering
+            for cell in unused.cells {
+                if cell.users.load(ordering: .acquiring) > 0 {
+                    cell.releasedAt.store(0, ordering: .relaxed)  // taken up: out of the list
+                    excess -= 1
+                    continue
                 }
-                let due: Int
-                if pass == .all {
-                    due = unused.cells.count
+                let since = cell.releasedAt.load(ordering: .relaxed)
+                if pass == .all || since + lingering <= now || excess > 0 {
+                    cell.releasedAt.store(0, ordering: .relaxed)
+                    due.append(cell)
+                    excess -= 1
                 } else {
-                    let old = unused.cells.prefix { $0.since + lingering <= now }.count
-                    due = max(old, unused.cells.count - mostLingering)
+                    waiting.append(cell)
+                    earliest = min(earliest, since + lingering)
                 }
-                let taken = unused.cells.prefix(due).map(\.cell)
-                unused.cells.removeFirst(due)
-                guard taken.isEmpty, let oldest = unused.cells.first, !unused.timedPass else { return (taken, nil) }
-                unused.timedPass = true
-                return (taken, DispatchTime(uptimeNanoseconds: oldest.since + lingering))
             }
-            first = false
-            if let next { releaseQueue.asyncAfter(deadline: next) { letGoOfUnusedCells(.timed) } }
-            guard !cells.isEmpty else { return }
-            // A bounded hold of the lock at a time: a property being made waits for one slice.
-            var start = 0
-            while start < cells.count {
-                let slice = cells[start..<min(start + 512, cells.count)]
-                start = slice.endIndex
-                let dropped = groups.withLock { groups -> [any RegisteredCell] in
-                    var dropped: [any RegisteredCell] = []
-                    for cell in slice where cell.users.load(ordering: .acquiring) == 0 {
-                        guard let key = cell.registryKey, let index = groups.index(forKey: key.group),
-                            let member = groups.values[index].firstIndex(where: { $0.cell === cell })
-                        else { continue }  // let go already
-                        if groups.values[index].count == 1 {
-                            groups.remove(at: index)
-                        } else {
-                            groups.values[index].remove(at: member)
-                            markSiblings(groups.values[index])
-                        }
-                        dropped.append(cell)
+            unused.cells = waiting
+            guard !waiting.isEmpty, !unused.timedPass else { return (due, nil) }
+            unused.timedPass = true
+            return (due, DispatchTime(uptimeNanoseconds: earliest))
+        }
+        if let next { releaseQueue.asyncAfter(deadline: next) { letGoOfUnusedCells(.timed) } }
+        // A bounded hold of the registry's lock at a time: a property being made waits for one slice.
+        var start = 0
+        while start < cells.count {
+            let slice = cells[start..<min(start + 512, cells.count)]
+            start = slice.endIndex
+            let dropped = groups.withLock { groups -> [any RegisteredCell] in
+                var dropped: [any RegisteredCell] = []
+                // Taken up since it was chosen (the count is raised under this lock), or let go
+                // already (chosen twice): skipped.
+                for cell in slice where cell.users.load(ordering: .acquiring) == 0 {
+                    guard let key = cell.registryKey, let index = groups.index(forKey: key.group),
+                        let member = groups.values[index].firstIndex(where: { $0.cell === cell })
+                    else { continue }
+                    if groups.values[index].count == 1 {
+                        groups.remove(at: index)
+                    } else {
+                        groups.values[index].remove(at: member)
+                        markSiblings(groups.values[index])
                     }
-                    return dropped
+                    dropped.append(cell)
                 }
-                // Unsubscribed, then freed (a deinit ends its streams) here, with no lock held.
-                for cell in dropped { cell.detach() }
+                return dropped
             }
+            // Unsubscribed, then freed (a deinit ends its streams) here, with no lock held.
+            for cell in dropped { cell.detach() }
         }
     }
 

@@ -42,11 +42,20 @@ extension StoredCell: RegisteredCell, OutsideChangeReceiver {
 
     var canBeTakenUp: Bool {
         state.withLock { s in
-            guard s.loaded else { return !s.isLoading && s.firstLoad == nil }
+            guard s.error == nil, s.loadError == nil, s.saveError == nil, !s.detached else { return false }
+            guard s.loaded else { return s.firstLoad == nil }
+            // Memory only: a new property starts from its initial value, as before. A write not
+            // yet stored (a batch's, a remote one on its way) is the newest value: kept.
             guard case .store = s.resolution else { return false }
-            return s.error == nil && s.subscription != nil && !s.detached && s.version == s.persistedVersion
-                && !s.writerActive && !s.isLoading
+            return true
         }
+    }
+
+    /// A new property took this cell up after its last property went away: reread the key, as a
+    /// new cell would have loaded it (a cell never loaded loads on its first read, as ever).
+    func reloadAfterTakeUp() {
+        guard state.withLock({ $0.loaded }) else { return }
+        reloadAfterSiblingChange()
     }
 
     /// The last property using this cell went away: stop following outside changes.

@@ -129,6 +129,8 @@ final class StoredCell<Value: Sendable>: Sendable {
     let hasSiblings = Atomic<Bool>(false)
     /// How many properties use this cell (``CellRegistry``).
     let users = Atomic<Int>(1)
+    /// When it went unused, while it waits to be let go (``CellRegistry``); 0 otherwise.
+    let releasedAt = Atomic<UInt64>(0)
     /// As ``valueKeyPath``, for ``error``.
     nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell, CofferError?>
     let isEqual: (@Sendable (Value, Value) -> Bool)?

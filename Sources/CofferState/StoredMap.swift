@@ -109,7 +109,11 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     /// only while its entry is held, as before.
     private func holdStore(through entry: Stored<Value>) {
         guard !holdsStore.load(ordering: .relaxed) else { return }
-        guard let binding = entry.cell.resolvedBinding else { return }  // memory, or not resolved yet
+        guard let binding = entry.cell.resolvedBinding else {
+            // Memory: nothing to observe, ever. Not resolved yet: the next use tries again.
+            if entry.cell.isResolved { holdsStore.store(true, ordering: .relaxed) }
+            return
+        }
         let token = ChangeRouter.subscribe(listener: holder, to: binding.strategy)
         let unused = storeHold.withLock { held -> ChangeRouter.Unsubscribe? in
             guard held == nil else { return token }

@@ -36,8 +36,9 @@ protocol RegisteredCell: AnyObject, Sendable {
 /// per entry, not the registry's and the change router's bookkeeping. The queue lets each cell
 /// linger about ``lingering`` first (at most ``mostLingering`` of them; beyond, the oldest go at
 /// once), still registered and following its key, so that a property made again for the key
-/// meanwhile takes the cell up and rereads the key: a property or map entry made per request
-/// costs a lookup and a read, not a new cell, a resolution and a subscription. A cell that
+/// meanwhile takes the cell up: a property or map entry made per request costs a lookup, not a
+/// new cell, a load, a resolution and a subscription (a cell whose store it cannot follow
+/// rereads its key when taken up). A cell that
 /// failed (an error of any kind) or holds memory only is never taken up: a new property gets a
 /// new cell, loaded from the store, as before.
 ///
@@ -127,9 +128,8 @@ package enum CellRegistry {
         // Stops following outside changes on the release queue, as any cell let go (the last
         // unsubscribe of a store waits for its watcher thread).
         if let replaced { releaseQueue.async { replaced.detach() } }
-        // A cell taken up rereads its key, as a new one would load it: a write its store did not
-        // report (made through the strategy itself, or not delivered yet) is seen. A remote
-        // store rereads in the background; a write here not yet stored is kept.
+        // A cell taken up that does not follow its store rereads its key, as a new one would load
+        // it (a remote store in the background; a write here not yet stored is kept).
         if takenUp { cell.reloadAfterTakeUp() }
         return cell
     }

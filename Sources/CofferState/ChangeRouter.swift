@@ -167,6 +167,12 @@ package enum ChangeRouter {
         for listener in listeners { listener.storeDidChange(change) }
     }
 
+    /// Whether the store `token` subscribed to is being observed now (its observation started and
+    /// not failed): a cell holding the token hears of changes made elsewhere.
+    static func isObserving(_ token: Unsubscribe) -> Bool {
+        subscriptions.withLock { _ in token.subscription.isCurrent && token.subscription.observation != nil }
+    }
+
     /// How many observations of `strategy`'s store the router holds (0 or 1), and how many cells
     /// follow it: a test checks that properties of one store share one observation.
     package static func observation(of strategy: any PersistenceStrategy) -> (observations: Int, cells: Int) {

@@ -51,10 +51,15 @@ extension StoredCell: RegisteredCell, OutsideChangeReceiver {
         }
     }
 
-    /// A new property took this cell up after its last property went away: reread the key, as a
-    /// new cell would have loaded it (a cell never loaded loads on its first read, as ever).
+    /// A new property took this cell up after its last property went away. A cell that follows
+    /// its store is as current as a property that stayed alive: changes made elsewhere reach it
+    /// through the store's observation. One that does not follow (the store cannot tell, or its
+    /// watch failed) rereads the key, as a new cell would have loaded it. A cell never loaded
+    /// loads on its first read, as ever.
     func reloadAfterTakeUp() {
-        guard state.withLock({ $0.loaded }) else { return }
+        let following = state.withLock { s -> ChangeRouter.Unsubscribe?? in s.loaded ? .some(s.subscription) : nil }
+        guard case .some(let subscription) = following else { return }  // never loaded
+        if let subscription, ChangeRouter.isObserving(subscription) { return }
         reloadAfterSiblingChange()
     }
 

@@ -85,4 +85,34 @@ struct FollowingLargeSuiteTests {
         #expect(try follower.get(Int.self, for: "k-7") == -7)
         #expect(try follower.get(Int.self, for: "k-8") == 8)
     }
+
+    /// The other side of the count above: what does make a follower read the suite again is the
+    /// file being replaced (another instance compacting it); it then rereads it whole and is
+    /// told that any key may have changed.
+    @Test("another instance compacting the 20,000-key suite: the observer reads the new file whole and is told 'anything'")
+    func followerRereadsAfterCompactionElsewhere() throws {
+        let dir = try Scratch()
+        let count = 20_000
+        let writer = try KeyValueFileStrategy(directory: dir.url, suite: "large")
+        for start in stride(from: 0, to: count, by: 5_000) {
+            try writer.saveBatch(
+                try (start..<(start + 5_000)).map { ("k-\($0)", try ValueCodec.encode($0, as: writer.valueEncoding)) })
+        }
+        let files = ReadCountingFileSystem()
+        let follower = try KeyValueFileStrategy(directory: dir.url, suite: "large", fileSystem: files)
+        let told = Mutex<[StoreChange]>([])
+        let arrived = DispatchSemaphore(value: 0)
+        let observation = try follower.observeChanges { change in
+            told.withLock { $0.append(change) }
+            arrived.signal()
+        }
+        defer { observation.cancel() }
+        let before = files.bytesRead
+        try writer.compact()
+        #expect(arrived.wait(timeout: .now() + 20) == .success, "the follower was not told of the compaction")
+        let reread = files.bytesRead - before
+        #expect(told.withLock { $0 }.first == StoreChange(keys: nil))
+        #expect(reread >= Int(writer.statistics.fileBytes), "the follower read \(reread) bytes of the new file")
+        #expect(try follower.get(Int.self, for: "k-7") == 7)
+    }
 }

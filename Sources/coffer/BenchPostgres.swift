@@ -23,6 +23,14 @@
 //   postgres.partition.stall  64 property writes and 64 `load`s from tasks against a server that
 //                             accepts and never answers: how late an unrelated task's 5 ms sleep
 //                             wakes (max and median over 3 s)
+//   postgres.open.100k        a new store instance on a suite of 100,000 keys: a `@Stored` of one
+//                             key loaded and its store followed (the feed's first catch-up done)
+//   postgres.follow.latency.100k  another instance's acknowledged write of one key of that suite
+//                             → this instance's `@Stored` of that key told (as change.latency)
+//   postgres.catchup.100k     a follower of that suite that missed 100 changes (100 commits of
+//                             other keys it was not notified of) and is then notified of one more:
+//                             from that write's acknowledgement to its observer told all 101 keys
+//   (each with the rows the follower's catch-ups read: what changed, never the 100,000)
 //
 // Medians of the samples, in one run against one server, so the ratio write / raw upsert is
 // like for like. `make bench-postgres` starts a throwaway server for it.
@@ -99,35 +107,11 @@ struct BenchPostgresCommand: ParsableCommand {
         let property = Stored(wrappedValue: 0, backed: .postgres(reader, key: "t"))
         _ = try property.load()
         Thread.sleep(forTimeInterval: 0.5)  // the LISTEN connection is up
-        var latencies: [Double] = []
-        var fromStart: [Double] = []
-        for _ in 0..<min(samples, 300) {
-            let seen = Locked<UInt64>(0)
-            let signal = DispatchSemaphore(value: 0)
-            _ = withObservationTracking { property.wrappedValue } onChange: {
-                seen.withLock { $0 = monotonicNanoseconds() }
-                signal.signal()
-            }
-            let start = monotonicNanoseconds()
-            try writer.set(Int(start), for: "t")
-            let acknowledged = monotonicNanoseconds()
-            if signal.wait(timeout: .now() + 2) == .timedOut {
-                latencies.append(2e9)  // counted as 2 s: never dropped from the figures
-                fromStart.append(2e9)
-                continue
-            }
-            let callback = seen.withLock { $0 }
-            // The notification can beat the COMMIT's answer to the writer: then it counts as 0.
-            latencies.append(callback > acknowledged ? Double(callback - acknowledged) : 0)
-            fromStart.append(Double(callback &- start))
-            usleep(1000)
-        }
-        latencies.sort()
-        fromStart.sort()
-        figures.append(
-            ("postgres.change.latency", (latencies[latencies.count / 2], latencies[latencies.count * 99 / 100])))
-        figures.append(
-            ("postgres.change.fromwrite", (fromStart[fromStart.count / 2], fromStart[fromStart.count * 99 / 100])))
+        let (latency, fromStart) = try changeLatency(writer, key: "t", to: property)
+        figures.append(("postgres.change.latency", latency))
+        figures.append(("postgres.change.fromwrite", fromStart))
+        let (large, reads) = try largeSuiteFigures(configuration, suite: suite + "-large")
+        figures += large
 
         figures.append(("postgres.setter", try setterFigure(configuration, suite: suite)))
         let rates = try throughput(configuration, encoded: encoded, prefix: suite)
@@ -139,7 +123,7 @@ struct BenchPostgresCommand: ParsableCommand {
         writeOut("server: \(configuration)\n")
         for (name, figure) in figures {
             writeOut(
-                name.padding(toLength: 26, withPad: " ", startingAt: 0)
+                name.padding(toLength: max(26, name.count + 1), withPad: " ", startingAt: 0)
                     + String(format: "median %9.1f µs   p99 %9.1f µs\n", figure.median / 1000, figure.p99 / 1000))
         }
         writeOut(String(format: "write / raw upsert: %.2f×\n", write[2] / raw[2]))
@@ -156,6 +140,12 @@ struct BenchPostgresCommand: ParsableCommand {
         writeOut(
             "postgres.partition.stall".padding(toLength: 26, withPad: " ", startingAt: 0)
                 + String(format: "median %9.1f µs   max %9.1f µs late\n", stall.median * 1e6, stall.max * 1e6))
+        for (name, read) in reads {
+            writeOut(
+                name.padding(toLength: 30, withPad: " ", startingAt: 0)
+                    + String(format: "%9.1f rows per catch-up (%d rows, %d catch-ups)\n",
+                        Double(read.rows) / Double(max(read.catchUps, 1)), read.rows, read.catchUps))
+        }
         #else
         throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
         #endif
@@ -164,6 +154,135 @@ struct BenchPostgresCommand: ParsableCommand {
 
 #if Postgres
 extension BenchPostgresCommand {
+    /// From an acknowledged `writer.set` of `key` to `property`'s Observation callback (median
+    /// and p99 of up to 300), and the same from just before the write starts.
+    func changeLatency(_ writer: PostgresKeyValueStrategy, key: String, to property: Stored<Int>) throws
+        -> (latency: (median: Double, p99: Double), fromStart: (median: Double, p99: Double))
+    {
+        var latencies: [Double] = []
+        var fromStart: [Double] = []
+        for _ in 0..<min(samples, 300) {
+            let seen = Locked<UInt64>(0)
+            let signal = DispatchSemaphore(value: 0)
+            _ = withObservationTracking { property.wrappedValue } onChange: {
+                seen.withLock { $0 = monotonicNanoseconds() }
+                signal.signal()
+            }
+            let start = monotonicNanoseconds()
+            try writer.set(Int(start), for: key)
+            let acknowledged = monotonicNanoseconds()
+            if signal.wait(timeout: .now() + 2) == .timedOut {
+                latencies.append(2e9)  // counted as 2 s: never dropped from the figures
+                fromStart.append(2e9)
+                continue
+            }
+            let callback = seen.withLock { $0 }
+            // The notification can beat the COMMIT's answer to the writer: then it counts as 0.
+            latencies.append(callback > acknowledged ? Double(callback - acknowledged) : 0)
+            fromStart.append(Double(callback &- start))
+            usleep(1000)
+        }
+        latencies.sort()
+        fromStart.sort()
+        return (
+            (latencies[latencies.count / 2], latencies[latencies.count * 99 / 100]),
+            (fromStart[fromStart.count / 2], fromStart[fromStart.count * 99 / 100])
+        )
+    }
+
+    /// A suite of 100,000 keys (written by one SQL statement): opening it, following one key of
+    /// it, and catching up after 100 missed changes; with the rows the followers' catch-ups read.
+    func largeSuiteFigures(_ configuration: PostgresConfiguration, suite: String) throws
+        -> (figures: [(String, (median: Double, p99: Double))], reads: [(String, (catchUps: Int, rows: Int))])
+    {
+        let size = 100_000
+        let writer = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+        let zero = try ValueCodec.encode(0, as: writer.valueEncoding)
+        let raw = try RawUpsert(configuration: configuration, value: zero)
+        defer { raw.close() }
+        try raw.fill(suite: suite, count: size)
+        func percentiles(_ times: [Double]) -> (median: Double, p99: Double) {
+            let sorted = times.sorted()
+            return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+        }
+        var figures: [(String, (median: Double, p99: Double))] = []
+
+        // Open: a new instance (the process's pool already connected), one key's `@Stored`
+        // loaded, and the store followed (its feed LISTENing and caught up once).
+        var opens: [Double] = []
+        for round in 0..<20 {
+            let store = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+            let following = DispatchSemaphore(value: 0)
+            let start = monotonicNanoseconds()
+            let observation = try store.observeChanges { change in if change.keys == nil { following.signal() } }
+            let property = Stored(wrappedValue: -1, backed: .postgres(store, key: "k\(round * 4999)"))
+            let value = try property.load()
+            let followed = following.wait(timeout: .now() + 5) == .success
+            let elapsed = Double(monotonicNanoseconds() - start)
+            observation.cancel()
+            guard value == 0, followed else {
+                throw CLIError(.failure, "opening the 100k-key suite: value \(value), following \(followed)")
+            }
+            opens.append(elapsed)
+        }
+        figures.append(("postgres.open.100k", percentiles(opens)))
+
+        // Following one key of the suite: another instance's write → this instance's property.
+        let reader = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+        let property = Stored(wrappedValue: -1, backed: .postgres(reader, key: "k50000"))
+        _ = try property.load()
+        Thread.sleep(forTimeInterval: 0.5)  // the LISTEN connection is up
+        let followStart = reader.catchUpReads
+        let (latency, _) = try changeLatency(writer, key: "k50000", to: property)
+        let followReads = reader.catchUpReads
+        figures.append(("postgres.follow.latency.100k", latency))
+
+        // Catching up 100 missed changes: 100 commits of other keys (Coffer's statement, no
+        // notification), then one notified write; timed from its acknowledgement to the
+        // follower's observer told of all 101 keys. A round whose missed commits a periodic
+        // catch-up (every 5 s) found before the notification is not counted, and run again.
+        let follower = PostgresKeyValueStrategy(configuration: configuration, suite: suite)
+        let told = Locked<(keys: Int, at: UInt64)>((0, 0))
+        let marker = DispatchSemaphore(value: 0)
+        let first = DispatchSemaphore(value: 0)
+        let observation = try follower.observeChanges { change in
+            guard let keys = change.keys else {
+                first.signal()
+                return
+            }
+            guard keys.contains("marker") else { return }
+            told.withLock { $0 = (keys.count, monotonicNanoseconds()) }
+            marker.signal()
+        }
+        defer { observation.cancel() }
+        guard first.wait(timeout: .now() + 5) == .success else {
+            throw CLIError(.failure, "the follower of the 100k-key suite did not start following within 5 s")
+        }
+        let missed = 100
+        var catchUps: [Double] = []
+        let catchUpStart = follower.catchUpReads
+        var round = 0
+        while catchUps.count < min(samples, 50) && round < 200 {
+            round += 1
+            for change in 0..<missed { try raw.write(suite: suite, key: "k\((round * missed + change) * 7 % size)") }
+            try writer.set(round, for: "marker")
+            let acknowledged = monotonicNanoseconds()
+            guard marker.wait(timeout: .now() + 2) == .success else {
+                throw CLIError(.failure, "the follower of the 100k-key suite missed a notified write for 2 s")
+            }
+            let (keys, at) = told.withLock { $0 }
+            if keys == missed + 1 { catchUps.append(at > acknowledged ? Double(at - acknowledged) : 0) }
+        }
+        guard !catchUps.isEmpty else { throw CLIError(.failure, "no catch-up of 100 missed changes was measured") }
+        let catchUpEnd = follower.catchUpReads
+        figures.append(("postgres.catchup.100k", percentiles(catchUps)))
+        let reads = [
+            ("postgres.follow.latency.100k", (followReads.catchUps - followStart.catchUps, followReads.rows - followStart.rows)),
+            ("postgres.catchup.100k", (catchUpEnd.catchUps - catchUpStart.catchUps, catchUpEnd.rows - catchUpStart.rows)),
+        ]
+        return (figures, reads)
+    }
+
     /// The setter's own cost from async code: the median of `samples` setters with distinct
     /// values (each hands the value to the background writer), then one flush.
     func setterFigure(_ configuration: PostgresConfiguration, suite: String) throws -> (median: Double, p99: Double) {
@@ -373,6 +492,34 @@ final class RawUpsert: @unchecked Sendable {
             RETURNING t.writer::text
             """, binds)
         try run("SELECT pg_notify('coffer_bench_raw', '')")
+    }
+
+    /// Writes `count` keys `k0`… into `suite` with one statement, each row as Coffer writes it.
+    func fill(suite: String, count: Int) throws {
+        var binds = PostgresBindings()
+        binds.append(suite)
+        try binds.append(value)
+        binds.append(count - 1)
+        try run(
+            """
+            INSERT INTO \(schema).coffer_kv AS t (suite, key, value, version, writer) \
+            SELECT $1, convert_to('k' || i, 'UTF8'), $2, 0, pg_current_xact_id() FROM generate_series(0, $3) AS i \
+            ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer
+            """, binds)
+        try run("ANALYZE \(schema).coffer_kv")
+    }
+
+    /// Coffer's write of `key` in `suite` (one transaction), with no notification.
+    func write(suite: String, key: String) throws {
+        var binds = PostgresBindings()
+        binds.append(suite)
+        try binds.append(Data(key.utf8))
+        try binds.append(value)
+        try run(
+            """
+            INSERT INTO \(schema).coffer_kv AS t (suite, key, value, version, writer) VALUES ($1, $2, $3, 0, pg_current_xact_id()) \
+            ON CONFLICT (suite, key) DO UPDATE SET value = excluded.value, writer = excluded.writer
+            """, binds)
     }
 
     /// Deletes the rows of every suite this run made (their names start with `suitePrefix`) and

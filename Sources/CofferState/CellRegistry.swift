@@ -17,8 +17,8 @@ protocol RegisteredCell: AnyObject, Sendable {
     var users: Atomic<Int> { get }
     /// Where it is registered.
     var registryKey: CellRegistry.Key? { get }
-    /// When its last property went away (uptime ns), while it waits to be let go; 0 otherwise.
-    /// Read and written under the registry's list of unused cells' lock only.
+    /// When its last property went away (uptime ns), while it is listed to be let go; 0 when it
+    /// is not listed (``CellRegistry/release(_:)`` lists it, the release queue unlists it).
     var releasedAt: Atomic<UInt64> { get }
     /// Whether a new property of its key may take it up after its last property went away (and
     /// reread its key): no error, and it never loaded, or it is bound to a store.
@@ -139,14 +139,16 @@ package enum CellRegistry {
     /// How many unused cells may wait at once: beyond, the oldest are let go without waiting.
     static let mostLingering = 4096
 
-    /// Cells whose last property went away (each once, however often it was taken up and let
-    /// go since), for the release queue.
-    private static let unused = Locked<Unused>(Unused())
+    /// Cells whose last property went away since the release queue last looked (each once: a
+    /// cell is listed while its `releasedAt` is not 0).
+    private static let incoming = Locked<Incoming>(Incoming())
     private static let releaseQueue = DispatchQueue(label: "coffer.cells.release", qos: .utility)
+    /// The listed cells the release queue keeps for later; touched on that queue only.
+    nonisolated(unsafe) private static var waiting: [any RegisteredCell] = []
 
-    private struct Unused: Sendable {
+    private struct Incoming: Sendable {
         var cells: [any RegisteredCell] = []
-        /// A pass is scheduled for when the oldest cell has lingered long enough.
+        /// A pass is scheduled for when the oldest listed cell has lingered long enough.
         var timedPass = false
         /// A pass is scheduled at once, for the cells beyond ``mostLingering``.
         var urgentPass = false
@@ -155,21 +157,25 @@ package enum CellRegistry {
     private enum Pass { case timed, urgent, all }
 
     /// One property using `cell` went away; the cell is let go (in the background) with the last.
+    ///
+    /// The releasing thread stamps the cell and, when it is not listed yet, appends it (a short
+    /// hold of a lock the release queue takes only to swap the list out): releasing a table of
+    /// 100k entries never waits for the queue's work.
     static func release(_ cell: any RegisteredCell) {
         guard cell.users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
         let now = max(1, DispatchTime.now().uptimeNanoseconds)
-        let (timed, urgent) = unused.withLock { unused -> (DispatchTime?, Bool) in
-            // `releasedAt` is read and written under this lock only; 0 means "not in the list".
-            if cell.releasedAt.load(ordering: .relaxed) == 0 { unused.cells.append(cell) }
-            cell.releasedAt.store(now, ordering: .relaxed)
+        // Listed already (taken up and let go again): the new time is all it needs.
+        guard cell.releasedAt.exchange(now, ordering: .acquiringAndReleasing) == 0 else { return }
+        let (timed, urgent) = incoming.withLock { incoming -> (DispatchTime?, Bool) in
+            incoming.cells.append(cell)
             var timed: DispatchTime?
             var urgent = false
-            if unused.cells.count > mostLingering, !unused.urgentPass {
-                unused.urgentPass = true
+            if incoming.cells.count > mostLingering, !incoming.urgentPass {
+                incoming.urgentPass = true
                 urgent = true
             }
-            if !unused.timedPass {
-                unused.timedPass = true
+            if !incoming.timedPass {
+                incoming.timedPass = true
                 timed = DispatchTime(uptimeNanoseconds: now + lingering)
             }
             return (timed, urgent)
@@ -178,67 +184,78 @@ package enum CellRegistry {
         if let timed { releaseQueue.asyncAfter(deadline: timed) { letGoOfUnusedCells(.timed) } }
     }
 
-    /// Unregisters the unused cells that lingered long enough (and the oldest beyond
-    /// ``mostLingering``, or all of them for ``settle()``), stops their following and frees them.
-    /// A cell taken up meanwhile leaves the list (it comes back when let go again), and is kept.
+    /// On the release queue: lets go of the listed cells that lingered long enough (and of the
+    /// oldest beyond ``mostLingering``, or of all for ``settle()``); drops from the list those
+    /// taken up meanwhile, and keeps the rest for a later pass.
+    ///
+    /// A cell leaves the list only by a compare-and-swap of its `releasedAt` to 0 from the time
+    /// the pass read: if its last property went away again meanwhile (a newer time), it stays.
     private static func letGoOfUnusedCells(_ pass: Pass) {
+        dispatchPrecondition(condition: .onQueue(releaseQueue))
+        let arrived = incoming.withLock { incoming -> [any RegisteredCell] in
+            if pass == .timed { incoming.timedPass = false }
+            if pass == .urgent { incoming.urgentPass = false }
+            defer { incoming.cells = [] }
+            return incoming.cells
+        }
+        waiting.append(contentsOf: arrived)
         let now = DispatchTime.now().uptimeNanoseconds
-        let (cells, next) = unused.withLock { unused -> ([any RegisteredCell], DispatchTime?) in
-            if pass == .timed { unused.timedPass = false }
-            if pass == .urgent { unused.urgentPass = false }
-            var due: [any RegisteredCell] = []
-            var waiting: [any RegisteredCell] = []
-            var earliest = UInt64.max
-            // The list is in the order cells first went unused: the oldest go first when too many wait.
-            var excess = unused.cells.count - mostLingering
-            for cell in unused.cells {
-                if cell.users.load(ordering: .acquiring) > 0 {
-                    cell.releasedAt.store(0, ordering: .relaxed)  // taken up: out of the list
-                    excess -= 1
-                    continue
-                }
-                let since = cell.releasedAt.load(ordering: .relaxed)
-                if pass == .all || since + lingering <= now || excess > 0 {
-                    cell.releasedAt.store(0, ordering: .relaxed)
-                    due.append(cell)
-                    excess -= 1
-                } else {
-                    waiting.append(cell)
-                    earliest = min(earliest, since + lingering)
-                }
+        var kept: [any RegisteredCell] = []
+        var due: [any RegisteredCell] = []
+        var earliest = UInt64.max
+        // The list is in the order cells first went unused: the oldest go first when too many wait.
+        var excess = waiting.count - mostLingering
+        for cell in waiting {
+            let since = cell.releasedAt.load(ordering: .acquiring)
+            let takenUp = cell.users.load(ordering: .acquiring) > 0
+            if takenUp || pass == .all || since + lingering <= now || excess > 0,
+                cell.releasedAt.compareExchange(expected: since, desired: 0, ordering: .acquiringAndReleasing).exchanged
+            {
+                excess -= 1
+                if !takenUp { due.append(cell) }
+                continue
             }
-            unused.cells = waiting
-            guard !waiting.isEmpty, !unused.timedPass else { return (due, nil) }
-            unused.timedPass = true
-            return (due, DispatchTime(uptimeNanoseconds: earliest))
+            kept.append(cell)
+            earliest = min(earliest, cell.releasedAt.load(ordering: .relaxed) + lingering)
+        }
+        waiting = kept
+        // A slice at a time: a property being made waits for one slice's removals at most.
+        var start = 0
+        while start < due.count {
+            let end = min(start + 512, due.count)
+            letGo(due[start..<end])
+            start = end
+        }
+        guard !kept.isEmpty else { return }
+        let next = incoming.withLock { incoming -> DispatchTime? in
+            guard !incoming.timedPass else { return nil }
+            incoming.timedPass = true
+            return DispatchTime(uptimeNanoseconds: max(earliest, now + 1_000_000))
         }
         if let next { releaseQueue.asyncAfter(deadline: next) { letGoOfUnusedCells(.timed) } }
-        // A bounded hold of the registry's lock at a time: a property being made waits for one slice.
-        var start = 0
-        while start < cells.count {
-            let slice = cells[start..<min(start + 512, cells.count)]
-            start = slice.endIndex
-            let dropped = groups.withLock { groups -> [any RegisteredCell] in
-                var dropped: [any RegisteredCell] = []
-                // Taken up since it was chosen (the count is raised under this lock), or let go
-                // already (chosen twice): skipped.
-                for cell in slice where cell.users.load(ordering: .acquiring) == 0 {
-                    guard let key = cell.registryKey, let index = groups.index(forKey: key.group),
-                        let member = groups.values[index].firstIndex(where: { $0.cell === cell })
-                    else { continue }
-                    if groups.values[index].count == 1 {
-                        groups.remove(at: index)
-                    } else {
-                        groups.values[index].remove(at: member)
-                        markSiblings(groups.values[index])
-                    }
-                    dropped.append(cell)
+    }
+
+    /// Unregisters `cells`, then unsubscribes them (and they are freed), with no lock held for
+    /// the last step. A cell taken up since it was chosen (the count is raised under the
+    /// registry's lock), or let go already, is skipped.
+    private static func letGo(_ cells: ArraySlice<any RegisteredCell>) {
+        let dropped = groups.withLock { groups -> [any RegisteredCell] in
+            var dropped: [any RegisteredCell] = []
+            for cell in cells where cell.users.load(ordering: .acquiring) == 0 {
+                guard let key = cell.registryKey, let index = groups.index(forKey: key.group),
+                    let member = groups.values[index].firstIndex(where: { $0.cell === cell })
+                else { continue }
+                if groups.values[index].count == 1 {
+                    groups.remove(at: index)
+                } else {
+                    groups.values[index].remove(at: member)
+                    markSiblings(groups.values[index])
                 }
-                return dropped
+                dropped.append(cell)
             }
-            // Unsubscribed, then freed (a deinit ends its streams) here, with no lock held.
-            for cell in dropped { cell.detach() }
+            return dropped
         }
+        for cell in dropped { cell.detach() }
     }
 
     /// Waits until the cells whose last property went away before the call are let go (tests,

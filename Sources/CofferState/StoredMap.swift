@@ -158,6 +158,8 @@ public final class StoredMap<Value: Codable & Sendable>: Sendable {
     public func entry(_ key: String) -> Stored<Value> {
         if keepsRecent > 0, let kept = recent.withLock({ $0.byKey[key] }) { return kept }
         let made = Stored(wrappedValue: defaultValue, backed: store.backing(key: key), in: context)
+        // A cell already in use (or taken up) has resolved the store: the map holds it from now.
+        holdStore(through: made)
         guard keepsRecent > 0 else { return made }
         let (entry, evicted) = recent.withLock { $0.insert(made, for: key, capacity: keepsRecent) }
         // The entry let go (if nobody else holds it) is released here, with no lock held.

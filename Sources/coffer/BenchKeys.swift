@@ -7,6 +7,9 @@
 //   keys.create.100k    the same with 100,000 entries alive: the two are equal when creating
 //                       an entry costs nothing that grows with the live entries
 //   keys.read.100k      a read of a live entry among 100,000 (the `stored.read` of a large table)
+//   peer.observable.read.100k  the same loop over 100,000 objects of Swift's own `@Observable`
+//                       class with an `Int?` property: the floor of a read from a large table
+//                       of objects, paid in cache misses (`peer.observable.read` reads one)
 //   keys.transient      an entry for a stored key made, read and dropped (a handler that makes
 //                       its property per request), with no other entry of that key alive
 //   keys.release.100k   releasing 100,000 live entries, all at once (one op per run)
@@ -20,12 +23,13 @@
 
 import Coffer
 import Foundation
+import Observation
 
 extension BenchSuite {
     static let keyNames =
         (curveSizes.map { sizes in
             ["create", "read", "release"].flatMap { op in sizes.map { "keys.\(op).\($0.label)" } }
-        } ?? ["keys.create.1k", "keys.create.100k", "keys.read.100k"])
+        } ?? ["keys.create.1k", "keys.create.100k", "keys.read.100k"]) + ["peer.observable.read.100k"]
         + ["keys.transient"] + (curveSizes == nil ? ["keys.release.100k"] : []) + largeKeyNames
 
     /// The sizes of the curves when `COFFER_BENCH_KEYS_CURVE` is set (to anything but `0` or
@@ -39,7 +43,8 @@ extension BenchSuite {
     func keysScaling(_ selected: [String]) throws -> [BenchResult] {
         let large = try keysLarge(selected.filter { Self.largeKeyNames.contains($0) })
         if Self.curveSizes != nil {
-            return try keysCurves(selected) + keysFixed(selected.filter { $0 == "keys.transient" }) + large
+            return try keysCurves(selected)
+                + keysFixed(selected.filter { $0 == "keys.transient" || $0 == "peer.observable.read.100k" }) + large
         }
         return try keysFixed(selected) + large
     }
@@ -62,6 +67,21 @@ extension BenchSuite {
         if selected.contains("keys.create.1k") { specs.append(creating("keys.create.1k", alive: 1000)) }
         if selected.contains("keys.create.100k") { specs.append(creating("keys.create.100k", alive: large)) }
         if selected.contains("keys.read.100k") { specs.append(reading(liveEntries("read", large), name: "keys.read.100k")) }
+        if selected.contains("peer.observable.read.100k") {
+            let table = (0..<large).map { i in
+                let box = ObservableOptionalBox()
+                box.value = i
+                return box
+            }
+            var index = 0
+            specs.append(
+                BenchSpec(name: "peer.observable.read.100k") { n in
+                    sumOfReads(n) {
+                        index = index == table.count - 1 ? 0 : index + 1
+                        return table[index].value ?? 0
+                    }
+                })
+        }
         if selected.contains("keys.transient") {
             for i in 0..<1000 { try store.set(i, for: "transient-\(i)") }
             var index = 0
@@ -156,4 +176,10 @@ extension BenchSuite {
             }
         }
     }
+}
+
+/// Swift's own observable model with an optional value, as `keys.read.100k` reads an `Int?`.
+@Observable
+final class ObservableOptionalBox {
+    var value: Int?
 }

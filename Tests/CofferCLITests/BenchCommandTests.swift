@@ -16,7 +16,7 @@ struct BenchCommandTests {
         "vault.rotate.10k",
         "kdf.interactive", "kdf.moderate", "keyvalue.change.latency", "vault.change.latency", "watch.idle.1000keys",
         "cli.run.overhead", "peer.env.true",
-        "keys.create.1k", "keys.create.100k", "keys.read.100k", "keys.transient", "keys.release.100k",
+        "keys.create.1k", "keys.create.100k", "keys.read.100k", "peer.observable.read.100k", "keys.transient", "keys.release.100k",
         "keys.open.1M", "keys.compact.1M", "keys.change.latency.1M", "keys.change.cpu.1M",
     ]
 

@@ -156,7 +156,7 @@ public final class Stored<Value: Sendable>: Sendable {
     }
 
     deinit {
-        if cell.registryKey != nil { CellRegistry.release(cell) } else { cell.detach() }
+        if cell.isRegistered { CellRegistry.release(cell) } else { cell.detach() }
     }
 
     /// The value: from memory after the first read.

@@ -88,6 +88,14 @@ final class StoredCell<Value: Sendable>: Sendable {
     // and a plain `KeyPath` (no existential) keeps the read path free of retains. Both are made
     // once per value type (``CellTypeTraits``), not per cell.
     @usableFromInline nonisolated(unsafe) let valueKeyPath: KeyPath<StoredCell, Value>
+    // What a property's release reads and writes, next (the line after the read path's): a
+    // table of 100k entries released at once reads them from memory.
+    /// How many properties use this cell (``CellRegistry``).
+    let users = Atomic<Int>(1)
+    /// When it went unused, while it waits to be let go (``CellRegistry``); 0 otherwise.
+    let releasedAt = Atomic<UInt64>(0)
+    /// Whether the cell is in the registry (``registryKey`` is set): read without copying the key.
+    let isRegistered: Bool
 
     /// Where the value persists (the backing of the property that created the cell).
     let backing: Backing
@@ -127,10 +135,6 @@ final class StoredCell<Value: Sendable>: Sendable {
     let updateTurn = AsyncTurn()
     /// Whether cells of another value type share this key (set by ``CellRegistry``).
     let hasSiblings = Atomic<Bool>(false)
-    /// How many properties use this cell (``CellRegistry``).
-    let users = Atomic<Int>(1)
-    /// When it went unused, while it waits to be let go (``CellRegistry``); 0 otherwise.
-    let releasedAt = Atomic<UInt64>(0)
     /// As ``valueKeyPath``, for ``error``.
     nonisolated(unsafe) let errorKeyPath: KeyPath<StoredCell, CofferError?>
     let isEqual: (@Sendable (Value, Value) -> Bool)?
@@ -147,6 +151,7 @@ final class StoredCell<Value: Sendable>: Sendable {
         self.initialValue = initialValue
         self.context = context
         self.registryKey = registryKey
+        self.isRegistered = registryKey != nil
         self.state = Locked(State(value: initialValue))
         let traits = CellTypeTraits<Value>.shared
         self.valueKeyPath = traits.valueKeyPath

@@ -85,7 +85,11 @@ public final class Stored<Value: Sendable>: Sendable {
     /// from memory, not from cache).
     @usableFromInline let cell: StoredCell<Value>
     /// Where the value persists.
-    public let backing: Backing
+    ///
+    /// Every property bound to the same key shares one cell, which holds the backing: a
+    /// property keeps no copy of its own (releasing a table of 100k entries then touches no
+    /// per-key backing object per entry).
+    public var backing: Backing { cell.backing }
     /// The value before anything was stored, and after the stored copy is removed.
     ///
     /// Properties bound to one key share one value: while nothing is stored, it is the initial
@@ -111,7 +115,6 @@ public final class Stored<Value: Sendable>: Sendable {
 
     /// A property whose backing resolves in `context` (a ``StoredGroup``'s, made lazily).
     init(wrappedValue: Value, backed backing: Backing, in context: CofferContext) where Value: Codable {
-        self.backing = backing
         self.initialValue = wrappedValue
         self.context = context
         self.cell = CellRegistry.cell(initialValue: wrappedValue, backing: backing, context: context)
@@ -130,7 +133,6 @@ public final class Stored<Value: Sendable>: Sendable {
     /// It observes, computes, batches and streams like any other `@Stored`. To persist it
     /// later, make `Value` `Codable` and add `backed:`.
     public init(wrappedValue: Value) {
-        self.backing = .memory
         self.initialValue = wrappedValue
         self.context = CofferContext.inEffect
         self.cell = StoredCell(initialValue: wrappedValue, backing: .memory, context: context, registryKey: nil)

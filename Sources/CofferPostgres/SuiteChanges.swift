@@ -3,8 +3,8 @@
 // after many commits.
 #if Postgres
 import CofferCore
-import Foundation
-import Logging
+package import Foundation
+package import Logging
 import PostgresNIO
 
 /// The change observation of one key-value suite, ordered by the server's transaction ids.
@@ -24,36 +24,67 @@ import PostgresNIO
 /// instance's own writes is not reported.
 ///
 /// What the server says is checked against what this instance knew:
-/// - the snapshot's `xmin` below the previous one, or its `xmax` (the next transaction id) not
-///   above a writer this instance has seen: the server's transaction counter went back (a backup
-///   restored, a lagging replica promoted). Every observer rereads everything, and it is logged
+/// - the snapshot's `xmin` below the previous one, its `xmax` below any seen before, or its `xmax`
+///   not above a writer this instance has seen: the server's transaction counter went back (a
+///   backup restored, a lagging replica promoted). Every observer rereads everything, and it is logged
 ///   once as a warning;
 /// - a row whose writer is not below the snapshot's `xmax` cannot have been committed by this
 ///   server (a forged row, or rows restored from another cluster): it is not reported as a change
 ///   and never moves the horizon, so it cannot stop anyone following; logged once;
 /// - a key that is not UTF-8: skipped and logged once, never an error that stops catching up.
-final class SuiteTracker: Sendable {
+package final class SuiteTracker: Sendable {
     /// A row as a catch-up reads it.
-    struct Row: Sendable {
-        var key: Data
-        var writer: UInt64
+    package struct Row: Sendable {
+        package var key: Data
+        package var writer: UInt64
+
+        package init(key: Data, writer: UInt64) {
+            self.key = key
+            self.writer = writer
+        }
     }
 
     /// What one catch-up statement returns: the snapshot and the rows written since.
-    struct Reading: Sendable {
-        var xmin: UInt64
-        var xmax: UInt64
+    package struct Reading: Sendable {
+        package var xmin: UInt64
+        package var xmax: UInt64
         /// The transactions running when the snapshot was taken (between `xmin` and `xmax`).
-        var running: [UInt64] = []
-        var rows: [Row]
+        package var running: [UInt64] = []
+        package var rows: [Row]
+
+        package init(xmin: UInt64, xmax: UInt64, running: [UInt64] = [], rows: [Row]) {
+            self.xmin = xmin
+            self.xmax = xmax
+            self.running = running
+            self.rows = rows
+        }
     }
 
     /// What the next catch-up reads: rows whose writer is at least `xmax` or one of `running`
     /// (the previous snapshot's; what it could not see). `xmin` checks the counter did not go back.
-    struct Since: Sendable {
-        var xmin: UInt64
-        var xmax: UInt64
-        var running: [UInt64]
+    package struct Since: Sendable, Equatable {
+        package var xmin: UInt64
+        package var xmax: UInt64
+        package var running: [UInt64]
+
+        package init(xmin: UInt64, xmax: UInt64, running: [UInt64]) {
+            self.xmin = xmin
+            self.xmax = xmax
+            self.running = running
+        }
+
+        /// What the next catch-up starts from after a snapshot `reading` took. A snapshot names
+        /// every transaction still running only when it is complete: on a primary its `xmin` (the
+        /// oldest running) is one of them, or nothing runs (`xmin == xmax`). A hot standby's
+        /// (`pg_current_snapshot()` in recovery) lists none, and a transaction running on the
+        /// primary would never be read once it commits: from such a snapshot the next catch-up
+        /// reads every writer from `xmin` on, as one that cannot trust the list must.
+        init(after reading: Reading) {
+            let complete = reading.xmin == reading.xmax || reading.running.contains(reading.xmin)
+            self.xmin = reading.xmin
+            self.xmax = complete ? reading.xmax : reading.xmin
+            self.running = complete ? reading.running : []
+        }
     }
 
     private struct Stamp: Hashable {
@@ -67,6 +98,8 @@ final class SuiteTracker: Sendable {
         /// The newest transaction id known to have committed here (read in a row, or this
         /// instance's own write).
         var newest: UInt64 = 0
+        /// The largest `xmax` a snapshot showed: on one server it never decreases.
+        var xmaxSeen: UInt64 = 0
         /// Rows the next catch-up may read that were already reported, or written by this instance.
         var known: Set<Stamp> = []
         /// What has been logged already (each kind once per observation).
@@ -81,7 +114,7 @@ final class SuiteTracker: Sendable {
     private let suite: String
     private let logger: Logger
 
-    init(suite: String, logger: Logger) {
+    package init(suite: String, logger: Logger) {
         self.suite = suite
         self.logger = logger
     }
@@ -109,7 +142,7 @@ final class SuiteTracker: Sendable {
     /// What a catch-up starts from: the previous snapshot (`nil` when only the snapshot is
     /// needed: the first catch-up), and the newest transaction known to have committed before
     /// the catch-up's statement is sent (every one of them is below its snapshot's `xmax`).
-    func start() -> (horizon: Since?, newest: UInt64) {
+    package func start() -> (horizon: Since?, newest: UInt64) {
         state.withLock { ($0.horizon, $0.newest) }
     }
 
@@ -134,23 +167,27 @@ final class SuiteTracker: Sendable {
     /// Applies one catch-up's reading and tells the observers. `newestBefore` is ``start()``'s:
     /// a write of this instance that committed while the statement ran may be newer than the
     /// snapshot, so the counter check compares against what was known before it.
-    func apply(_ reading: Reading, newestBefore: UInt64) {
+    package func apply(_ reading: Reading, newestBefore: UInt64) {
         enum Verdict {
             case everything(rolledBack: Bool)
             case keys(Set<String>, impossible: Int, undecodable: Int)
         }
         let verdict = state.withLock { t -> Verdict in
-            let snapshot = Since(xmin: reading.xmin, xmax: reading.xmax, running: reading.running)
+            let snapshot = Since(after: reading)
             guard let horizon = t.horizon else {
                 t.horizon = snapshot
+                t.xmaxSeen = reading.xmax
                 t.newest = max(t.newest, reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0)
                 return .everything(rolledBack: false)
             }
             t.catchUps += 1
             t.rowsRead += reading.rows.count
-            if reading.xmin < horizon.xmin || reading.xmax <= newestBefore {
+            // `xmax` (one past the newest completed transaction) never goes back on one server,
+            // even while a transaction left open holds `xmin` where it was.
+            if reading.xmin < horizon.xmin || reading.xmax < t.xmaxSeen || reading.xmax <= newestBefore {
                 // The counter went back: start over from what the server says now.
                 t.horizon = snapshot
+                t.xmaxSeen = reading.xmax
                 t.known = []
                 t.newest = reading.rows.map(\.writer).filter { $0 < reading.xmax }.max() ?? 0
                 return .everything(rolledBack: true)
@@ -172,11 +209,12 @@ final class SuiteTracker: Sendable {
                 keys.insert(key)
             }
             t.horizon = snapshot
+            t.xmaxSeen = max(t.xmaxSeen, reading.xmax)
             // What the next catch-up can still return: only writes this snapshot could not see
             // (a row it saw is read again only once a newer write changes its writer). So the
             // set holds this instance's writes not yet seen, however long `xmin` is held back.
-            let unseen = Set(reading.running)
-            t.known = t.known.filter { $0.writer >= reading.xmax || unseen.contains($0.writer) }
+            let unseen = Set(snapshot.running)
+            t.known = t.known.filter { $0.writer >= snapshot.xmax || unseen.contains($0.writer) }
             return .keys(keys, impossible: impossible, undecodable: undecodable)
         }
         // The observers hear of the changes first; what was skipped is said after, and not on

@@ -91,32 +91,35 @@ extension BenchSuite {
             let writer = try BenchChild(["bench-change-writer", kind, directory.path])
             defer { writer.finish() }
             guard writer.readLine() == "ready" else { throw CLIError(.failure, "bench: the writer process failed") }
-            var latencies: [Double] = []
-            for _ in 0..<samples {
-                let seen = Locked<UInt64>(0)
-                let signal = DispatchSemaphore(value: 0)
-                _ = withObservationTracking { property.wrappedValue } onChange: {
-                    seen.withLock { $0 = monotonicNanoseconds() }
-                    signal.signal()
-                }
-                writer.say("w")
-                guard writer.readLine() == "ok" else { throw CLIError(.failure, "bench: the writer process failed") }
-                if signal.wait(timeout: .now() + 2) == .timedOut {
-                    latencies.append(2e9)  // counted as 2 s: never dropped from the figures
-                    continue
-                }
-                let written = UInt64(property.wrappedValue)
-                latencies.append(Double(seen.withLock { $0 } &- written))
-                usleep(1000)  // one change at a time, not a burst
-            }
-            latencies.sort()
-            results.append(
-                BenchResult(
-                    name: name, nsPerOp: latencies[latencies.count / 2], minNs: latencies[0], maxNs: latencies.last!,
-                    runs: latencies.count, p99Ns: latencies[min(latencies.count - 1, latencies.count * 99 / 100)]))
+            let latencies = try Self.changeLatencies(from: writer, samples: samples) { UInt64(property.wrappedValue) }
+            results.append(BenchResult(name: name, latencies: latencies))
         }
         if selected.contains("watch.idle.1000keys") { results.append(try idleCost()) }
         return results
+    }
+
+    /// `samples` changes, one at a time: the writer process writes its monotonic clock as the
+    /// value, and `read` (an observed property's value) is read once Observation says it changed.
+    /// Returns the latencies, sorted; a change not seen within 2 s counts as 2 s (never dropped).
+    static func changeLatencies(from writer: BenchChild, samples: Int, read: () -> UInt64) throws -> [Double] {
+        var latencies: [Double] = []
+        for _ in 0..<samples {
+            let seen = Locked<UInt64>(0)
+            let signal = DispatchSemaphore(value: 0)
+            _ = withObservationTracking { read() } onChange: {
+                seen.withLock { $0 = monotonicNanoseconds() }
+                signal.signal()
+            }
+            writer.say("w")
+            guard writer.readLine() == "ok" else { throw CLIError(.failure, "bench: the writer process failed") }
+            if signal.wait(timeout: .now() + 2) == .timedOut {
+                latencies.append(2e9)
+                continue
+            }
+            latencies.append(Double(seen.withLock { $0 } &- read()))
+            usleep(1000)  // one change at a time, not a burst
+        }
+        return latencies.sorted()
     }
 
     /// 1,000 loaded properties on 10 suites, watched; the CPU this process uses per second of

@@ -24,6 +24,15 @@ struct BenchResult: Sendable {
     var opsPerSec: Double { nsPerOp > 0 ? 1e9 / nsPerOp : 0 }
 }
 
+extension BenchResult {
+    /// A latency benchmark's result from its samples, sorted: median, extremes and 99th percentile.
+    init(name: String, latencies: [Double]) {
+        self.init(
+            name: name, nsPerOp: latencies[latencies.count / 2], minNs: latencies[0], maxNs: latencies[latencies.count - 1],
+            runs: latencies.count, p99Ns: latencies[min(latencies.count - 1, latencies.count * 99 / 100)])
+    }
+}
+
 /// One benchmark to run: untimed `prepare` before each run, then `body(n)` timed for `n` ops.
 struct BenchSpec {
     var name: String

@@ -99,33 +99,12 @@ extension BenchSuite {
         let writer = try BenchChild(["bench-change-writer", "keys", directory.path])
         defer { writer.finish() }
         guard writer.readLine() == "ready" else { throw CLIError(.failure, "bench: the writer process failed") }
-        var latencies: [Double] = []
         let cpuBefore = Self.cpuNanoseconds()
-        for _ in 0..<samples {
-            let seen = Locked<UInt64>(0)
-            let signal = DispatchSemaphore(value: 0)
-            _ = withObservationTracking { entry.wrappedValue } onChange: {
-                seen.withLock { $0 = monotonicNanoseconds() }
-                signal.signal()
-            }
-            writer.say("w")
-            guard writer.readLine() == "ok" else { throw CLIError(.failure, "bench: the writer process failed") }
-            if signal.wait(timeout: .now() + 2) == .timedOut {
-                latencies.append(2e9)  // counted as 2 s: never dropped from the figures
-                continue
-            }
-            let written = UInt64(entry.wrappedValue ?? 0)
-            latencies.append(Double(seen.withLock { $0 } &- written))
-            usleep(1000)  // one change at a time, not a burst
-        }
+        let latencies = try Self.changeLatencies(from: writer, samples: samples) { UInt64(entry.wrappedValue ?? 0) }
         let cpuPerChange = Double(Self.cpuNanoseconds() - cpuBefore) / Double(samples)
         withExtendedLifetime(entry) {}
-        latencies.sort()
         return [
-            BenchResult(
-                name: "keys.change.latency.1M", nsPerOp: latencies[latencies.count / 2], minNs: latencies[0],
-                maxNs: latencies.last!, runs: latencies.count,
-                p99Ns: latencies[min(latencies.count - 1, latencies.count * 99 / 100)]),
+            BenchResult(name: "keys.change.latency.1M", latencies: latencies),
             // One figure over the whole run (CPU time is counted in ticks, too coarse per change).
             BenchResult(
                 name: "keys.change.cpu.1M", nsPerOp: max(cpuPerChange, 1), minNs: max(cpuPerChange, 1),

@@ -46,6 +46,7 @@ test: deps postgres-deps test-tools
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
 		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2
 	./scripts/check-imports.py
+	./scripts/check-doc-references.py
 	$(SWIFT) build --build-tests $(STRICT) $(TRAITS) $(IMPORT_CHECK)
 	$(SWIFT) test --skip-build $(TRAITS) $(TEST_FLAGS)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a target imports a module of this package that it does not declare.
 
-The rule (docs/ARCHITECTURE.md, "Who may import what"): a target's sources import only the
+The rule (docs/ARCHITECTURE.md, "Who may import what, and how CI checks it"): a target's sources import only the
 targets it lists in its own `dependencies:` in Package.swift, never one it merely reaches
 through another (`coffer` importing CofferCrypto because Coffer depends on it).
 

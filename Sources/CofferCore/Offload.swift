@@ -116,7 +116,7 @@ package enum Offload {
     /// few threads that are already running, the next job is taken without waking a thread,
     /// where the growing pool woke one of its many threads for each. Those hand-offs were most
     /// of the cost of a PostgreSQL write from async code (BENCHMARKS.md, "Fleet writes from
-    /// async code"). The global concurrent executor would do as well, but a caller that blocks
+    /// async code, third round"). The global concurrent executor would do as well, but a caller that blocks
     /// cooperative threads (a sleep, a process wait) would then stall these tasks while they hold
     /// pooled connections that other callers wait for.
     @discardableResult

@@ -39,7 +39,7 @@ package import Foundation
     /// again that its path still names the file it has open. Coffer's own compactions are seen
     /// at once whatever this is (the page says so); this bounds how long a store file replaced
     /// or removed by hand — not through Coffer — goes unnoticed. Each check is a `stat`, which
-    /// also makes the next durable write's flush slower (see docs/FORMAT.md, "Control page").
+    /// also makes the next durable write's flush slower (docs/FORMAT.md §1, "Writing": the control page).
     package var identityCheckInterval: Duration = .seconds(1)
 
     package init(

@@ -5,7 +5,7 @@ public import CofferVault
 import Foundation
 import PostgresNIO
 
-/// Key slots and rotation of a vault kept in PostgreSQL (docs/SECURITY.md, "Rotation").
+/// Key slots and rotation of a vault kept in PostgreSQL (SECURITY.md, "Rotation and revocation").
 ///
 /// The header (its key slots) is the `header` column of the vault's row in `coffer_vaults`.
 /// A slot change rewrites it with the same keys. A rotation rewrites it with a new master key

@@ -28,7 +28,7 @@ extension Vault {
     /// Rotates the vault's master key: a new random key, every item re-sealed under it, every
     /// key slot that stays re-wrapped for it, and the slots named removed — all in one atomic
     /// rewrite of the file (as a compaction: the old vault or the new one is on disk at every
-    /// moment, and a crash or a power loss never leaves a mix; docs/SECURITY.md, "Rotation").
+    /// moment, and a crash or a power loss never leaves a mix; SECURITY.md, "Rotation and revocation").
     ///
     /// This is revocation: a removed slot's secret opens nothing written after the rotation,
     /// even by someone who kept the old master key. (It still opens an old copy of the file, and

@@ -8,7 +8,7 @@ import CofferVault
 import Foundation
 import Testing
 
-/// Key slots and rotation of a PostgreSQL vault while the fleet runs (docs/SECURITY.md, "Rotation").
+/// Key slots and rotation of a PostgreSQL vault while the fleet runs (SECURITY.md, "Rotation and revocation").
 @Suite("PostgreSQL vault: key slots and rotation")
 struct VaultRotationTests {
     @Test("Rotation while instances run: the kept ones follow (properties too), the revoked one gets .wrongKey and keeps its values")

@@ -5,7 +5,7 @@ import CofferJournal
 import Foundation
 import Testing
 
-/// Rotating a vault's master key (docs/SECURITY.md, "Rotation"): revocation of removed slots,
+/// Rotating a vault's master key (SECURITY.md, "Rotation and revocation"): revocation of removed slots,
 /// the other instances following by themselves, refusals before anything changes.
 @Suite("Vault: rotating the master key")
 struct RotationTests {

@@ -5,7 +5,7 @@ import CofferJournal
 import Foundation
 import Testing
 
-/// Header version 3: slot labels and more slots (docs/FORMAT.md §2, "Version 3").
+/// Header version 3: slot labels and more slots (docs/FORMAT.md §2, "Vault header").
 @Suite("Vault: slot labels and more slots (header version 3)")
 struct SlotLabelTests {
     @Test("Labels name slots, are kept by rotation and passphrase changes, and open in the independent reader")

@@ -3,7 +3,7 @@
 import CofferCore
 import CofferCrypto
 
-/// What opened the key slot of an unlocked vault (docs/SECURITY.md, "Rotation").
+/// What opened the key slot of an unlocked vault (SECURITY.md, "Rotation and revocation").
 ///
 /// A rotation keeps every remaining slot's kind, parameters and salt, and wraps the new master
 /// key under the same key-encryption key (``KeySlotCrypto/rewrap(_:master:kek:vaultID:)``), or

@@ -26,7 +26,7 @@ struct VaultKeys: Sendable {
     }
 
     /// The MAC a stored header copy carries: keyed BLAKE2b-256 over the copy's bytes
-    /// `[0, 1072)` exactly as stored (docs/FORMAT.md, "Header MAC"), never a re-encoding.
+    /// `[0, 1072)` exactly as stored (docs/FORMAT.md §2, "Subkeys"), never a re-encoding.
     func headerMAC(stored copy: ArraySlice<UInt8>) throws -> [UInt8] {
         try crypto {
             try BLAKE2b.hash(VaultHeader.storedAuthenticatedBytes(of: copy), key: self.header, outputLength: 32)

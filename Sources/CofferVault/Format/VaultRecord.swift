@@ -18,7 +18,7 @@ public struct VaultItem: Sendable, Hashable, Codable, CustomStringConvertible {
     public var description: String { "VaultItem(service: \(service), account: \(account), label: \(label))" }
 }
 
-/// A record's plaintext (docs/FORMAT.md, "Vault records"). Pure: bytes in, bytes out.
+/// A record's plaintext (docs/FORMAT.md §2, "Record body"). Pure: bytes in, bytes out.
 package enum VaultRecordBody: Equatable {
     case put(VaultItem, secret: [UInt8])
     case delete(service: String, account: String)

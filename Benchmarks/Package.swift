@@ -1,5 +1,5 @@
 // swift-tools-version: 6.1
-// Coffer's benchmark suite (issue 6): a nested package so that the library's own package never
+// Coffer's benchmark suite: a nested package so that the library's own package never
 // depends on ordo-one/benchmark, SQLite or LMDB. Run it from the repository root with
 // `make bench`; `make bench-check` fails when a benchmark regresses past Thresholds/.
 import PackageDescription

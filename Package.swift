@@ -127,7 +127,7 @@ let package = Package(
         ),
         .target(
             name: "Coffer",
-            dependencies: ["CofferCore", "CofferRuntime", "CofferStorage", "CofferVault", "CofferState"],
+            dependencies: ["CofferCore", "CofferRuntime", "CofferCrypto", "CofferStorage", "CofferVault", "CofferState"],
             swiftSettings: strictSettings
         ),
         .executableTarget(

@@ -5,7 +5,14 @@
 // an app calls, so re-exporting it shows users that type and nothing else. (A typealias was not
 // enough: a client built with the MemberImportVisibility feature could not call its members
 // without importing CofferRuntime itself.)
+//
+// CofferCrypto likewise: its public API is only what the vault's signatures name (SecureBytes,
+// SecureMemory, Argon2idParameters, the age keys X25519Recipient and X25519Identity, CryptoError);
+// the primitives (the AEAD, X25519, BLAKE2b, Argon2id, the KDF, randomness, zeroing) are `package`.
+// Tests/CofferSnippetTests compiles every Swift block of the README and the DocC articles
+// against this import alone.
 @_exported public import CofferCore
+@_exported public import CofferCrypto
 @_exported public import CofferState
 @_exported public import CofferStorage
 @_exported public import CofferVault

@@ -179,7 +179,7 @@ public final class CofferConfigProvider: Sendable {
             // The watches still get the current value; they would wait for changes that never
             // come. Said once, never silently, and the next watch tries again.
             observation = nil
-            CofferWarnings.warn(
+            CofferWarning.warn(
                 CofferWarning(
                     .watchFailed,
                     "configuration watches of \(providerName) cannot follow changes made elsewhere: \(error)",

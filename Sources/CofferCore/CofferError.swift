@@ -114,7 +114,7 @@ public struct CofferError: Error, Sendable, CustomStringConvertible, CustomDebug
     }
 
     /// `ENOSPC (No space left on device)` for an errno value.
-    public static func errnoText(_ value: Int32) -> String {
+    package static func errnoText(_ value: Int32) -> String {
         let text = errnoDescription(value)
         return "errno \(value) (\(text))"
     }

@@ -397,7 +397,7 @@ extension CofferContext {
     /// user's real data folder, shared by every test — and how to give the test its own.
     private func noteStandardUseInTests() {
         guard Self.isRunningTests, AppName.state.withLock({ $0.standard === self }) else { return }
-        CofferWarnings.warn(
+        CofferWarning.warn(
             CofferWarning(
                 .standardContextInTests,
                 "a test opened a store in the default context, so it reads and writes the real data folder "

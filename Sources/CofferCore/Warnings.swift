@@ -3,7 +3,8 @@ import Synchronization
 /// Something Coffer tells the application without failing the call: a store in a directory
 /// other users can write to, a lock file that could not be created (read-only use).
 ///
-/// Holds a kind, a sentence and a path, never a stored value, a key or a passphrase.
+/// Holds a kind, a sentence and a path, never a stored value, a key or a passphrase. Each goes to
+/// the handler ``setHandler(_:)`` sets (by default, one line on standard error).
 public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
     /// What kind of warning this is. New kinds may be added.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
@@ -57,25 +58,28 @@ public struct CofferWarning: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// Where Coffer's warnings go. Each distinct warning (kind and path) is told once per process.
-///
-/// The default handler writes one line to standard error (`coffer: warning: …`); an application
-/// with a logger replaces it:
-///
-/// ```swift
-/// CofferWarnings.setHandler { warning in logger.warning("\(warning)") }
-/// ```
-public enum CofferWarnings {
+// Where warnings go: one handler per process, on the warning type itself. Each distinct warning
+// (kind and path) is told once per process.
+extension CofferWarning {
     private struct State {
-        var handler: (@Sendable (CofferWarning) -> Void)? = CofferWarnings.standardError
+        var handler: (@Sendable (CofferWarning) -> Void)? = CofferWarning.standardError
         var told: Set<CofferWarning> = []
     }
 
     private static let state = Locked(State())
 
-    /// Replaces the handler; `nil` silences warnings. The handler is called on the thread that
-    /// met the condition, without Coffer's locks held: log, count or set a flag, and do not call
-    /// back into Coffer from it.
+    /// Replaces the handler Coffer's warnings go to; `nil` silences them. Each distinct warning
+    /// (kind and path) is told once per process.
+    ///
+    /// The default handler writes one line to standard error (`coffer: warning: …`); an
+    /// application with a logger replaces it:
+    ///
+    /// ```swift
+    /// CofferWarning.setHandler { warning in logger.warning("\(warning)") }
+    /// ```
+    ///
+    /// The handler is called on the thread that met the condition, without Coffer's locks held:
+    /// log, count or set a flag, and do not call back into Coffer from it.
     public static func setHandler(_ handler: (@Sendable (CofferWarning) -> Void)?) {
         let previous = state.withLock { s in
             defer { s.handler = handler }
@@ -85,7 +89,7 @@ public enum CofferWarnings {
     }
 
     /// Tells `warning` to the handler unless the same warning was already told in this process.
-    public static func warn(_ warning: CofferWarning) {
+    @usableFromInline package static func warn(_ warning: CofferWarning) {
         let handler = state.withLock { s -> (@Sendable (CofferWarning) -> Void)? in
             guard s.told.insert(warning).inserted else { return nil }
             return s.handler

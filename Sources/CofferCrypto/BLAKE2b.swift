@@ -1,9 +1,9 @@
 internal import CSodium
 
 #if canImport(FoundationEssentials)
-    public import FoundationEssentials
+    package import FoundationEssentials
 #else
-    public import Foundation
+    package import Foundation
 #endif
 
 /// BLAKE2b hashing, plain or keyed (a MAC), with libsodium `crypto_generichash`.
@@ -15,22 +15,22 @@ internal import CSodium
 /// let digest = try BLAKE2b.hash(Array("abc".utf8))                 // 32 bytes
 /// let mac = try BLAKE2b.hash(record, key: macKey, outputLength: 16)
 /// ```
-public enum BLAKE2b {
+package enum BLAKE2b {
     /// Shortest output libsodium produces (16 bytes).
-    public static let minimumOutputLength = Int(crypto_generichash_bytes_min())
+    package static let minimumOutputLength = Int(crypto_generichash_bytes_min())
     /// Longest output (64 bytes).
-    public static let maximumOutputLength = Int(crypto_generichash_bytes_max())
+    package static let maximumOutputLength = Int(crypto_generichash_bytes_max())
     /// Default output length (32 bytes).
-    public static let defaultOutputLength = Int(crypto_generichash_bytes())
+    package static let defaultOutputLength = Int(crypto_generichash_bytes())
     /// Shortest key libsodium accepts (16 bytes).
-    public static let minimumKeyLength = Int(crypto_generichash_keybytes_min())
+    package static let minimumKeyLength = Int(crypto_generichash_keybytes_min())
     /// Longest key (64 bytes).
-    public static let maximumKeyLength = Int(crypto_generichash_keybytes_max())
+    package static let maximumKeyLength = Int(crypto_generichash_keybytes_max())
 
     /// Hashes `data`; returns `outputLength` bytes (16...64).
     ///
     /// - Throws: `.invalidLength` for an output length outside 16...64.
-    public static func hash<D: ContiguousBytes>(_ data: D, outputLength: Int = 32) throws -> [UInt8] {
+    package static func hash<D: ContiguousBytes>(_ data: D, outputLength: Int = 32) throws -> [UInt8] {
         try data.withUnsafeBytes { data in
             try hash(data, key: UnsafeRawBufferPointer(start: nil, count: 0), outputLength: outputLength)
         }
@@ -39,7 +39,7 @@ public enum BLAKE2b {
     /// Hashes `data` keyed with `key` (16...64 bytes), a MAC; returns `outputLength` bytes (16...64).
     ///
     /// - Throws: `.invalidLength` for a key or output length outside 16...64.
-    public static func hash<D: ContiguousBytes>(_ data: D, key: SecureBytes, outputLength: Int = 32) throws -> [UInt8] {
+    package static func hash<D: ContiguousBytes>(_ data: D, key: SecureBytes, outputLength: Int = 32) throws -> [UInt8] {
         try checkKeyLength(key.count)
         return try key.withUnsafeBytes { key in
             try data.withUnsafeBytes { data in
@@ -53,7 +53,7 @@ public enum BLAKE2b {
     ///
     /// `output` may not overlap `data`.
     /// - Throws: `.invalidLength` for a key or output length outside 16...64.
-    public static func hash(
+    package static func hash(
         _ data: UnsafeRawBufferPointer, key: SecureBytes, into output: UnsafeMutableRawBufferPointer
     ) throws {
         try Sodium.initialize()
@@ -113,15 +113,15 @@ public enum BLAKE2b {
     /// hasher.update(body)
     /// let digest = hasher.finalize()
     /// ```
-    public struct Hasher {
+    package struct Hasher {
         private var state: State
         /// The digest length in bytes this hasher produces.
-        public let outputLength: Int
+        package let outputLength: Int
 
         /// Starts a hash of `outputLength` bytes (16...64), keyed if `key` (16...64 bytes) is given.
         ///
         /// - Throws: `.invalidLength` for a key or output length outside 16...64.
-        public init(outputLength: Int = 32, key: SecureBytes? = nil) throws {
+        package init(outputLength: Int = 32, key: SecureBytes? = nil) throws {
             try Sodium.initialize()
             try BLAKE2b.checkOutputLength(outputLength)
             if let key {
@@ -144,7 +144,7 @@ public enum BLAKE2b {
         }
 
         /// Feeds `bytes` into the hash.
-        public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        package mutating func update(_ bytes: UnsafeRawBufferPointer) {
             if !isKnownUniquelyReferenced(&state) {
                 state = state.copy()
             }
@@ -153,12 +153,12 @@ public enum BLAKE2b {
         }
 
         /// Feeds any contiguous bytes (`[UInt8]`, `Data`, …) into the hash.
-        public mutating func update<D: ContiguousBytes>(_ data: D) {
+        package mutating func update<D: ContiguousBytes>(_ data: D) {
             data.withUnsafeBytes { update($0) }
         }
 
         /// Returns the digest of everything fed so far (``outputLength`` bytes); the hasher stays usable.
-        public mutating func finalize() -> [UInt8] {
+        package mutating func finalize() -> [UInt8] {
             // crypto_generichash_final fails only for an output length outside 16...64 (checked by
             // init) or a state that was already finalised; it always gets a fresh copy here.
             state.withTemporaryCopy { copy in

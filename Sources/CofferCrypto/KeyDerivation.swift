@@ -8,15 +8,15 @@ internal import CSodium
 /// ```swift
 /// let recordKey = try KeyDerivation.deriveSubkey(from: master, id: 1, context: "cofrrec1", length: 32)
 /// ```
-public enum KeyDerivation {
+package enum KeyDerivation {
     /// Context length in bytes (8, `crypto_kdf_CONTEXTBYTES`).
-    public static let contextLength = Int(crypto_kdf_contextbytes())
+    package static let contextLength = Int(crypto_kdf_contextbytes())
     /// Master key length in bytes (32, `crypto_kdf_KEYBYTES`).
-    public static let masterKeyLength = Int(crypto_kdf_keybytes())
+    package static let masterKeyLength = Int(crypto_kdf_keybytes())
     /// Shortest subkey (16 bytes, `crypto_kdf_BYTES_MIN`).
-    public static let minimumSubkeyLength = Int(crypto_kdf_bytes_min())
+    package static let minimumSubkeyLength = Int(crypto_kdf_bytes_min())
     /// Longest subkey (64 bytes, `crypto_kdf_BYTES_MAX`).
-    public static let maximumSubkeyLength = Int(crypto_kdf_bytes_max())
+    package static let maximumSubkeyLength = Int(crypto_kdf_bytes_max())
 
     /// Derives subkey number `id` for `context` from `masterKey`, into guarded memory.
     ///
@@ -27,7 +27,7 @@ public enum KeyDerivation {
     ///   - length: Subkey length, ``minimumSubkeyLength`` ... ``maximumSubkeyLength``.
     /// - Throws: `.invalidLength` for a wrong master key, context or subkey length;
     ///   `.invalidParameter` for a non-ASCII context.
-    public static func deriveSubkey(
+    package static func deriveSubkey(
         from masterKey: SecureBytes,
         id: UInt64,
         context: String,

@@ -1,9 +1,9 @@
 internal import CSodium
 
 #if canImport(FoundationEssentials)
-    public import FoundationEssentials
+    package import FoundationEssentials
 #else
-    public import Foundation
+    package import Foundation
 #endif
 #if canImport(Glibc)
     internal import Glibc
@@ -20,13 +20,13 @@ internal import CSodium
 /// let kek = try PasswordHash.deriveKey(
 ///     length: 32, passphrase: try SecureBytes(utf8: entered), salt: salt, parameters: .moderate)
 /// ```
-public enum PasswordHash {
+package enum PasswordHash {
     /// Salt length in bytes (16, `crypto_pwhash_SALTBYTES`).
-    public static let saltLength = Int(crypto_pwhash_argon2id_saltbytes())
+    package static let saltLength = Int(crypto_pwhash_argon2id_saltbytes())
     /// Shortest key ``deriveKey(length:passphrase:salt:parameters:)`` produces (16 bytes).
-    public static let minimumKeyLength = Int(crypto_pwhash_argon2id_bytes_min())
+    package static let minimumKeyLength = Int(crypto_pwhash_argon2id_bytes_min())
     /// Longest key it produces (2³²−1 bytes, `crypto_pwhash_BYTES_MAX` on 64-bit).
-    public static let maximumKeyLength = sizeLimit(crypto_pwhash_argon2id_bytes_max())
+    package static let maximumKeyLength = sizeLimit(crypto_pwhash_argon2id_bytes_max())
     private static let maximumPassphraseLength = sizeLimit(crypto_pwhash_argon2id_passwd_max())
     /// Size of libsodium's encoded-string buffer, terminating NUL included (128).
     private static let encodedBufferLength = Int(crypto_pwhash_argon2id_strbytes())
@@ -41,7 +41,7 @@ public enum PasswordHash {
     /// - Throws: `.invalidParameter` for parameters outside the accepted range (before any
     ///   allocation), `.invalidLength` for a wrong salt or key length, `.outOfMemory` if the
     ///   memory Argon2id needs cannot be allocated, `.failed` for any other libsodium failure.
-    public static func deriveKey(
+    package static func deriveKey(
         length: Int,
         passphrase: SecureBytes,
         salt: UnsafeRawBufferPointer,
@@ -88,7 +88,7 @@ public enum PasswordHash {
     /// Derives a key from a passphrase with Argon2id; `salt` as any contiguous bytes.
     ///
     /// - Throws: The same errors as the `UnsafeRawBufferPointer` overload.
-    public static func deriveKey<Salt: ContiguousBytes>(
+    package static func deriveKey<Salt: ContiguousBytes>(
         length: Int,
         passphrase: SecureBytes,
         salt: Salt,
@@ -110,7 +110,7 @@ public enum PasswordHash {
     /// - Throws: `.invalidParameter` if the string's `m` or `t` lie outside
     ///   ``Argon2idParameters/minimum`` ... ``Argon2idParameters/maximumAccepted``; `.outOfMemory`
     ///   if Argon2id's memory cannot be allocated.
-    public static func verify(encoded: String, passphrase: SecureBytes) throws -> Bool {
+    package static func verify(encoded: String, passphrase: SecureBytes) throws -> Bool {
         try Sodium.initialize()
         let encodedBytes = Array(encoded.utf8)
         guard encodedBytes.count < encodedBufferLength, !encodedBytes.contains(0),

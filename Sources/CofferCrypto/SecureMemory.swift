@@ -118,7 +118,7 @@ public enum SecureMemory {
     }
 
     /// Replaces the default handler, never one the application set. CofferCrypto cannot import
-    /// CofferCore, so the vault's module uses this to tell lock failures through `CofferWarnings`.
+    /// CofferCore, so the vault's module uses this to tell lock failures through `CofferWarning`.
     package static func replaceDefaultLockFailureHandler(_ handler: @escaping @Sendable (LockFailure) -> Void) {
         let previous = settings.withLock { s -> (@Sendable (LockFailure) -> Void)? in
             guard s.handlerIsDefault else { return nil }

@@ -1,11 +1,11 @@
 internal import CSodium
 
 /// Cryptographically secure random bytes from libsodium (`randombytes_buf`: `getrandom(2)` on Linux).
-public enum SecureRandom {
+package enum SecureRandom {
     /// Returns `count` random bytes; an empty array when `count <= 0`.
     ///
     /// For nonces and salts. Keys belong in guarded memory: use ``SecureBytes/random(count:)``.
-    public static func bytes(count: Int) -> [UInt8] {
+    package static func bytes(count: Int) -> [UInt8] {
         guard count > 0 else {
             return []
         }
@@ -17,13 +17,13 @@ public enum SecureRandom {
 
     /// A uniformly distributed integer in `0..<upperBound` (libsodium's `randombytes_uniform`,
     /// which rejects and redraws rather than reducing modulo: no bias). 0 when `upperBound < 2`.
-    public static func uniform(below upperBound: UInt32) -> UInt32 {
+    package static func uniform(below upperBound: UInt32) -> UInt32 {
         Sodium.initializeForNonThrowingAPI()
         return randombytes_uniform(upperBound)
     }
 
     /// Overwrites every byte of `buffer` with random bytes.
-    public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
+    package static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let start = buffer.baseAddress, buffer.count > 0 else {
             return
         }

@@ -4,7 +4,7 @@ internal import CSodium
 ///
 /// Every throwing CofferCrypto API calls ``initialize()`` first, so callers never have to; call it
 /// yourself only to fail early (for example at launch) if the library cannot work at all.
-public enum Sodium {
+package enum Sodium {
     /// The result of the single `sodium_init()` call: 0 (initialised now), 1 (already), -1 (failed).
     /// A `static let` is initialised exactly once, thread-safely, on first use.
     private static let initializationStatus: Int32 = sodium_init()
@@ -12,7 +12,7 @@ public enum Sodium {
     /// Initialises libsodium if that has not happened yet; cheap after the first call.
     ///
     /// - Throws: `CryptoError` with code `.initializationFailed` if `sodium_init()` failed.
-    public static func initialize() throws {
+    package static func initialize() throws {
         guard initializationStatus >= 0 else {
             throw CryptoError(code: .initializationFailed, message: "sodium_init() failed")
         }
@@ -27,7 +27,7 @@ public enum Sodium {
     }
 
     /// The version of the libsodium that is linked, for example `"1.0.18"`.
-    public static var versionString: String {
+    package static var versionString: String {
         String(cString: sodium_version_string())
     }
 }

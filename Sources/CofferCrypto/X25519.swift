@@ -12,18 +12,18 @@ internal import CSodium
 /// A secret key is any 32 bytes (X25519 clamps it itself). A shared secret of all zeros (the
 /// other side's public key is a point of small order) is refused, as age and libsodium refuse it:
 /// it would be the same for every secret key.
-public enum X25519 {
+package enum X25519 {
     /// The length of secret keys, public keys and shared secrets: 32 bytes.
-    public static let keyLength = 32
+    package static let keyLength = 32
 
     /// A new random secret key, in guarded memory.
-    public static func newSecretKey() throws -> SecureBytes {
+    package static func newSecretKey() throws -> SecureBytes {
         try SecureBytes.random(count: keyLength)
     }
 
     /// The public key of `secretKey` (32 bytes).
     /// - Throws: `.invalidLength` when `secretKey` is not 32 bytes.
-    public static func publicKey(for secretKey: SecureBytes) throws -> [UInt8] {
+    package static func publicKey(for secretKey: SecureBytes) throws -> [UInt8] {
         try Sodium.initialize()
         guard secretKey.count == keyLength else {
             throw CryptoError.invalidLength("X25519 secret key", expected: keyLength, actual: secretKey.count)
@@ -41,7 +41,7 @@ public enum X25519 {
     /// The shared secret of `secretKey` and the other side's `publicKey`, in guarded memory.
     /// - Throws: `.invalidLength` for keys that are not 32 bytes; `.invalidParameter` when the
     ///   result is all zeros (a public key of small order: no secret is shared).
-    public static func sharedSecret(_ secretKey: SecureBytes, publicKey: [UInt8]) throws -> SecureBytes {
+    package static func sharedSecret(_ secretKey: SecureBytes, publicKey: [UInt8]) throws -> SecureBytes {
         try Sodium.initialize()
         guard secretKey.count == keyLength else {
             throw CryptoError.invalidLength("X25519 secret key", expected: keyLength, actual: secretKey.count)

@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-    public import FoundationEssentials
+    package import FoundationEssentials
 #else
-    public import Foundation
+    package import Foundation
 #endif
 
 /// XChaCha20-Poly1305 (IETF) AEAD: libsodium `crypto_aead_xchacha20poly1305_ietf_*`, combined mode.
@@ -12,13 +12,13 @@
 ///
 /// This is the vault's record cipher: a fresh random 24-byte nonce per record is safe because the
 /// collision probability of 192-bit random nonces is negligible.
-public enum XChaCha20Poly1305 {
+package enum XChaCha20Poly1305 {
     /// Key length in bytes (32).
-    public static let keyLength = XChaCha20Poly1305Binding.keyLength
+    package static let keyLength = XChaCha20Poly1305Binding.keyLength
     /// Nonce length in bytes (24). Long enough to be chosen at random for every message.
-    public static let nonceLength = XChaCha20Poly1305Binding.nonceLength
+    package static let nonceLength = XChaCha20Poly1305Binding.nonceLength
     /// Authentication tag length in bytes (16), appended to the ciphertext.
-    public static let tagLength = XChaCha20Poly1305Binding.tagLength
+    package static let tagLength = XChaCha20Poly1305Binding.tagLength
 
     /// Encrypts and authenticates `plaintext`, binding `associatedData`; returns `ciphertext || tag`.
     ///
@@ -28,7 +28,7 @@ public enum XChaCha20Poly1305 {
     ///   - nonce: A 24-byte nonce, never reused with the same key.
     ///   - associatedData: Bytes that are authenticated but not encrypted (may be empty).
     /// - Throws: `.invalidLength` for a wrong key or nonce length.
-    public static func seal(
+    package static func seal(
         _ plaintext: UnsafeRawBufferPointer,
         key: SecureBytes,
         nonce: UnsafeRawBufferPointer,
@@ -41,7 +41,7 @@ public enum XChaCha20Poly1305 {
     ///
     /// `output` must not overlap `plaintext`, `nonce` or `associatedData`.
     /// - Throws: `.invalidLength` for a wrong key, nonce or output length.
-    public static func seal(
+    package static func seal(
         _ plaintext: UnsafeRawBufferPointer,
         key: SecureBytes,
         nonce: UnsafeRawBufferPointer,
@@ -59,7 +59,7 @@ public enum XChaCha20Poly1305 {
     /// let sealed = try XChaCha20Poly1305.seal(Array("hello".utf8), key: key, nonce: nonce, associatedData: [UInt8]())
     /// ```
     /// - Throws: `.invalidLength` for a wrong key or nonce length.
-    public static func seal<P: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+    package static func seal<P: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ plaintext: P,
         key: SecureBytes,
         nonce: N,
@@ -72,7 +72,7 @@ public enum XChaCha20Poly1305 {
     ///
     /// - Throws: `.authenticationFailed` if the data does not authenticate under this key, nonce and
     ///   associated data; `.invalidLength` for a wrong key or nonce length or `sealed` shorter than a tag.
-    public static func open(
+    package static func open(
         _ sealed: UnsafeRawBufferPointer,
         key: SecureBytes,
         nonce: UnsafeRawBufferPointer,
@@ -85,7 +85,7 @@ public enum XChaCha20Poly1305 {
     ///
     /// Nothing is decrypted unless the tag verifies. `output` must not overlap the inputs.
     /// - Throws: `.authenticationFailed`, or `.invalidLength` for a wrong key, nonce or output length.
-    public static func open(
+    package static func open(
         _ sealed: UnsafeRawBufferPointer,
         key: SecureBytes,
         nonce: UnsafeRawBufferPointer,
@@ -100,7 +100,7 @@ public enum XChaCha20Poly1305 {
     ///
     /// - Throws: `.authenticationFailed`, or `.invalidLength` for a wrong key or nonce length or
     ///   `sealed` shorter than a tag.
-    public static func open<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+    package static func open<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ sealed: S,
         key: SecureBytes,
         nonce: N,
@@ -113,7 +113,7 @@ public enum XChaCha20Poly1305 {
     ///
     /// - Throws: `.authenticationFailed`, `.invalidLength`, or `.outOfMemory` if guarded memory
     ///   cannot be allocated.
-    public static func openSecure<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
+    package static func openSecure<S: ContiguousBytes, N: ContiguousBytes, A: ContiguousBytes>(
         _ sealed: S,
         key: SecureBytes,
         nonce: N,

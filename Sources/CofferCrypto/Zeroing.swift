@@ -2,9 +2,9 @@
 internal import CSodium
 
 #if canImport(FoundationEssentials)
-    public import FoundationEssentials
+    package import FoundationEssentials
 #else
-    public import Foundation
+    package import Foundation
 #endif
 
 // One spelling for zeroing ordinary memory that held a secret, in every module above
@@ -21,23 +21,23 @@ extension SecureMemory {
     /// This is for ordinary memory that briefly held a secret (a read buffer, a plaintext array);
     /// ``SecureBytes`` wipes its own pages. Best effort: copies made earlier (an array that grew,
     /// a `String`, a register) are beyond its reach (see SECURITY.md).
-    public static func zero(_ buffer: UnsafeMutableRawBufferPointer) {
+    package static func zero(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return }
         sodium_memzero(base, buffer.count)
     }
 
     /// Zeroes the bytes `buffer` points to, as the raw-buffer form does.
-    public static func zero(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
+    package static func zero(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
         zero(UnsafeMutableRawBufferPointer(buffer))
     }
 
     /// Zeroes the bytes of `bytes` in place (the array keeps its length).
-    public static func zero(_ bytes: inout [UInt8]) {
+    package static func zero(_ bytes: inout [UInt8]) {
         bytes.withUnsafeMutableBytes { zero($0) }
     }
 
     /// Zeroes the bytes of `bytes`, when there is an array, in place (it stays non-`nil`, all zeros).
-    public static func zero(_ bytes: inout [UInt8]?) {
+    package static func zero(_ bytes: inout [UInt8]?) {
         guard bytes != nil else { return }
         zero(&bytes!)
     }
@@ -48,13 +48,13 @@ extension SecureMemory {
     /// this one fresh storage first and the other copy is left as it was: zero the last copy
     /// that holds the secret. A `Data` of up to 14 bytes is stored inline, and the copies of it
     /// in registers or on the stack are beyond reach.
-    public static func zero(_ data: inout Data) {
+    package static func zero(_ data: inout Data) {
         data.withUnsafeMutableBytes { zero($0) }
     }
 
     /// Zeroes the bytes of `data`, when there is one, in place, as the `Data` form does (it stays
     /// non-`nil`, all zeros).
-    public static func zero(_ data: inout Data?) {
+    package static func zero(_ data: inout Data?) {
         guard data != nil else { return }
         zero(&data!)
     }
@@ -65,7 +65,7 @@ extension SecureMemory {
     /// ```swift
     /// guard SecureMemory.constantTimeEqual(storedMAC, computedMAC) else { throw … }
     /// ```
-    public static func constantTimeEqual(_ a: some ContiguousBytes, _ b: some ContiguousBytes) -> Bool {
+    package static func constantTimeEqual(_ a: some ContiguousBytes, _ b: some ContiguousBytes) -> Bool {
         a.withUnsafeBytes { a in
             b.withUnsafeBytes { b in
                 guard a.count == b.count else { return false }

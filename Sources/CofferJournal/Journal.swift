@@ -236,13 +236,13 @@ package import Foundation
         }
     }
 
-    /// Tells once (``CofferWarnings``) when users other than the owner may write the store's
+    /// Tells once (``CofferWarning``) when users other than the owner may write the store's
     /// directory: they could plant files at the lock's or a temporary file's name. Coffer
     /// refuses to follow or write such files, but cannot stop a rename there.
     static func warnIfDirectoryIsShared(of path: String, fs: any FileSystem) {
         let directory = DurableIO.parentDirectory(of: path)
         if let status = try? fs.stat(directory), status.isDirectory, status.mode & 0o022 != 0 {
-            CofferWarnings.warn(
+            CofferWarning.warn(
                 CofferWarning(
                     .sharedDirectory,
                     "the directory holding a Coffer store is writable by other users (mode "
@@ -258,7 +258,7 @@ package import Foundation
             if let status = try? fs.stat(ancestor), status.isDirectory, status.mode & 0o022 != 0,
                 status.mode & 0o1000 == 0
             {
-                CofferWarnings.warn(
+                CofferWarning.warn(
                     CofferWarning(
                         .sharedDirectory,
                         "a directory above a Coffer store is writable by other users without the sticky bit "
@@ -328,7 +328,7 @@ package import Foundation
                 fd = try fs.openReadOnly(path)
             }
             if readOnly != nil {
-                CofferWarnings.warn(
+                CofferWarning.warn(
                     CofferWarning(
                         .readOnlyWithoutLock,
                         "opened read-only: \(readOnlyText(readOnly!, path: path)); reads work, writes are refused",
@@ -371,7 +371,7 @@ package import Foundation
                     let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)
                     try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
-                    CofferWarnings.warn(
+                    CofferWarning.warn(
                         CofferWarning(
                             .salvaged,
                             "salvaged a damaged store: kept \(scan.records.count) intact record(s) and dropped the "

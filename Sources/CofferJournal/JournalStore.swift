@@ -140,7 +140,7 @@ extension JournalIndex {
 
     /// ``compactIfWorthIt()`` after a write that has already landed: a failure (a full disk, say)
     /// must not make the caller believe the write failed, so it is returned as a warning to tell
-    /// through ``CofferWarnings`` once the store's lock is released, and the file is left as it
+    /// through ``CofferWarning`` once the store's lock is released, and the file is left as it
     /// was (the next write tries again).
     @inlinable
     package mutating func compactAfterWrite() -> CofferWarning? {
@@ -272,7 +272,7 @@ extension JournalIndex {
     }
 
     /// Runs `body` holding the journal's write lock, caught up with every other writer, then
-    /// compacts when the rule says so (a failure there is told through ``CofferWarnings``, after
+    /// compacts when the rule says so (a failure there is told through ``CofferWarning``, after
     /// the lock: the write itself stands). `body` appends one commit and indexes it.
     @inlinable @inline(__always)
     package func write<T>(_ body: (inout Index) throws -> T) throws -> T {
@@ -280,7 +280,7 @@ extension JournalIndex {
             let result = try index.withWriteLock(body)
             return (result, index.compactAfterWrite())
         }
-        if let warning { CofferWarnings.warn(warning) }
+        if let warning { CofferWarning.warn(warning) }
         return result
     }
 

@@ -11,7 +11,7 @@ import Foundation
 /// a kqueue and also polls (see ``DirectoryEvents``: a directory's vnode does not report appends).
 /// Where the kernel cannot watch (the per-user watch limit reached, a network or FUSE file system whose changes made on
 /// another host it would never see, a platform without inotify), the watch falls back to polling
-/// every `pollInterval`, and says so once through ``CofferWarnings``; a journal's poll reads its
+/// every `pollInterval`, and says so once through ``CofferWarning``; a journal's poll reads its
 /// control page, which costs no system call.
 ///
 /// Handlers run on the watcher thread, with no lock of the watcher held, one at a time. A burst
@@ -258,7 +258,7 @@ package final class FileWatcher: Sendable {
                 defer { s.pendingWarnings = [] }
                 return s.pendingWarnings
             }
-            for warning in warnings { CofferWarnings.warn(warning) }
+            for warning in warnings { CofferWarning.warn(warning) }
             // The paths due for their identity check, stat'ed outside the lock (a hung network
             // mount must not hold every caller of `watch` and `cancel`).
             let due = state.withLock { s -> [(UInt64, String)] in

@@ -103,7 +103,7 @@ package enum ChangeRouter {
             // The cells still read and write; they do not follow outside changes until a later
             // subscriber's attempt succeeds. Said once, never silently.
             observation = nil
-            CofferWarnings.warn(
+            CofferWarning.warn(
                 CofferWarning(
                     .watchFailed,
                     "changes made elsewhere cannot be followed for \(type(of: observable)): \(error)",

@@ -1,7 +1,7 @@
 // The integration children: each needs its package trait (`make test` enables them all).
 //
 //   CofferTestHelper log-warnings DIR
-//       CofferWarnings.log(to:) with a printing LogHandler; meets every warning it can (a shared
+//       CofferWarning.log(to:) with a printing LogHandler; meets every warning it can (a shared
 //       directory, secret memory not locked, a salvage, a watch polling under COFFER_WATCH=poll)
 //       while handling a passphrase and secrets, prints each log entry as one line, then "done".
 //   CofferTestHelper lifecycle-serve DIR
@@ -78,7 +78,7 @@ func printingLogHandler(_ seen: @escaping @Sendable (String) -> Void = { _ in })
 private func logWarnings(directory: String) throws {
     let lines = Locked<[String]>([])
     let logger = Logger(label: "coffer.test") { _ in printingLogHandler { line in lines.withLock { $0.append(line) } } }
-    CofferWarnings.log(to: logger)
+    CofferWarning.log(to: logger)
 
     // Every secret from here on fails to lock into RAM (as past `ulimit -l`).
     _ = SecureMemory.replaceLockFunction { _, _ in ENOMEM }

@@ -109,7 +109,7 @@ func storedConverge(directory: String, index: Int, writes: Int) throws {
 /// "theme=<value> warnings=<kinds>" once it changed (or after 5 s).
 func storedFollow(directory: String) throws {
     let warnings = Locked<[String]>([])
-    CofferWarnings.setHandler { warning in warnings.withLock { $0.append(warning.kind.name) } }
+    CofferWarning.setHandler { warning in warnings.withLock { $0.append(warning.kind.name) } }
     let context = CofferContext(directory: URL(fileURLWithPath: directory))
     try CofferContext.$current.withValue(context) {
         let theme = Stored(wrappedValue: "light", backed: .keyValue(key: "theme"))

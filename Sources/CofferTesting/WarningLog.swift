@@ -11,6 +11,6 @@ package enum WarningLog {
             defer { done = true }
             return !done
         }
-        if first { CofferWarnings.setHandler { warning in shared.withLock { $0.append(warning) } } }
+        if first { CofferWarning.setHandler { warning in shared.withLock { $0.append(warning) } } }
     }
 }

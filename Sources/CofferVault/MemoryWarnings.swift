@@ -1,7 +1,7 @@
 import CofferCore
 import CofferCrypto
 
-/// Sends `SecureMemory`'s lock-failure warning through ``CofferWarnings``, so an application that
+/// Sends `SecureMemory`'s lock-failure warning through ``CofferWarning``, so an application that
 /// set one warning handler (a `Logger`, say) hears every warning. CofferCrypto cannot import
 /// CofferCore, so the vault — the first module that knows both — connects them the first time it
 /// opens, creates or unlocks a vault. A handler the application set with
@@ -9,7 +9,7 @@ import CofferCrypto
 enum MemoryWarnings {
     private static let routed: Void = {
         SecureMemory.replaceDefaultLockFailureHandler { failure in
-            CofferWarnings.warn(CofferWarning(.memoryNotLocked, failure.description, path: nil))
+            CofferWarning.warn(CofferWarning(.memoryNotLocked, failure.description, path: nil))
         }
     }()
 

@@ -183,7 +183,7 @@ extension Vault {
         if skipped > 0 {
             let aside = try DurableIO.damagedCopyPath(for: realPath, suffix: "-records", fileSystem: fileSystem)
             try DurableIO.atomicReplace(aside, with: original, fileSystem: fileSystem)
-            CofferWarnings.warn(
+            CofferWarning.warn(
                 CofferWarning(
                     .salvaged,
                     "salvaged a damaged vault: dropped \(skipped) record(s) that failed to authenticate and kept "

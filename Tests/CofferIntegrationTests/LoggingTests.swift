@@ -4,7 +4,7 @@ import CofferTesting
 import Foundation
 import Testing
 
-/// `CofferWarnings.log(to:)` with a real `Logger` and a test `LogHandler`, in a child process
+/// `CofferWarning.log(to:)` with a real `Logger` and a test `LogHandler`, in a child process
 /// (the warning handler is process-wide, and other suites install their own).
 @Suite("swift-log integration")
 struct LoggingTests {

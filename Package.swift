@@ -179,6 +179,13 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
+        // Every ```swift block of README.md and the DocC articles, compiled against `import Coffer`
+        // alone (the plugin extracts them at build time; Sources/CofferSnippetExtractor/main.swift).
+        .executableTarget(name: "CofferSnippetExtractor", swiftSettings: strictSettings),
+        .plugin(name: "CofferSnippetPlugin", capability: .buildTool(), dependencies: ["CofferSnippetExtractor"]),
+        .testTarget(
+            name: "CofferSnippetTests", dependencies: ["Coffer"], swiftSettings: strictSettings,
+            plugins: ["CofferSnippetPlugin"]),
         .testTarget(
             name: "CofferCoreTests",
             dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],

@@ -391,11 +391,22 @@ public final class PostgresVault: Sendable {
 
     /// Reads, transforms and writes one secret atomically with respect to every instance: the
     /// vault's version row stays locked from the read to the write. Returning `nil` removes it.
-    /// `transform` runs inside the transaction: keep it short.
-    public func update(service: String, account: String, _ transform: @escaping @Sendable (Data?) throws -> Data?)
-        async throws
-    {
-        try await withCurrentKeys { try await self.updateOnce(service: service, account: account, transform) }
+    /// `transform` runs inside the transaction, on one of Coffer's threads (hence `@Sendable`):
+    /// keep it short. It is not kept after the call.
+    public func update(service: String, account: String, _ transform: @Sendable (Data?) throws -> Data?) async throws {
+        try await withoutActuallyEscaping(transform) { transform in
+            let lent = WhileBlocked<(Data?) throws -> Data?>(transform)
+            defer { lent.revoke() }
+            try await update(service: service, account: account, lent: lent)
+        }
+    }
+
+    /// The update behind both forms, with the caller's `transform` lent for the call: taken back
+    /// when the caller's form returns, so it never outlives it.
+    func update(service: String, account: String, lent transform: WhileBlocked<(Data?) throws -> Data?>) async throws {
+        try await withCurrentKeys {
+            try await self.updateOnce(service: service, account: account) { current in try transform.call { try $0(current) } }
+        }
     }
 
     private func updateOnce(service: String, account: String, _ transform: @escaping @Sendable (Data?) throws -> Data?)
@@ -574,14 +585,13 @@ public final class PostgresVault: Sendable {
         try Offload.wait { try await self.apply(changes) }
     }
 
-    /// ``update(service:account:_:)-(_,_,_)``, blocking until it ends.
+    /// ``update(service:account:_:)``, blocking until it ends. `transform` runs on one of
+    /// Coffer's threads while the caller waits, and is taken back before this returns.
     public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
         try withoutActuallyEscaping(transform) { transform in
-            let body = WhileBlocked(transform)
-            defer { body.revoke() }
-            try Offload.wait {
-                try await self.update(service: service, account: account) { (current: Data?) in try body.call { try $0(current) } }
-            }
+            let lent = WhileBlocked(transform)
+            defer { lent.revoke() }
+            try Offload.wait { try await self.update(service: service, account: account, lent: lent) }
         }
     }
 
@@ -1042,6 +1052,9 @@ extension PostgresVault: Keychain {
 
     /// Nothing to do: every write is committed in the database when it returns.
     public func flush() throws {}
+
+    /// Nothing to do: every write is committed in the database when it returns.
+    public func flush() async throws {}
 }
 
 extension VaultChange {

@@ -37,7 +37,7 @@ struct ServiceLifecycleTests {
             at: scratch.url.appendingPathComponent(VaultConfiguration.defaultFileName),
             unlock: .passphrase(IntegrationSecrets.passphrase))
         // Plain Booleans and indices: a failed #expect prints its operands, which must not be secrets.
-        let vaultKeptTheToken = try vault.string(service: "api", account: "token") == IntegrationSecrets.vaultSecret
+        let vaultKeptTheToken = try await vault.string(service: "api", account: "token") == IntegrationSecrets.vaultSecret
         #expect(vaultKeptTheToken)
         let output = child.lines.joined() + child.standardError
         let leaked = IntegrationSecrets.all.indices.filter { output.contains(IntegrationSecrets.all[$0]) }
@@ -56,7 +56,7 @@ struct ServiceLifecycleTests {
         let vault = try Vault.create(
             at: scratch.url.appendingPathComponent("v.coffervault"), unlock: .passphrase("explicit test passphrase"),
             kdf: .minimum)
-        try vault.set("value", service: "s", account: "a")
+        try await vault.set("value", service: "s", account: "a")
         let changes = Mutex(0)
         let observation = try suite.observeChanges { _ in changes.withLock { $0 += 1 } }
         let logged = Mutex<[String]>([])
@@ -126,6 +126,19 @@ final class RecordingKeychain: Keychain {
     func apply(_ changes: [VaultChange]) throws {}
     func add(_ changes: [VaultChange]) throws -> [VaultItemID] { [] }
     func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {}
+    func data(service: String, account: String) async throws -> Data? { nil }
+    func string(service: String, account: String) async throws -> String? { nil }
+    func secret(service: String, account: String) async throws -> SecureBytes? { nil }
+    func item(service: String, account: String) async throws -> VaultItem? { nil }
+    func items(service: String?) async throws -> [VaultItem] { [] }
+    func set(_ secret: Data, service: String, account: String, label: String?, comment: String?) async throws {}
+    func set(_ secret: String, service: String, account: String, label: String?, comment: String?) async throws {}
+    func set(_ secret: SecureBytes, service: String, account: String, label: String?, comment: String?) async throws {}
+    func remove(service: String, account: String) async throws -> Bool { false }
+    func apply(_ changes: [VaultChange]) async throws {}
+    func add(_ changes: [VaultChange]) async throws -> [VaultItemID] { [] }
+    func update(service: String, account: String, _ transform: @Sendable (Data?) throws -> Data?) async throws {}
+    func flush() async throws { calls.withLock { $0.append("flush") } }
     func lock() { calls.withLock { $0.append("lock") } }
     func flush() throws { calls.withLock { $0.append("flush") } }
     func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {

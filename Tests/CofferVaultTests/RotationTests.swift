@@ -169,7 +169,7 @@ struct RotationTests {
         let dir = try Scratch("rotate-race")
         let url = dir.url("v")
         let admin = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
-        try admin.set("v", service: "svc", account: "a")
+        try await admin.set("v", service: "svc", account: "a")
         let others = try (0..<2).map { _ in try Vault.open(at: url, unlock: .passphrase("pw")) }
         let machines = try (0..<8).map { _ in try X25519Identity.generate() }
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -183,7 +183,7 @@ struct RotationTests {
         }
         #expect(try admin.info().keySlots.count == 9)
         for machine in machines {
-            #expect(try Vault.open(at: url, unlock: .identities([machine])).string(service: "svc", account: "a") == "v")
+            #expect(try await Vault.open(at: url, unlock: .identities([machine])).string(service: "svc", account: "a") == "v")
         }
     }
 

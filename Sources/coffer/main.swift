@@ -2,6 +2,9 @@
 // code `coffer` promises (see ExitStatus.swift). swift-argument-parser's `main()` is not used
 // because it exits 64 on a usage error; coffer's contract says 2.
 
+import ArgumentParser
+import CofferCore
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -14,8 +17,11 @@ do {
     try Hardening.apply()
     try checkArgumentsAreUTF8()
     try checkEnvironmentIsUTF8()
-    var command = try CofferCommand.parseAsRoot()
-    try command.run()
+    // Run as git-credential-coffer or docker-credential-coffer: that tool's protocol.
+    if try !CredentialHelper.runIfNamed(CommandLine.arguments.first, Array(CommandLine.arguments.dropFirst())) {
+        var command = try CofferCommand.parseAsRoot()
+        try command.run()
+    }
     // A command's output that could not be written (standard output closed, a full disk, a
     // closed pipe) is a failure, never a silent success: `coffer list >&-` used to exit 0.
     if let failure = standardOutputFailure.withLock({ $0 }) {

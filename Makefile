@@ -35,6 +35,12 @@ install: deps
 	$(SWIFT) build -c release $(STRICT) $(TRAITS) --product coffer
 	./scripts/install.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" "$(DESTDIR)$(PREFIX)"
 
+## git's own test of external credential helpers (t/t0303-credential-external.sh) against
+## git-credential-coffer, from git's source tree at the installed git's version in ../git
+## (scripts/test-git-credential.sh says how to get it); `make test` needs no network and no tree.
+test-git-credential:
+	./scripts/test-git-credential.sh
+
 ## age, keyctl and gpg, which the CLI tests run for real (scripts/install-test-tools.sh).
 test-tools:
 	@./scripts/install-test-tools.sh

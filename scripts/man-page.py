@@ -105,6 +105,26 @@ def commands(command, path):
         yield from commands(sub, full)
 
 
+# Run under these names (links `make install` makes), coffer speaks git's and docker's
+# credential-helper protocols (Sources/coffer/Credential*.swift; their --help says more).
+CREDENTIAL_HELPERS = """\
+git-credential-coffer keeps git's HTTPS passwords and tokens in the vault. Set it up once:
+
+  git config --global credential.helper coffer
+
+Each is the item git:PROTOCOL://HOST[/PATH] (the path with credential.useHttpPath), account the \
+user name, shown by coffer list. docker-credential-coffer keeps registry logins (items \
+docker:SERVER-URL). Set it up once, in ~/.docker/config.json:
+
+  { "credsStore": "coffer" }
+
+Both unlock as every command does: a key kept by coffer unlock, --key-file, --identity or \
+$COFFER_IDENTITY, a passphrase file or variable, else a prompt on the terminal. Without any of \
+these and without a terminal, a get answers nothing at once (git then asks the user; docker goes \
+on without a login) and store and erase change nothing. See git-credential-coffer --help and \
+docker-credential-coffer --help."""
+
+
 def main():
     date = datetime.date.today().isoformat()
     if len(sys.argv) == 3 and sys.argv[1] == "--date":
@@ -139,6 +159,9 @@ def main():
             out.append(".RS")
             describe_arguments(command.get("arguments", []), out)
             out.append(".RE")
+    out.append(".SH CREDENTIAL HELPERS")
+    for text in CREDENTIAL_HELPERS.split("\n\n"):
+        paragraph(text, out)
     out.append(".SH SEE ALSO")
     out.append("The README and SECURITY.md of Coffer; \\fB%s help\\fR \\fIcommand\\fR." % name)
     sys.stdout.write("\n".join(out) + "\n")

@@ -73,15 +73,15 @@ public final class CofferConfigProvider: Sendable {
         self.secrets = secrets
     }
 
-    /// A provider over `store` whose values are secret when it is sealed (a
-    /// `SealedPersistenceStrategy`: a vault's, on disk or in PostgreSQL), and not otherwise: a reader never prints a vault's value because `secrets:` was left out.
+    /// A provider over `store` whose values are secret when it holds secrets (its
+    /// `holdsSecrets`: a vault's, on disk or in PostgreSQL), and not otherwise: a reader never prints a vault's value because `secrets:` was left out.
     ///
     /// - Parameters:
     ///   - store: Where the values live: a `KeyValueFileStrategy` suite, a `VaultStrategy`, any
     ///     strategy.
     ///   - name: Shown in the provider's name; the store's type unless given.
     public convenience init(store: any PersistenceStrategy, name: String? = nil) {
-        self.init(store: store, name: name, secrets: store is any SealedPersistenceStrategy ? .all : .none)
+        self.init(store: store, name: name, secrets: store.holdsSecrets ? .all : .none)
     }
 
     /// A provider over the items of one service of `vault`: each account is a key, and every

@@ -42,7 +42,7 @@ public final class CofferContext: Sendable {
     /// vocabulary only and names no implementation.
     package let fileSystemOverride: (any FileSystem)?
     private let settings: [ObjectIdentifier: any Sendable]
-    private let stores = Locked<[String: StoreSlot]>([:])
+    private let stores = Locked<[StoreID: StoreSlot]>([:])
 
     /// How long a write waits for another process's lock by default, in the library and in the
     /// `coffer` command alike: long enough for another process's vault unlock (Argon2id, up to
@@ -155,14 +155,16 @@ public final class CofferContext: Sendable {
         settings[ObjectIdentifier(Setting.self)] as? Setting
     }
 
-    /// The store registered under `id`, created by `make` on first use, so every property of a
-    /// context shares one instance per file (one journal per file per process).
+    /// The store `id` names in this context, created by `make` on first use, so every property
+    /// of a context shares one instance per file (one journal per file per process). The id is
+    /// the one a backing of the store gives (``Backing/store``), such as
+    /// `StoreID.inContext(["keyValue", suite])`.
     ///
     /// `make` runs with no lock held that other stores need: opening a vault (Argon2id, up to a
     /// second) never delays a property of another store. Callers asking for the same `id`
     /// meanwhile wait for that one `make`, and share its store or its error; the next call after
     /// a failure tries again.
-    public func sharedStore<Store: Sendable>(id: String, make: () throws -> Store) throws -> Store {
+    public func sharedStore<Store: Sendable>(id: StoreID, make: () throws -> Store) throws -> Store {
         while true {
             let step = stores.withLock { stores -> StoreStep in
                 switch stores[id] {
@@ -255,21 +257,42 @@ public struct Backing: Sendable, CustomStringConvertible {
     public let description: String
     /// Resolves the strategy and key in a context; `nil` means memory only.
     public let resolve: @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
-    /// What the stored value is, known without opening anything: every `@Stored` property with
-    /// an equal identity (and the same value type) shares one value in the process. `nil` (memory,
-    /// and backings that cannot tell) gives each property a value of its own.
-    public let identity: Identity?
+    /// Which stored value this is, known without opening anything: a store and a key in it.
+    package let value: ValueID?
 
-    /// A backing resolved by `resolve` when the property is first used. Without an `identity`,
-    /// properties on it do not share their value (prefer ``strategy(_:key:)`` or pass one).
+    /// One stored value: a key of a store (``StoreID``).
+    package struct ValueID: Hashable, Sendable, CustomStringConvertible {
+        let store: StoreID
+        let key: String
+
+        /// Whether the store is named relative to the property's context (``StoreID/inContext(_:)``).
+        package var isContextual: Bool { store.isContextual }
+
+        package var description: String { "\(store)/\(key)" }
+    }
+
+    /// A backing resolved by `resolve` when the property is first used.
+    ///
+    /// `store` and `key` say which stored value it is, known without opening anything: every
+    /// `@Stored` property with an equal store and key (and the same value type) shares one value
+    /// in the process. Without a `store` (memory, and backings that cannot tell) each property
+    /// has a value of its own (prefer ``strategy(_:key:)`` or pass one).
+    ///
+    /// ```swift
+    /// Backing(description: "shelf(key: \(key))", store: StoreID(shelf), key: key) { _ in (ShelfView(shelf), key) }
+    /// ```
     public init(
-        description: String, identity: Identity? = nil,
+        description: String, store: StoreID? = nil, key: String = "",
         resolve: @escaping @Sendable (CofferContext) throws -> (strategy: any PersistenceStrategy, key: String)?
     ) {
         self.description = description
-        self.identity = identity
+        self.value = store.map { ValueID(store: $0, key: key) }
         self.resolve = resolve
     }
+
+    /// The store the value lives in, as given when the backing was made (see ``StoreID``);
+    /// `nil` when the backing names none.
+    public var store: StoreID? { value?.store }
 
     /// Memory only: the value lives as long as the property and is never written anywhere.
     public static let memory = Backing(description: "memory") { _ in nil }
@@ -278,40 +301,8 @@ public struct Backing: Sendable, CustomStringConvertible {
     /// ``PersistenceStrategy/id``s: by default the same class instance) and key share one value;
     /// a strategy without an id (a value type) gives each property a value of its own.
     public static func strategy(_ strategy: any PersistenceStrategy, key: String) -> Backing {
-        Backing(description: "\(type(of: strategy))(key: \(key))", identity: .instance(strategy, key: key)) { _ in
+        Backing(description: "\(type(of: strategy))(key: \(key))", store: strategy.id, key: key) { _ in
             (strategy, key)
-        }
-    }
-
-    /// What a backing stores its value in, as a value that can be compared without opening the
-    /// store: a key of a store (``StoreID``), or a named place in the property's context.
-    public struct Identity: Hashable, Sendable, CustomStringConvertible {
-        /// The store, for ``instance(_:key:)`` and ``object(_:_:)``; `nil` for ``inContext(_:)``.
-        let store: StoreID?
-        let parts: [String]
-
-        /// A key of one store: the strategy's ``PersistenceStrategy/id``. `nil` when it has none
-        /// (a value-type strategy).
-        public static func instance(_ strategy: any PersistenceStrategy, key: String) -> Identity? {
-            strategy.id.map { Identity(store: $0, parts: [key]) }
-        }
-
-        /// A place in one object (a vault, say), named by `parts`.
-        public static func object(_ object: some AnyObject & Sendable, _ parts: [String]) -> Identity {
-            Identity(store: StoreID(object), parts: parts)
-        }
-
-        /// A place named relative to the ``CofferContext`` the property is created in, such as
-        /// `["keyValue", suite, key]`: equal in one context, distinct across contexts.
-        public static func inContext(_ parts: [String]) -> Identity {
-            Identity(store: nil, parts: parts)
-        }
-
-        /// Whether it names a place relative to the property's context.
-        public var isContextual: Bool { store == nil }
-
-        public var description: String {
-            (store.map { "\($0)" } ?? "context") + ":" + parts.joined(separator: "/")
         }
     }
 }

@@ -12,6 +12,16 @@ public import Foundation
 /// let answer = try store.get(Int.self, for: "answer")   // 42
 /// ```
 ///
+/// A strategy of your own implements the four methods; every other requirement has a default
+/// that is right for a store which writes durably when `save` returns and holds no secrets
+/// (``id``, ``valueEncoding``, ``holdsSecrets``, ``flush()``, ``compact()``). Three promises
+/// no default can make are protocols of their own, adopted only by a store that keeps them:
+/// ``BatchPersistenceStrategy`` (several changes in one atomic commit),
+/// ``CompareAndSwapPersistenceStrategy`` (a swap atomic across every writer) and
+/// ``ChangeObservingPersistenceStrategy`` (it tells when others change its values). A store that
+/// waits on a network adopts ``AsyncPersistenceStrategy`` instead of writing the synchronous
+/// methods.
+///
 /// Run `CofferTesting`'s conformance suite against your own strategy to check it behaves like
 /// the built-in ones.
 public protocol PersistenceStrategy: Sendable {
@@ -28,23 +38,73 @@ public protocol PersistenceStrategy: Sendable {
     /// - Throws: ``CofferError`` when the store cannot be read.
     func keys() throws -> [String]
     /// Which store this is (see ``StoreID``): `@Stored` properties on strategies with equal ids
-    /// are persisted in one commit per `batch { }` and observed once. By default a class
-    /// strategy is the store of its own instance, and a value-type strategy has no identity.
+    /// share their values, are persisted in one commit per `batch { }` and are observed once.
+    /// By default a class strategy is the store of its own instance, and a value-type strategy
+    /// is a store of its own each time it is used (`nil`).
     var id: StoreID? { get }
+    /// How typed values become this strategy's bytes. By default ``ValueEncoding/tagged``; a
+    /// store whose bytes other programs read as they are (the vault's secrets, printed by
+    /// `coffer get`) returns ``ValueEncoding/plain``.
+    var valueEncoding: ValueEncoding { get }
+    /// Whether the values are secrets, sealed at rest (a vault's, on disk or in PostgreSQL).
+    /// Integrations decide by this, never by a concrete type, what to treat as secret: the
+    /// configuration provider marks every value of such a store `isSecret`, so access logs and
+    /// descriptions redact it. By default `false`.
+    var holdsSecrets: Bool { get }
+    /// Makes every write made so far durable (fsync), for a store that writes lazily; returns
+    /// when it is. By default nothing: a store whose `save` is durable when it returns has
+    /// nothing to flush.
+    /// - Throws: ``CofferError`` when the disk refuses.
+    func flush() throws
+    /// Rewrites the store's files with only the live values, for a store whose removed values
+    /// linger until it rewrites them (an append-only journal). By default nothing: a store that
+    /// removes a value when asked has nothing to rewrite.
+    /// - Throws: ``CofferError`` when the store cannot be rewritten.
+    func compact() throws
 }
 
-/// Which store a strategy is: two strategies with equal ids are one store, where a key names the
-/// same value through either of them (swift-sharing's `SharedReaderKey.id` plays this part).
+extension PersistenceStrategy {
+    /// No identity: a value-type strategy is a store of its own each time it is used (its
+    /// properties are committed and observed apart). Implement ``id`` to say which store it is.
+    public var id: StoreID? { nil }
+    /// ``ValueEncoding/tagged``: Coffer's compact binary form.
+    public var valueEncoding: ValueEncoding { .tagged }
+    /// `false`: the values are not secrets.
+    public var holdsSecrets: Bool { false }
+    /// Nothing to flush: every `save` is durable when it returns.
+    public func flush() throws {}
+    /// Nothing to rewrite: a removed value is gone when `remove` returns.
+    public func compact() throws {}
+}
+
+extension PersistenceStrategy where Self: AnyObject {
+    /// This instance: properties on the same instance are one store.
+    public var id: StoreID? { StoreID(self) }
+}
+
+/// Which store: two ids are equal exactly when they name one store, where a key names the same
+/// value whichever strategy instance or backing reaches it (swift-sharing's `SharedReaderKey.id`
+/// plays this part). It is the one name Coffer gives a store: a strategy's ``PersistenceStrategy/id``,
+/// a ``Backing``'s ``Backing/store``, and the key of a store a ``CofferContext`` opens once and
+/// shares (``CofferContext/sharedStore(id:make:)``).
 ///
-/// `@Stored` groups and observes by it: inside one `batch { }` the properties of one store are
-/// persisted in one commit, and however many properties follow one store, it is observed once.
-/// A class strategy is, by default, the store of its own instance (``StoreID/init(_:_:)``); a
-/// strategy that is a view of something shared — a service of a vault, made anew for each use —
-/// names that instead:
+/// `@Stored` groups, shares and observes by it: properties with an equal store and key share one
+/// value; inside one `batch { }` the properties of one store are persisted in one commit; and
+/// however many properties follow one store, it is observed once.
+///
+/// A strategy states its id; nothing is inferred from its type. By default (when it does not
+/// implement ``PersistenceStrategy/id``) a class strategy is the store of its own instance,
+/// `StoreID(self)`, and a value-type strategy has none (`nil`: each use is a store of its own).
+/// A strategy that is a view of something shared — a service of a vault, made anew for each
+/// use — names that instead:
 ///
 /// ```swift
 /// public var id: StoreID? { StoreID(vault, ["service", service]) }
 /// ```
+///
+/// Three forms: ``init(_:_:)`` (an object, or a part of it), ``init(named:)`` (a name alone, the
+/// same in every context) and ``inContext(_:)`` (a name within the context a property is
+/// created in, as the default key-value suite is).
 public struct StoreID: Hashable, Sendable, CustomStringConvertible {
     /// The object the store is, or lives in; `nil` for a store named by ``parts`` alone.
     private let object: ObjectIdentifier?
@@ -52,6 +112,8 @@ public struct StoreID: Hashable, Sendable, CustomStringConvertible {
     private let anchor: Anchor?
     /// What names the store within `object` (or on its own).
     let parts: [String]
+    /// Whether ``parts`` name the store within the property's ``CofferContext``.
+    package let isContextual: Bool
 
     // An object reference rather than `any Sendable`: an id is copied and compared wherever a
     // cell is registered, found or released, and copying an existential box cost more than the
@@ -63,95 +125,79 @@ public struct StoreID: Hashable, Sendable, CustomStringConvertible {
 
     /// The store that is `object` (`parts` empty), or a part of it named by `parts`.
     public init(_ object: some AnyObject & Sendable, _ parts: [String] = []) {
-        self.object = ObjectIdentifier(object)
-        self.anchor = Anchor(object: object as AnyObject)
-        self.parts = parts
+        self.init(object: ObjectIdentifier(object), anchor: Anchor(object: object as AnyObject), parts: parts, isContextual: false)
     }
 
     /// A store named by `parts` alone, such as `["file", path]` for a value-type strategy over
     /// one file: equal names are one store, whichever instance carries them.
     public init(named parts: [String]) {
-        self.object = nil
-        self.anchor = nil
-        self.parts = parts
+        self.init(object: nil, anchor: nil, parts: parts, isContextual: false)
     }
 
-    /// The identity of `value` when it is a store or holds one: a strategy's ``PersistenceStrategy/id``,
-    /// else the instance of a class (a vault, say); `nil` for a value without one. A shutdown
-    /// uses it to handle each store once, however many ways it is reachable.
-    package static func of(_ value: any Sendable) -> StoreID? {
-        if let strategy = value as? any PersistenceStrategy { return strategy.id }
-        guard type(of: value) is AnyObject.Type else { return nil }
-        return StoreID(object: ObjectIdentifier(value as AnyObject), anchor: Anchor(object: value as AnyObject), parts: [])
+    /// A store named by `parts` within the ``CofferContext`` a property is created in, such as
+    /// `["keyValue", suite]` for a context's key-value suite: equal in one context, distinct
+    /// across contexts.
+    public static func inContext(_ parts: [String]) -> StoreID {
+        StoreID(object: nil, anchor: nil, parts: parts, isContextual: true)
     }
 
-    private init(object: ObjectIdentifier?, anchor: Anchor?, parts: [String]) {
+    /// The store of the file at `path` (symbolic links resolved, `.` and `..` removed), and
+    /// `parts` naming the keys within it: equal for every instance opened on the same keys.
+    package init(file path: String, _ parts: [String] = []) {
+        let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
+        self.init(named: ["file", resolved] + parts)
+    }
+
+    /// The whole store this id is a part of: the object alone for ``init(_:_:)`` (a vault, for a
+    /// service of it), else the id itself.
+    package var whole: StoreID {
+        guard object != nil, !parts.isEmpty else { return self }
+        return StoreID(object: object, anchor: anchor, parts: [], isContextual: false)
+    }
+
+    private init(object: ObjectIdentifier?, anchor: Anchor?, parts: [String], isContextual: Bool) {
         self.object = object
         self.anchor = anchor
         self.parts = parts
+        self.isContextual = isContextual
     }
 
-    public static func == (a: StoreID, b: StoreID) -> Bool { a.object == b.object && a.parts == b.parts }
+    public static func == (a: StoreID, b: StoreID) -> Bool {
+        a.object == b.object && a.isContextual == b.isContextual && a.parts == b.parts
+    }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(object)
+        hasher.combine(isContextual)
         hasher.combine(parts)
     }
 
     public var description: String {
-        (object.map { "\($0)" } ?? "named") + (parts.isEmpty ? "" : ":" + parts.joined(separator: "/"))
+        (object.map { "\($0)" } ?? (isContextual ? "context" : "named")) + (parts.isEmpty ? "" : ":" + parts.joined(separator: "/"))
     }
 }
 
-extension PersistenceStrategy {
-    /// No identity: a value-type strategy is a store of its own each time it is used (its
-    /// properties are committed and observed apart). Implement ``id`` to say which store it is.
-    public var id: StoreID? { nil }
-}
-
-extension PersistenceStrategy where Self: AnyObject {
-    /// This instance: properties on the same instance are one store.
-    public var id: StoreID? { StoreID(self) }
-}
-
-/// A strategy whose keys live in files: where, so that two instances opened on the same files
-/// (a second `KeyValueFileStrategy` on one suite, a second `Vault.open` of one vault) are known
-/// to be one store where that matters — moving a key onto itself would delete it.
+/// A strategy whose keys live in files. Its ``PersistenceStrategy/id`` tells instances apart;
+/// two instances opened on the same files (a second `KeyValueFileStrategy` on one suite, a
+/// second `Vault.open` of one vault) still hold the same keys, and where that matters — moving
+/// a key onto itself would delete it — ``fileStoreID`` says so.
 package protocol FileLocatedPersistenceStrategy: PersistenceStrategy {
-    /// The file (or directory) holding the keys, and what else names them within it (a vault's
-    /// service): equal for every instance on the same keys, once the path is resolved.
-    var fileLocation: (path: String, within: [String]) { get }
-}
-
-extension FileLocatedPersistenceStrategy {
-    /// ``fileLocation`` with the path's symbolic links resolved and `.`/`..` removed.
-    package var resolvedFileLocation: [String] {
-        let location = fileLocation
-        return [URL(fileURLWithPath: location.path).resolvingSymlinksInPath().standardizedFileURL.path] + location.within
-    }
+    /// The store its files are (``StoreID/init(file:_:)``): equal for every instance on the
+    /// same keys.
+    var fileStoreID: StoreID { get }
 }
 
 /// A batch strategy that is one part of a larger store — a service of a vault — and can commit
 /// its changes together with those of the store's other parts: `batch { }` over properties of
-/// several services of one vault is one commit (one journal append), not one per service.
+/// several services of one vault is one commit (one journal append), not one per service. The
+/// parts of one store are those whose ``PersistenceStrategy/id`` names a part of one object
+/// (``StoreID/init(_:_:)``, such as `StoreID(vault, ["service", service])`).
 package protocol JointBatchPersistenceStrategy: BatchPersistenceStrategy {
-    /// The whole store: equal for every part of it.
-    var jointStoreID: StoreID { get }
-    /// Commits every change, each to the key of its part (a strategy with the same
-    /// ``jointStoreID``), as one commit: all of them survive a crash, or none does.
+    /// Commits every change, each to the key of its part (a strategy whose id is a part of the
+    /// same object), as one commit: all of them survive a crash, or none does.
     /// - Throws: ``CofferError``, `.invalidArgument` when a part belongs to another store.
     func saveJointBatch(_ changes: [(part: any PersistenceStrategy, key: String, data: Data?)]) throws
 }
-
-/// A strategy whose bytes other programs read as they are (the vault's secrets, read by
-/// `coffer get`): typed values are stored in ``ValueEncoding/plain`` form.
-public protocol PlainValuePersistenceStrategy: PersistenceStrategy {}
-
-/// A strategy whose values are secrets, sealed at rest (a vault's, on disk or in PostgreSQL).
-/// Integrations decide by this capability, never by a concrete type, what to treat as secret:
-/// the configuration provider marks every value of such a store `isSecret`, so access logs and
-/// descriptions redact it.
-public protocol SealedPersistenceStrategy: PersistenceStrategy {}
 
 /// How ``ValueCodec`` turns typed values into a strategy's bytes.
 public enum ValueEncoding: Sendable, Hashable {
@@ -165,17 +211,15 @@ public enum ValueEncoding: Sendable, Hashable {
 }
 
 /// A strategy that can persist several changes as one commit (one append, one fsync).
+///
+/// Its own protocol because it is a promise no default can keep: after a crash, all of a
+/// batch's changes survive or none does. `batch { }` hands the changes of one such store to
+/// ``saveBatch(_:)`` at once; on a store without it, each property is saved (and fails) on
+/// its own.
 public protocol BatchPersistenceStrategy: PersistenceStrategy {
     /// Applies every change in one commit: all of them survive a crash, or none does.
     /// A `nil` value removes the key.
     func saveBatch(_ changes: [(key: String, data: Data?)]) throws
-}
-
-/// A strategy whose removed values linger in its files until it rewrites them (an append-only
-/// journal), and that can rewrite them now.
-public protocol CompactablePersistenceStrategy: PersistenceStrategy {
-    /// Rewrites the store's files with only the live values, so removed ones are gone from them.
-    func compact() throws
 }
 
 /// A strategy that can replace one key's value only if it still holds what the caller read,
@@ -183,6 +227,9 @@ public protocol CompactablePersistenceStrategy: PersistenceStrategy {
 /// built on it: read, transform (with no lock held, so the transform may read other
 /// properties), then swap, and read again if someone wrote meanwhile. A counter incremented
 /// that way from several processes is exact.
+///
+/// Its own protocol because no default can be atomic across processes: on a store without it,
+/// `update` is exact among the writers of this process only.
 public protocol CompareAndSwapPersistenceStrategy: PersistenceStrategy {
     /// Stores `new` under `key` (`nil` removes it) if the key holds exactly `expected` (`nil`:
     /// absent), as of the newest write of any process. Returns whether it stored.
@@ -204,6 +251,10 @@ public struct StoreChange: Sendable, Hashable {
 /// another process, by the `coffer` command, or by another instance on the same file. `@Stored`
 /// properties on such a strategy follow those changes by themselves (docs/STATE.md, "Changes
 /// from elsewhere"); a network-backed store adopts it to carry changes between machines.
+///
+/// Its own protocol because a store either can tell or cannot, and a property follows only a
+/// store that can (memory cannot be changed from elsewhere; a plain remote table may have no
+/// way to notify).
 ///
 /// Own writes are not reported. A burst may be reported as one change; the last change is
 /// never dropped (a report means "catch up", and catching up reads everything).
@@ -243,22 +294,22 @@ package protocol WatchStoppable: Sendable {
     func stopWatching()
 }
 
-/// A strategy that writes lazily and can be asked to make its writes durable now.
-public protocol FlushablePersistenceStrategy: PersistenceStrategy {
-    /// Makes every write made so far durable (fsync). Returns when it is.
-    func flush() throws
-}
-
 /// A store whose calls wait on something slow outside the process — a network round trip, a
 /// KDF — and so have an `async` form that suspends instead of holding a thread.
 ///
-/// `@Stored` drives such a store without ever blocking its caller on it (docs/STATE.md,
-/// "Remote stores and async code"): a setter updates memory, notifies and returns, and the write follows in
-/// order in the background (`try await $x.flush()` waits for it); a first read shows the initial
-/// value and loads in the background (`try await $x.load()` waits for the stored value). The
-/// synchronous requirements of ``PersistenceStrategy`` stay, for code that is not async and for
-/// the `coffer` command: by default they run the async form on Coffer's own threads and block
-/// the caller until it ends, never needing a thread of Swift's cooperative pool.
+/// Its own protocol because it changes how `@Stored` drives the store, without ever blocking
+/// its caller on it (docs/STATE.md, "Remote stores and async code"): a setter updates memory,
+/// notifies and returns, and the write follows in order in the background
+/// (`try await $x.flush()` waits for it); a first read shows the initial value and loads in the
+/// background (`try await $x.load()` waits for the stored value).
+///
+/// Implement the four `async` methods. The synchronous requirements of ``PersistenceStrategy``
+/// stay, for code that is not async and for the `coffer` command: by default they run the async
+/// form on Coffer's own threads and block the caller until it ends, never needing a thread of
+/// Swift's cooperative pool. A remote store that also keeps the promise of
+/// ``BatchPersistenceStrategy`` or ``CompareAndSwapPersistenceStrategy`` adopts that protocol
+/// too and implements the `async` form of its method here; the synchronous one then comes by
+/// default.
 ///
 /// Every call must end within a deadline the store documents (a statement timeout, a connect
 /// timeout): ``CofferError/Code/busy`` or ``CofferError/Code/io``, never an endless wait.
@@ -271,18 +322,14 @@ public protocol AsyncPersistenceStrategy: PersistenceStrategy {
     func remove(_ key: String) async throws
     /// Every key currently stored.
     func keys() async throws -> [String]
-}
-
-/// An ``AsyncPersistenceStrategy`` with an async compare-and-swap (`try await $x.update { … }`).
-public protocol AsyncCompareAndSwapPersistenceStrategy: AsyncPersistenceStrategy, CompareAndSwapPersistenceStrategy {
-    /// ``CompareAndSwapPersistenceStrategy/compareAndSwap(_:expected:new:)``, suspending instead of blocking.
-    func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool
-}
-
-/// An ``AsyncPersistenceStrategy`` that commits several changes at once.
-public protocol AsyncBatchPersistenceStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy {
-    /// ``BatchPersistenceStrategy/saveBatch(_:)``, suspending instead of blocking.
+    /// ``BatchPersistenceStrategy/saveBatch(_:)``, suspending instead of blocking: implement it
+    /// (as one commit) when the store adopts ``BatchPersistenceStrategy``. By default each change
+    /// is saved or removed in turn, which is not one commit.
     func saveBatch(_ changes: [(key: String, data: Data?)]) async throws
+    /// ``CompareAndSwapPersistenceStrategy/compareAndSwap(_:expected:new:)``, suspending instead
+    /// of blocking: implement it when the store adopts ``CompareAndSwapPersistenceStrategy``.
+    /// By default it throws ``CofferError/Code/invalidArgument``: the store has no swap.
+    func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool
 }
 
 extension AsyncPersistenceStrategy {
@@ -294,6 +341,20 @@ extension AsyncPersistenceStrategy {
     public func remove(_ key: String) throws { try Offload.wait { try await self.remove(key) } }
     /// Runs the async `keys` for a synchronous caller.
     public func keys() throws -> [String] { try Offload.wait { try await self.keys() } }
+
+    /// Each change in turn: not one commit (a store that adopts ``BatchPersistenceStrategy``
+    /// implements this as one).
+    public func saveBatch(_ changes: [(key: String, data: Data?)]) async throws {
+        for change in changes {
+            if let data = change.data { try await save(data, for: change.key) } else { try await remove(change.key) }
+        }
+    }
+
+    /// No swap: throws ``CofferError/Code/invalidArgument`` (a store that adopts
+    /// ``CompareAndSwapPersistenceStrategy`` implements this).
+    public func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool {
+        throw CofferError(.invalidArgument, "\(Self.self) has no compare-and-swap (it does not implement the async compareAndSwap)")
+    }
 
     /// Reads a typed value (see ``PersistenceStrategy/get(_:for:)``), suspending instead of blocking.
     public func get<T: Codable>(_ type: T.Type = T.self, for key: String) async throws -> T? {
@@ -307,14 +368,14 @@ extension AsyncPersistenceStrategy {
     }
 }
 
-extension AsyncCompareAndSwapPersistenceStrategy {
+extension CompareAndSwapPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async compare-and-swap for a synchronous caller.
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
         try Offload.wait { try await self.compareAndSwap(key, expected: expected, new: new) }
     }
 }
 
-extension AsyncBatchPersistenceStrategy {
+extension BatchPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async `saveBatch` for a synchronous caller.
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
         try Offload.wait { try await self.saveBatch(changes) }
@@ -322,14 +383,10 @@ extension AsyncBatchPersistenceStrategy {
 }
 
 extension PersistenceStrategy {
-    /// How typed values become this strategy's bytes: ``ValueEncoding/plain`` for a
-    /// ``PlainValuePersistenceStrategy``, else ``ValueEncoding/tagged``.
-    public var valueEncoding: ValueEncoding { self is any PlainValuePersistenceStrategy ? .plain : .tagged }
-
     /// Reads a typed value stored with ``set(_:for:)``, or `nil` when the key is absent.
     ///
-    /// Bool, integers, Double, Float, String and Data use Coffer's compact binary encoding;
-    /// other `Codable` values are JSON.
+    /// Bool, integers, Double, Float, String and Data use Coffer's compact binary encoding
+    /// (``ValueEncoding/plain`` on a store that asks for it); other `Codable` values are JSON.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/decoding`` when the bytes are not a `T`.
     public func get<T: Codable>(_ type: T.Type = T.self, for key: String) throws -> T? {
         guard let data = try load(key) else { return nil }

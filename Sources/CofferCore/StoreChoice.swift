@@ -43,8 +43,3 @@ public struct StoreChoice: Sendable, CustomStringConvertible {
         StoreChoice(description: "\(type(of: strategy))") { key in .strategy(strategy, key: key) }
     }
 }
-
-/// The former name of ``StoreChoice``, too close to ``Backing`` (the store *and key* of one
-/// property) to tell apart.
-@available(*, deprecated, renamed: "StoreChoice")
-public typealias Backend = StoreChoice

@@ -33,8 +33,8 @@ import PostgresNIO
 /// let flags = PostgresKeyValueStrategy(configuration: settings, suite: "feature-flags")
 /// try await flags.set(true, for: "new-checkout")
 /// ```
-public final class PostgresKeyValueStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
-    ChangeObservingPersistenceStrategy
+public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy,
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy
 {
     /// The suite: the rows of this store are those with this suite name.
     public let suite: String
@@ -307,11 +307,11 @@ extension Backing {
     /// A key in a named suite on the current context's PostgreSQL server.
     public static func postgres(suite: String, key: String) -> Backing {
         Backing(
-            description: "postgres(suite: \(suite), key: \(key))", identity: .inContext(["postgres", suite, key])
+            description: "postgres(suite: \(suite), key: \(key))", store: .inContext(["postgres", suite]), key: key
         ) { context in
             var configuration = context.setting(PostgresConfiguration.self) ?? .environment()
             if configuration.timeout == nil { configuration.timeout = context.lockTimeout.inSeconds }
-            let store = try context.sharedStore(id: "postgres:\(configuration.identity):\(suite)") {
+            let store = try context.sharedStore(id: .inContext(["postgres", configuration.identity, suite])) {
                 PostgresKeyValueStrategy(configuration: configuration, suite: suite)
             }
             return (store, key)
@@ -320,7 +320,7 @@ extension Backing {
 
     /// A key in an explicit PostgreSQL store.
     public static func postgres(_ store: PostgresKeyValueStrategy, key: String) -> Backing {
-        Backing(description: "postgres(suite: \(store.suite), key: \(key))", identity: .instance(store, key: key)) {
+        Backing(description: "postgres(suite: \(store.suite), key: \(key))", store: store.id, key: key) {
             _ in (store, key)
         }
     }

@@ -11,8 +11,8 @@ public import Foundation
 ///
 /// Every call is `async` (``AsyncPersistenceStrategy``): `@Stored` properties on it never block
 /// their caller on the network. The synchronous forms run the async ones on Coffer's threads.
-public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCompareAndSwapPersistenceStrategy,
-    PlainValuePersistenceStrategy, ChangeObservingPersistenceStrategy, SealedPersistenceStrategy, KeychainItemsStrategy
+public final class PostgresVaultStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy,
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeychainItemsStrategy
 {
     /// The vault holding the items.
     public let vault: PostgresVault
@@ -25,6 +25,11 @@ public final class PostgresVaultStrategy: AsyncBatchPersistenceStrategy, AsyncCo
     }
 
     package var keychain: any Keychain { vault }
+
+    /// ``ValueEncoding/plain``, as in `VaultStrategy`.
+    public var valueEncoding: ValueEncoding { .plain }
+    /// `true`: a vault's values are secrets, sealed at rest.
+    public var holdsSecrets: Bool { true }
 
     public func load(_ key: String) async throws -> Data? { try await vault.data(service: service, account: key) }
 
@@ -82,7 +87,7 @@ extension Backing {
     public static func vault(_ vault: PostgresVault, service: String, account: String) -> Backing {
         Backing(
             description: "vault(postgres: \(vault.name), service: \(service), account: \(account))",
-            identity: .object(vault, [service, account])
+            store: StoreID(vault, ["service", service]), key: account
         ) { _ in
             (vault.strategy(service: service), account)
         }

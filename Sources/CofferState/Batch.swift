@@ -196,7 +196,7 @@ private struct CommitGroup {
 
     /// The group `strategy` commits in, or `nil` for a strategy without an identity.
     static func store(of strategy: any PersistenceStrategy) -> Store? {
-        if let joint = strategy as? any JointBatchPersistenceStrategy { return .joint(joint.jointStoreID) }
+        if strategy is any JointBatchPersistenceStrategy, let id = strategy.id { return .joint(id.whole) }
         return strategy.id.map(Store.store)
     }
 }

@@ -52,15 +52,16 @@ package enum CellRegistry {
         let type: ObjectIdentifier
     }
 
-    /// One key of one store: the backing's identity, and the context when it is context-relative.
+    /// One key of one store: the backing's stored value, and the context when its store is
+    /// named relative to it.
     struct Group: Hashable, Sendable {
-        let identity: Backing.Identity
+        let identity: Backing.ValueID
         let context: ObjectIdentifier?
         /// Hashed once: a registry of 100k keys rehashes its neighbours when one leaves (the
-        /// dictionary's probing), and an identity hashes a store id and strings.
+        /// dictionary's probing), and a value id hashes a store id and strings.
         private let hash: Int
 
-        init(identity: Backing.Identity, context: ObjectIdentifier?) {
+        init(identity: Backing.ValueID, context: ObjectIdentifier?) {
             self.identity = identity
             self.context = context
             var hasher = Hasher()
@@ -90,7 +91,7 @@ package enum CellRegistry {
     /// properties on the same key and type, or a new one (registered when the backing has an
     /// identity). Each call must be balanced by ``release(_:)`` of the cell's key, if it has one.
     static func cell<Value>(initialValue: Value, backing: Backing, context: CofferContext) -> StoredCell<Value> {
-        guard let identity = backing.identity else {
+        guard let identity = backing.value else {
             return StoredCell(initialValue: initialValue, backing: backing, context: context, registryKey: nil)
         }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
@@ -279,7 +280,7 @@ package enum CellRegistry {
     /// Every live cell bound to `backing` in `context`, whatever its value type: a migration
     /// that removed the backing's value tells them to reload.
     static func cells(boundTo backing: Backing, context: CofferContext) -> [any RegisteredCell] {
-        guard let identity = backing.identity else { return [] }
+        guard let identity = backing.value else { return [] }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
         return groups.withLock { $0[group].map { $0.map(\.cell) } ?? [] }
     }
@@ -289,7 +290,7 @@ package enum CellRegistry {
     package static func users<Value>(
         of backing: Backing, context: CofferContext = .current, type: Value.Type
     ) -> Int {
-        guard let identity = backing.identity else { return 0 }
+        guard let identity = backing.value else { return 0 }
         let group = Group(identity: identity, context: identity.isContextual ? ObjectIdentifier(context) : nil)
         return groups.withLock { $0[group]?.first { $0.type == ObjectIdentifier(Value.self) }?.cell.users.load(ordering: .acquiring) ?? 0 }
     }

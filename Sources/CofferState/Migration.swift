@@ -23,7 +23,7 @@ extension Stored where Value: Codable {
     /// 1. read the old copy and check that it decodes as a `Value` (if not, nothing is touched);
     /// 2. write it to this property's store, unless that store already holds a value — the
     ///    newer location wins, so running a migration again after a crash is harmless;
-    /// 3. make this store durable (`flush()` for a ``FlushablePersistenceStrategy``);
+    /// 3. make this store durable (``PersistenceStrategy/flush()``);
     /// 4. delete the old copy, and make that durable too.
     ///
     /// A crash between 3 and 4 leaves two copies; the next run finds the destination filled and
@@ -72,12 +72,12 @@ extension StoredCell {
                     try destination.save(encodeValue(value, as: destination.valueEncoding), for: key)
                     outcome = .moved
                 }
-                if let flushable = destination as? any FlushablePersistenceStrategy { try flushable.flush() }
+                try destination.flush()
                 try sourceStrategy.remove(oldKey)
-                if let flushable = sourceStrategy as? any FlushablePersistenceStrategy { try flushable.flush() }
+                try sourceStrategy.flush()
                 // An append-only source still holds the old record: rewrite it so the old copy
                 // (often a plaintext token) is gone from the file, not just marked removed.
-                if let compactable = sourceStrategy as? any CompactablePersistenceStrategy { try compactable.compact() }
+                try sourceStrategy.compact()
                 guard outcome == .moved else { return (outcome, false) }
                 let changed = mutate { s in adoptStored(value, in: &s, keepingUnsavedWrite: false) ?? false }
                 return (outcome, changed)
@@ -95,12 +95,13 @@ extension StoredCell {
     }
 
     /// Whether two strategies are one store (equal ``PersistenceStrategy/id``s, or two instances
-    /// on the same files): moving a key onto itself there would delete the value.
+    /// on the same files: equal ``FileLocatedPersistenceStrategy/fileStoreID``s): moving a key
+    /// onto itself there would delete the value.
     private static func sameStore(_ a: any PersistenceStrategy, _ b: any PersistenceStrategy) -> Bool {
         if let id = a.id, id == b.id { return true }
         guard let a = a as? any FileLocatedPersistenceStrategy, let b = b as? any FileLocatedPersistenceStrategy else {
             return false
         }
-        return a.resolvedFileLocation == b.resolvedFileLocation
+        return a.fileStoreID == b.fileStoreID
     }
 }

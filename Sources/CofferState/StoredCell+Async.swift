@@ -64,8 +64,8 @@ extension StoredCell {
                 let current = try await remote.load(key)
                 let (value, next) = try transformed(current, as: remote.valueEncoding, by: body)
                 let swapped: Bool
-                if let swappable = remote as? any AsyncCompareAndSwapPersistenceStrategy {
-                    swapped = try await swappable.compareAndSwap(key, expected: current, new: next)
+                if remote is any CompareAndSwapPersistenceStrategy {
+                    swapped = try await remote.compareAndSwap(key, expected: current, new: next)
                 } else {
                     if let next { try await remote.save(next, for: key) } else { try await remote.remove(key) }
                     swapped = true

@@ -99,7 +99,7 @@ extension StoredCell {
             let strategy = binding.strategy
             try await Offload.run {
                 if let error = self.persistPending() { throw error }
-                if let flushable = strategy as? any FlushablePersistenceStrategy { try flushable.flush() }
+                try strategy.flush()
             }
             return
         }

@@ -17,7 +17,7 @@ public import Synchronization
 /// The one value of a key in this process: every ``Stored`` bound to the same store, key and
 /// value type holds the same cell (see ``CellRegistry``), so a write through any of them is
 /// seen at once by all, and notifies every observer, stream and computed value of every one.
-/// A memory-only property, or one whose backing has no ``Backing/identity``, has a cell of its
+/// A memory-only property, or one whose backing names no ``Backing/store``, has a cell of its
 /// own. The cell holds what used to be each property's own state: the value, its version, the
 /// last error, the Observation registrar, the `values` streams and the computed dependents.
 @usableFromInline

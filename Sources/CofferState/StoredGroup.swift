@@ -89,16 +89,6 @@ public final class StoredGroup<Keys: StoredKeyGroup>: Sendable {
         self.context = CofferContext.inEffect
     }
 
-    /// The former spelling of ``init(_:store:)``.
-    @available(*, deprecated, renamed: "init(_:store:)")
-    public convenience init(_ keys: Keys = Keys(), backend: StoreChoice) {
-        self.init(keys, store: backend)
-    }
-
-    /// The former name of ``store``.
-    @available(*, deprecated, renamed: "store")
-    public var backend: StoreChoice { store }
-
     /// The value of a key, loaded on first use; setting it persists it (`nil` removes an
     /// optional key).
     public subscript<Value>(dynamicMember key: KeyPath<Keys, StoredKey<Value>>) -> Value {

@@ -19,7 +19,7 @@ public import Foundation
 /// let disk = try DiskStrategy(directory: dir)
 /// try disk.set(session, for: "session")
 /// ```
-public final class DiskStrategy: PersistenceStrategy, ChangeObservingPersistenceStrategy {
+public final class DiskStrategy: ChangeObservingPersistenceStrategy {
     /// The directory holding one file per key.
     public let directory: String
     private let fs: any FileSystem
@@ -194,8 +194,8 @@ extension Backing {
     /// @Stored(backed: .disk(key: "session")) var session: Session? = nil
     /// ```
     public static func disk(key: String) -> Backing {
-        Backing(description: "disk(key: \(key))", identity: .inContext(["disk", key])) { context in
-            let store = try context.sharedStore(id: "disk") {
+        Backing(description: "disk(key: \(key))", store: .inContext(["disk"]), key: key) { context in
+            let store = try context.sharedStore(id: .inContext(["disk"])) {
                 try DiskStrategy(directory: context.directory.appendingPathComponent("files"), fileSystem: context.fileSystem)
             }
             return (store, key)
@@ -204,7 +204,7 @@ extension Backing {
 
     /// A key in an explicit disk store.
     public static func disk(_ store: DiskStrategy, key: String) -> Backing {
-        Backing(description: "disk(\(store.directory), key: \(key))", identity: .instance(store, key: key)) { _ in
+        Backing(description: "disk(\(store.directory), key: \(key))", store: store.id, key: key) { _ in
             (store, key)
         }
     }
@@ -215,5 +215,5 @@ extension DiskStrategy: WatchStoppable {
 }
 
 extension DiskStrategy: FileLocatedPersistenceStrategy {
-    package var fileLocation: (path: String, within: [String]) { (directory, []) }
+    package var fileStoreID: StoreID { StoreID(file: directory) }
 }

@@ -23,8 +23,8 @@ import Synchronization
 /// let prefs = try KeyValueFileStrategy(directory: dir, suite: "preferences")
 /// try prefs.set("dark", for: "theme")
 /// ```
-public final class KeyValueFileStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, CompactablePersistenceStrategy, ChangeObservingPersistenceStrategy
+public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwapPersistenceStrategy,
+    ChangeObservingPersistenceStrategy
 {
     /// The suite's file.
     public let path: String
@@ -330,9 +330,9 @@ extension Backing {
     /// A key in a named suite (`<context directory>/<suite>.cofferkv`) of the current context.
     public static func keyValue(suite: String, key: String) -> Backing {
         Backing(
-            description: "keyValue(suite: \(suite), key: \(key))", identity: .inContext(["keyValue", suite, key])
+            description: "keyValue(suite: \(suite), key: \(key))", store: .inContext(["keyValue", suite]), key: key
         ) { context in
-            let store = try context.sharedStore(id: "keyValue:\(suite)") {
+            let store = try context.sharedStore(id: .inContext(["keyValue", suite])) {
                 try KeyValueFileStrategy(
                     directory: context.directory, suite: suite, durability: context.durability,
                     lockTimeout: context.lockTimeout, fileSystem: context.fileSystem)
@@ -343,7 +343,7 @@ extension Backing {
 
     /// A key in an explicit key-value store.
     public static func keyValue(_ store: KeyValueFileStrategy, key: String) -> Backing {
-        Backing(description: "keyValue(\(store.path), key: \(key))", identity: .instance(store, key: key)) { _ in
+        Backing(description: "keyValue(\(store.path), key: \(key))", store: store.id, key: key) { _ in
             (store, key)
         }
     }
@@ -357,5 +357,5 @@ extension KeyValueFileStrategy: WatchStoppable {
 }
 
 extension KeyValueFileStrategy: FileLocatedPersistenceStrategy {
-    package var fileLocation: (path: String, within: [String]) { (path, []) }
+    package var fileStoreID: StoreID { StoreID(file: path) }
 }

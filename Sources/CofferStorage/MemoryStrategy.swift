@@ -6,7 +6,7 @@ import Synchronization
 ///
 /// Useful in tests and previews: the same model runs on `.memory` in a test and on disk in
 /// production.
-public final class MemoryStrategy: PersistenceStrategy, BatchPersistenceStrategy {
+public final class MemoryStrategy: BatchPersistenceStrategy {
     private let values = Locked<[ExactKey: Data]>([:])
 
     /// An empty in-memory store.

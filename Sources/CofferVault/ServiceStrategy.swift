@@ -9,8 +9,8 @@ package import Foundation
 /// CofferPostgres's `PostgresVaultStrategy` does the same with the vault's `async` calls. Values
 /// are stored in plain form (a String's UTF-8), so `coffer get` prints exactly what an `@Stored`
 /// property saved.
-package protocol ServiceStrategy: BatchPersistenceStrategy, PlainValuePersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeychainItemsStrategy
+package protocol ServiceStrategy: BatchPersistenceStrategy, CompareAndSwapPersistenceStrategy,
+    ChangeObservingPersistenceStrategy, KeychainItemsStrategy
 {
     associatedtype Store: Keychain
     /// The vault holding the items.
@@ -21,6 +21,11 @@ package protocol ServiceStrategy: BatchPersistenceStrategy, PlainValuePersistenc
 
 extension ServiceStrategy {
     package var keychain: any Keychain { vault }
+
+    /// ``ValueEncoding/plain``: `coffer get` prints exactly what an `@Stored` property saved.
+    public var valueEncoding: ValueEncoding { .plain }
+    /// `true`: a vault's values are secrets, sealed at rest.
+    public var holdsSecrets: Bool { true }
 
     public func load(_ key: String) throws -> Data? { try vault.data(service: service, account: key) }
 

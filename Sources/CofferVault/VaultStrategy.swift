@@ -9,12 +9,9 @@ public import Foundation
 /// let tokens = VaultStrategy(vault: vault, service: "api.example.com")
 /// try tokens.set("s3cr3t", for: "alice")
 /// ```
-public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy,
-    CompactablePersistenceStrategy, PlainValuePersistenceStrategy, CompareAndSwapPersistenceStrategy,
-    ChangeObservingPersistenceStrategy, ServiceStrategy, SealedPersistenceStrategy, JointBatchPersistenceStrategy
-{
-    // load, save, remove, keys, saveBatch, compareAndSwap and observeChanges are
-    // ServiceStrategy's (written once over any Keychain).
+public final class VaultStrategy: ServiceStrategy, JointBatchPersistenceStrategy {
+    // load, save, remove, keys, saveBatch, compareAndSwap, observeChanges, valueEncoding and
+    // holdsSecrets are ServiceStrategy's (written once over any Keychain).
 
     /// The vault holding the items.
     public let vault: Vault
@@ -32,11 +29,9 @@ public final class VaultStrategy: BatchPersistenceStrategy, FlushablePersistence
 
     /// One service of one vault: every `VaultStrategy` over them is this store, so `@Stored`
     /// properties of the service are committed together and observed once, however many
-    /// strategies the `.vault` backings made.
+    /// strategies the `.vault` backings made. A part of the vault: a `batch { }` over several of
+    /// its services is one commit too (``saveJointBatch(_:)``).
     public var id: StoreID? { StoreID(vault, ["service", service]) }
-
-    /// The vault: a `batch { }` over several of its services is one commit too.
-    package var jointStoreID: StoreID { StoreID(vault) }
 
     /// Applies changes to items of several services of this vault as one commit (one journal
     /// append, one fdatasync).
@@ -99,7 +94,7 @@ extension Backing {
     public static func vault(service: String, account: String) -> Backing {
         Backing(
             description: "vault(service: \(service), account: \(account))",
-            identity: .inContext(["vault", service, account])
+            store: .inContext(["vault", "service", service]), key: account
         ) { context in
             (VaultStrategy(vault: try context.defaultVault(), service: service), account)
         }
@@ -111,7 +106,7 @@ extension Backing {
         let strategy = VaultStrategy(vault: vault, service: service)
         return Backing(
             description: "vault(\(vault.url.path), service: \(service), account: \(account))",
-            identity: .instance(strategy, key: account)
+            store: strategy.id, key: account
         ) { _ in
             (strategy, account)
         }
@@ -146,7 +141,7 @@ extension CofferContext {
                 "no default vault is configured: attach a VaultConfiguration to the CofferContext to say how to unlock it")
         }
         let url = try configuration.url ?? defaultVaultURL()
-        return try sharedStore(id: "vault:\(url.path)") { () throws -> Vault in
+        return try sharedStore(id: .inContext(["vault", url.path])) { () throws -> Vault in
             if try !Vault.exists(at: url, fileSystem: fileSystem) && configuration.createIfMissing {
                 return try Vault.create(
                     at: url, unlock: configuration.unlock, kdf: configuration.kdf, lockTimeout: lockTimeout,
@@ -205,5 +200,5 @@ extension VaultConfiguration {
 }
 
 extension VaultStrategy: FileLocatedPersistenceStrategy {
-    package var fileLocation: (path: String, within: [String]) { (vault.url.path, [service]) }
+    package var fileStoreID: StoreID { StoreID(file: vault.url.path, ["service", service]) }
 }

@@ -79,9 +79,11 @@ struct ConfigurationTests {
         #expect(!inReports, "an access report holds the secret")
     }
 
-    /// A sealed store that is not a `VaultStrategy` (as `PostgresVaultStrategy` is not): memory,
-    /// with the capability.
-    final class SealedMemory: SealedPersistenceStrategy, PlainValuePersistenceStrategy {
+    /// A sealed store that is not a `VaultStrategy` (as `PostgresVaultStrategy` is not): memory
+    /// that says it holds secrets.
+    final class SealedMemory: PersistenceStrategy {
+        var holdsSecrets: Bool { true }
+        var valueEncoding: ValueEncoding { .plain }
         let values = Mutex<[String: Data]>([:])
         func load(_ key: String) throws -> Data? { values.withLock { $0[key] } }
         func save(_ data: Data, for key: String) throws { values.withLock { $0[key] = data } }
@@ -89,7 +91,7 @@ struct ConfigurationTests {
         func keys() throws -> [String] { values.withLock { Array($0.keys) } }
     }
 
-    @Test("Every sealed store's values are secret, decided by the capability, not by the vault's concrete type")
+    @Test("Every sealed store's values are secret, decided by holdsSecrets, not by the vault's concrete type")
     func sealedByCapability() throws {
         let store = SealedMemory()
         try store.set("hunter2-never-shown", for: "db.password")

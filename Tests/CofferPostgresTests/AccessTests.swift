@@ -176,9 +176,8 @@ struct AccessTests {
         let vault = try await PostgresVault.create(
             name: uniqueName("sealed"), unlock: .key(testKey), configuration: try sharedConfiguration())
         let strategy: any PersistenceStrategy = PostgresVaultStrategy(vault: vault, service: "app")
-        #expect(strategy is any SealedPersistenceStrategy)
-        #expect(!(PostgresKeyValueStrategy(configuration: try sharedConfiguration()) as any PersistenceStrategy
-            is any SealedPersistenceStrategy))
+        #expect(strategy.holdsSecrets)
+        #expect(!(PostgresKeyValueStrategy(configuration: try sharedConfiguration()) as any PersistenceStrategy).holdsSecrets)
     }
 
     @Test("A malformed postgres:// URL is called malformed (not 'must start with postgres://'), and the message holds none of it")

@@ -197,7 +197,7 @@ struct VaultOutsideChangeTests {
         try await withTemporaryContext(vault: true) { (context: CofferContext) async throws in
             let model = Credentials()
             model.token = "before"
-            let vault = try context.sharedStore(id: "vault:\(context.directory.appendingPathComponent(VaultConfiguration.defaultFileName).path)") {
+            let vault = try context.sharedStore(id: .inContext(["vault", context.directory.appendingPathComponent(VaultConfiguration.defaultFileName).path])) {
                 () throws -> Vault in
                 Issue.record("the default vault should be open")
                 throw CofferError(.notFound, "")

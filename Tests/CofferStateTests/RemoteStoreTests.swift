@@ -9,7 +9,7 @@ import Testing
 /// which order. The state layer drives it as it drives PostgreSQL, so these tests cover the
 /// remote path (background writers, loads, flush, update) in the core build, under
 /// ThreadSanitizer too (`make test-tsan` builds no PostgreSQL).
-final class GatedRemoteStrategy: AsyncCompareAndSwapPersistenceStrategy {
+final class GatedRemoteStrategy: AsyncPersistenceStrategy, CompareAndSwapPersistenceStrategy {
     private struct State {
         var values: [String: Data] = [:]
         var open = true

@@ -20,7 +20,7 @@ struct SlowOpeningTests {
             let opened = Protected(false)
             let opener = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
-                _ = try? context.sharedStore(id: "slow-store") { () -> MemoryStrategy in
+                _ = try? context.sharedStore(id: .inContext(["slow-store"])) { () -> MemoryStrategy in
                     entered.signal()
                     release.wait()  // "Argon2id": held until the other thread is done
                     return MemoryStrategy()
@@ -38,7 +38,7 @@ struct SlowOpeningTests {
             release.signal()
             #expect(opener.wait(timeout: .now() + 10) == .success)
             // A second caller for the same store gets the one opened, without opening again.
-            let again = try context.sharedStore(id: "slow-store") { () -> MemoryStrategy in
+            let again = try context.sharedStore(id: .inContext(["slow-store"])) { () -> MemoryStrategy in
                 Issue.record("opened twice")
                 return MemoryStrategy()
             }

@@ -252,16 +252,6 @@ struct SpellingTests {
         }
     }
 
-    /// The former spellings, `Backend` and `StoredGroup(backend:)`, still compile (deprecated).
-    /// Never called: deprecated uses inside a deprecated function do not warn, so the build
-    /// checks they resolve while warnings stay errors.
-    @available(*, deprecated)
-    static func formerSpellings() -> StoredGroup<AppKeys> {
-        let backend: Backend = .memory
-        #expect(StoredGroup<AppKeys>(backend: backend).backend.description == "memory")
-        return StoredGroup<AppKeys>(backend: .keyValue(suite: "app"))
-    }
-
     /// A model that takes its store once, as key-value-storage's users inject a backend.
     final class LaunchTracker {
         let storage: StoredGroup<AppKeys>

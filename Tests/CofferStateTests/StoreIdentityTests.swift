@@ -43,7 +43,7 @@ private final class ShelfView: BatchPersistenceStrategy, ChangeObservingPersiste
 
 /// A backing that makes a new view of `shelf` on every resolve.
 private func viewBacking(_ shelf: Shelf, key: String) -> Backing {
-    Backing(description: "shelf(key: \(key))", identity: .object(shelf, [key])) { _ in (ShelfView(shelf), key) }
+    Backing(description: "shelf(key: \(key))", store: StoreID(shelf), key: key) { _ in (ShelfView(shelf), key) }
 }
 
 /// A value-type strategy: it has no identity to share.
@@ -197,7 +197,7 @@ struct StoreIdentityTests {
         let first = Stored(wrappedValue: 0, backed: viewBacking(shelf, key: "k"))
         let second = Stored(
             wrappedValue: 0,
-            backed: Backing(description: "alias(k)", identity: .object(shelf, ["alias", "k"])) { _ in (ShelfView(shelf), "k") })
+            backed: Backing(description: "alias(k)", store: StoreID(shelf, ["alias"]), key: "k") { _ in (ShelfView(shelf), "k") })
         func stored() throws -> Int? {
             try shelf.values.withLock { $0["k"] }.map { try ValueCodec.decode(Int.self, from: $0, as: .tagged) }
         }

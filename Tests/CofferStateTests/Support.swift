@@ -1,4 +1,5 @@
 import CofferCore
+import CofferCrypto
 import CofferStorage
 import CofferTesting  // Protected (the test doubles' lock, which ThreadSanitizer sees), HelperChild
 import CofferVault
@@ -40,7 +41,7 @@ final class Log<Entry: Sendable>: Sendable {
 
 /// An in-memory strategy that counts what it is asked to do, optionally batch-capable, and can
 /// be told to fail.
-final class RecordingStrategy: BatchPersistenceStrategy, FlushablePersistenceStrategy {
+final class RecordingStrategy: BatchPersistenceStrategy {
     struct Counts: Sendable, Equatable {
         var loads = 0
         var saves = 0

@@ -80,7 +80,7 @@ public struct CofferService: Service {
                 keychains.append(keychain)
             } else if let strategy = object as? any KeychainItemsStrategy {
                 keychains.append(strategy.keychain)
-            } else if StoreID.of(object).map({ seenStores.insert($0).inserted }) ?? true {
+            } else if ((object as? any PersistenceStrategy)?.id).map({ seenStores.insert($0).inserted }) ?? true {
                 others.append(object)
             }
         }
@@ -99,7 +99,7 @@ public struct CofferService: Service {
         // Watches first, so nothing reloads into a vault being locked.
         for case let store as any WatchStoppable in others + keychains.map({ $0 as any Sendable }) { store.stopWatching() }
         var flushed = 0
-        for case let store as any FlushablePersistenceStrategy in others {
+        for case let store as any PersistenceStrategy in others {
             attempt("flushing \(type(of: store))") { try store.flush() }
             flushed += 1
         }

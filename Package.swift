@@ -186,6 +186,25 @@ let package = Package(
         .testTarget(
             name: "CofferSnippetTests", dependencies: ["Coffer"], swiftSettings: strictSettings,
             plugins: ["CofferSnippetPlugin"]),
+        // The documents' blocks that import an integration module, each under its traits.
+        .testTarget(
+            name: "CofferIntegrationSnippetTests",
+            dependencies: [
+                "Coffer",
+                .target(name: "CofferPostgres", condition: .when(traits: ["Postgres"])),
+                .target(name: "CofferLogging", condition: .when(traits: ["Logging"])),
+                .target(name: "CofferServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .target(name: "CofferConfiguration", condition: .when(traits: ["Configuration"])),
+                .target(name: "CofferDependencies", condition: .when(traits: ["Dependencies"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging", "Postgres", "ServiceLifecycle"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .product(name: "Configuration", package: "swift-configuration", condition: .when(traits: ["Configuration"])),
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["ExampleService"])),
+            ],
+            swiftSettings: strictSettings,
+            plugins: ["CofferSnippetPlugin"]),
         .testTarget(
             name: "CofferCoreTests",
             dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],

@@ -1,6 +1,7 @@
 // Compiles the documents' Swift: at build time, CofferSnippetExtractor turns every ```swift block
 // of README.md and Sources/Coffer/Coffer.docc/*.md into Swift files of the target this plugin is
-// applied to (CofferSnippetTests). Each document is an input of the command, so editing one
+// applied to (CofferSnippetTests; CofferIntegrationSnippetTests for the blocks that import an
+// integration module). Each document is an input of the command, so editing one
 // rebuilds its file; the placement rules are at the top of Sources/CofferSnippetExtractor/main.swift.
 import Foundation
 import PackagePlugin
@@ -14,17 +15,19 @@ struct CofferSnippetPlugin: BuildToolPlugin {
             .filter { $0.hasSuffix(".md") }
             .sorted()
         let documents = ["README.md"] + names.map { "Sources/Coffer/Coffer.docc/\($0)" }
+        // CofferIntegrationSnippetTests gets the blocks that import an integration module.
+        let integrations = target.name == "CofferIntegrationSnippetTests"
         let output = context.pluginWorkDirectoryURL.appending(path: "Snippets")
         let outputs =
             documents.map { document -> URL in
                 let name = document.split(separator: "/").last.map(String.init) ?? document
                 return output.appending(path: String(name.map { $0.isLetter || $0.isNumber ? $0 : "_" }) + ".swift")
-            } + [output.appending(path: "SnippetIndex.swift")]
+            } + (integrations ? [] : [output.appending(path: "SnippetIndex.swift")])
         return [
             .buildCommand(
-                displayName: "Extracting the Swift snippets of \(documents.count) documents",
+                displayName: "Extracting the Swift snippets of \(documents.count) documents for \(target.name)",
                 executable: try context.tool(named: "CofferSnippetExtractor").url,
-                arguments: [output.path, root.path] + documents,
+                arguments: (integrations ? ["--integrations"] : []) + [output.path, root.path] + documents,
                 inputFiles: documents.map { root.appending(path: $0) },
                 outputFiles: outputs
             )

@@ -18,18 +18,23 @@
 // - Each generated file says `import Coffer` and nothing else, plus the `import` lines of the
 //   document's blocks (Foundation is the one other module a block may import; the test target
 //   depends on Coffer alone): a snippet compiles against `import Coffer` alone.
+// - A block that imports an integration module (CofferPostgres, CofferLogging, Hummingbird, …)
+//   is compiled instead by CofferIntegrationSnippetTests (`--integrations`), under `#if` the
+//   package traits that build those modules (`make test` enables them all); a module no trait
+//   builds is an error.
 // - What the prose takes as given (a `keyURL`, a `vault` made earlier on the page, an app's own
-//   `Document` type) is declared by hand in Tests/CofferSnippetTests/Givens.swift, as static
-//   members of the document's namespace: compiled, never run.
+//   `Document` type) is declared by hand in Tests/CofferSnippetTests/Givens.swift (and
+//   Tests/CofferIntegrationSnippetTests/Givens.swift), as static members of the document's
+//   namespace: compiled, never run.
 // - A block that is deliberately not compilable Swift (a fragment of Package.swift, a block that
-//   needs an integration module built with its trait) carries, on the line just above its fence,
+//   needs a package this one does not depend on) carries, on the line just above its fence,
 //   `<!-- snippet: not compiled, <reason> -->`. Output, shell and pseudo-code are not ```swift at
 //   all (```sh, ```text).
 //
-// Usage: CofferSnippetExtractor <output-directory> <package-directory> <document>...
-// (documents relative to the package directory). Writes one `<Namespace>.swift` per document and
-// `SnippetIndex.swift`, which lists the blocks compiled and those opted out (the test checks it
-// against the documents).
+// Usage: CofferSnippetExtractor [--integrations] <output-directory> <package-directory> <document>...
+// (documents relative to the package directory). Writes one `<Namespace>.swift` per document and,
+// without `--integrations`, `SnippetIndex.swift`, which lists the blocks compiled by each target
+// and those opted out (the test checks it against the documents).
 
 import Foundation
 
@@ -52,12 +57,15 @@ enum ExtractionError: Error, CustomStringConvertible {
     case unterminatedFence(String, Int)
     case optOutWithoutReason(String, Int)
     case unbalancedDeclaration(String, Int)
+    case unknownModule(String, Int, String)
 
     var description: String {
         switch self {
         case .unterminatedFence(let path, let line): "\(path):\(line): a ```swift fence is never closed"
         case .optOutWithoutReason(let path, let line): "\(path):\(line): `\(optOutMarker)` needs a reason and `-->`"
         case .unbalancedDeclaration(let path, let line): "\(path):\(line): a declaration's braces do not balance"
+        case .unknownModule(let path, let line, let module):
+            "\(path):\(line): the block imports \(module), which no trait of this package builds (opt it out)"
         }
     }
 }
@@ -244,15 +252,54 @@ func sourceLocation(_ file: String, _ line: Int) -> String {
     "#sourceLocation(file: \"\(file)\", line: \(line))"
 }
 
-func generate(_ document: Document, absolutePath: String) throws -> String {
+/// The modules a block of the core target may import.
+let coreModules: Set<String> = ["Coffer", "Foundation"]
+
+/// The package trait that builds each module an integration block may import (an integration
+/// module is empty without its trait, a package dependency not resolved).
+let traitOf: [String: String] = [
+    "CofferPostgres": "Postgres", "CofferLogging": "Logging", "CofferServiceLifecycle": "ServiceLifecycle",
+    "CofferConfiguration": "Configuration", "CofferDependencies": "Dependencies", "Logging": "Logging",
+    "ServiceLifecycle": "ServiceLifecycle", "UnixSignals": "ServiceLifecycle", "Configuration": "Configuration",
+    "Hummingbird": "ExampleService",
+]
+
+func importedModule(_ line: String) -> String {
+    String(line.dropFirst("import ".count).prefix { $0.isLetter || $0.isNumber || $0 == "_" })
+}
+
+/// The integration modules a block imports (none for a block of the core target).
+func integrationModules(_ block: Block) -> [String] {
+    block.lines.filter { $0.hasPrefix("import ") }.map(importedModule).filter { !coreModules.contains($0) }
+}
+
+/// The Swift file for `document`: its core blocks, or (`integrations`) the blocks that import an
+/// integration module, each under `#if` its traits.
+func generate(_ document: Document, absolutePath: String, integrations: Bool) throws -> String {
     let space = namespace(for: document.path)
     var imports = ["Coffer"].map { "import \($0)" }
     var body: [String] = []
-    for block in document.blocks {
+    for block in document.blocks where integrationModules(block).isEmpty != integrations {
         let placed = try place(block, path: document.path)
-        for line in placed.imports where !imports.contains(line) { imports.append(line) }
+        var condition: String? = nil
+        if integrations {
+            var traits: [String] = []
+            for module in integrationModules(block) {
+                guard let trait = traitOf[module] else {
+                    throw ExtractionError.unknownModule(document.path, block.line, module)
+                }
+                if !traits.contains(trait) { traits.append(trait) }
+            }
+            condition = traits.joined(separator: " && ")
+        }
+        for line in placed.imports {
+            let module = importedModule(line)
+            let guarded = traitOf[module].map { "#if \($0)\n\(line)\n#endif" } ?? line
+            if !imports.contains(guarded) { imports.append(guarded) }
+        }
         body.append("")
         body.append("// \(document.path):\(block.line)")
+        if let condition { body.append("#if \(condition)") }
         for (line, lines) in placed.extensions {
             body.append(sourceLocation(absolutePath, line))
             body += lines
@@ -290,6 +337,7 @@ func generate(_ document: Document, absolutePath: String) throws -> String {
             body.append("    }")
             body.append("}")
         }
+        if condition != nil { body.append("#endif") }
     }
     let header = [
         "// Generated by CofferSnippetExtractor from \(document.path): do not edit (edit the document).",
@@ -305,7 +353,15 @@ func index(_ documents: [Document]) -> String {
         "enum SnippetIndex {",
         "    static let compiled: [String: [Int]] = [",
     ]
-    for document in documents { lines.append("        \"\(document.path)\": \(document.blocks.map(\.line)),") }
+    for document in documents {
+        lines.append("        \"\(document.path)\": \(document.blocks.filter { integrationModules($0).isEmpty }.map(\.line)),")
+    }
+    lines.append("    ]")
+    lines.append("    /// Compiled by CofferIntegrationSnippetTests, with the traits of the modules they import.")
+    lines.append("    static let integrations: [String: [Int]] = [")
+    for document in documents {
+        lines.append("        \"\(document.path)\": \(document.blocks.filter { !integrationModules($0).isEmpty }.map(\.line)),")
+    }
     lines.append("    ]")
     lines.append("    static let optedOut: [String: [Int]] = [")
     for document in documents { lines.append("        \"\(document.path)\": \(document.optedOut),") }
@@ -315,9 +371,12 @@ func index(_ documents: [Document]) -> String {
 }
 
 func main() throws {
-    let arguments = Array(CommandLine.arguments.dropFirst())
+    var arguments = Array(CommandLine.arguments.dropFirst())
+    let integrations = arguments.first == "--integrations"
+    if integrations { arguments.removeFirst() }
     guard arguments.count >= 2 else {
-        FileHandle.standardError.write(Data("usage: CofferSnippetExtractor <output-directory> <package-directory> <document>...\n".utf8))
+        FileHandle.standardError.write(
+            Data("usage: CofferSnippetExtractor [--integrations] <output-directory> <package-directory> <document>...\n".utf8))
         exit(2)
     }
     let output = URL(fileURLWithPath: arguments[0], isDirectory: true)
@@ -329,10 +388,12 @@ func main() throws {
         let text = try String(contentsOf: url, encoding: .utf8)
         let document = try blocks(of: text, path: path)
         documents.append(document)
-        let swift = try generate(document, absolutePath: url.path)
+        let swift = try generate(document, absolutePath: url.path, integrations: integrations)
         try Data(swift.utf8).write(to: output.appendingPathComponent(namespace(for: path) + ".swift"))
     }
-    try Data(index(documents).utf8).write(to: output.appendingPathComponent("SnippetIndex.swift"))
+    if !integrations {
+        try Data(index(documents).utf8).write(to: output.appendingPathComponent("SnippetIndex.swift"))
+    }
 }
 
 do {

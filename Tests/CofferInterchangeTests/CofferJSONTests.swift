@@ -360,10 +360,9 @@ struct CofferJSONTests {
     {
         let batch = ImportBatch()
         for item in items {
-            batch.add(service: item.service, account: item.account, label: label, comment: comment, origin: item.origin)
-            { out in
-                out.append(contentsOf: Array("secret".utf8))
-            }
+            batch.add(
+                service: item.service, account: item.account, label: label, comment: comment, origin: item.origin,
+                secret: { out in out.append(contentsOf: Array("secret".utf8)) })
         }
         return batch
     }

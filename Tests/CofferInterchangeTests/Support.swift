@@ -33,5 +33,6 @@ func withTemporaryDirectory<R>(_ body: (String) throws -> R) throws -> R {
 /// Whether `text` holds any of the scalars a terminal acts on that the tests put in names
 /// (ESC, BEL, the 8-bit CSI U+009B, RIGHT-TO-LEFT OVERRIDE U+202E, LINE SEPARATOR U+2028).
 func holdsRawTerminalControls(_ text: String) -> Bool {
-    text.unicodeScalars.contains { ["\u{1B}", "\u{07}", "\u{9B}", "\u{202E}", "\u{2028}"].contains($0) }
+    let raw: Set<Unicode.Scalar> = ["\u{1B}", "\u{07}", "\u{9B}", "\u{202E}", "\u{2028}"]
+    return text.unicodeScalars.contains { raw.contains($0) }
 }

@@ -1,6 +1,7 @@
 #if ServiceLifecycle
 public import CofferCore
 public import CofferVault
+import Foundation
 public import Logging
 public import ServiceLifecycle
 
@@ -61,7 +62,14 @@ public struct CofferService: Service {
         if await !RemoteWrites.settle() {
             logger.error("coffer: \(RemoteWrites.inFlight) writes to remote stores were still unacknowledged at shutdown")
         }
-        try shutDown()
+        try await shutDown()
+    }
+
+    /// ``shutDown()`` from async code: the flushes (an fsync each) and the locks run on Coffer's
+    /// own threads while the calling task suspends, never on a thread of the cooperative pool.
+    /// - Throws: What ``shutDown()`` throws.
+    public func shutDown() async throws {
+        try await Offload.run { try self.shutDown() }
     }
 
     /// Stops watching, flushes every store and locks every vault, now. Every step is tried on

@@ -106,12 +106,26 @@ struct ServiceLifecycleTests {
         #expect(other.calls.withLock { $0 } == ["flush", "lock"])
         #expect(logged.withLock { $0 }.contains { $0.contains("coffer: shut down") && $0.contains("coffer.locked=2") })
     }
+
+    /// From async code (`run()` after the group's shutdown, or a caller's `await`), the flushes
+    /// (an fsync each) and the locks run on Coffer's own threads, never on the cooperative
+    /// thread of the task that awaits them.
+    @Test("An async shutdown flushes and locks on Coffer's threads, not the awaiting task's")
+    func asyncShutDownBlocksNoCooperativeThread() async throws {
+        let keychain = RecordingKeychain()
+        let service = CofferService(context: nil, vaults: [keychain], logger: Logger(label: "test"))
+        try await service.shutDown()
+        #expect(keychain.calls.withLock { $0 } == ["flush", "lock"])
+        #expect(keychain.onCofferThread.withLock { $0 } == [true, true])
+    }
 }
 
 /// A ``Keychain`` that only records ``flush()`` and ``lock()``: what `CofferService` does to a
 /// keychain that is not the file vault. It holds no items.
 final class RecordingKeychain: Keychain {
     let calls = Mutex<[String]>([])
+    /// For each call recorded, whether it ran on a thread of Coffer's (``BlockingPool``).
+    let onCofferThread = Mutex<[Bool]>([])
     var location: String { "recording keychain" }
     var isLocked: Bool { calls.withLock { $0.contains("lock") } }
     func data(service: String, account: String) throws -> Data? { nil }
@@ -138,9 +152,13 @@ final class RecordingKeychain: Keychain {
     func apply(_ changes: [VaultChange]) async throws {}
     func add(_ changes: [VaultChange]) async throws -> [VaultItemID] { [] }
     func update(service: String, account: String, _ transform: @Sendable (Data?) throws -> Data?) async throws {}
-    func flush() async throws { calls.withLock { $0.append("flush") } }
-    func lock() { calls.withLock { $0.append("lock") } }
-    func flush() throws { calls.withLock { $0.append("flush") } }
+    func flush() async throws { record("flush") }
+    func lock() { record("lock") }
+    func flush() throws { record("flush") }
+    private func record(_ call: String) {
+        calls.withLock { $0.append(call) }
+        onCofferThread.withLock { $0.append(BlockingPool.isCurrentThread) }
+    }
     func observeChanges(_ handler: @escaping @Sendable (Set<VaultItemID>?) -> Void) -> StoreObservation {
         StoreObservation {}
     }

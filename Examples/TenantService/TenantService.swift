@@ -2,14 +2,13 @@
 // fleet settings, each a StoredMap, behind Hummingbird 2, shut down gracefully with CofferService.
 #if ExampleService
 import Coffer
-// SecureBytes, for the passphrase: `import Coffer` does not re-export CofferCrypto.
-import CofferCrypto
 import CofferPostgres
 import CofferServiceLifecycle
 import Foundation
 import Hummingbird
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
 @main
 struct TenantService {

@@ -221,7 +221,7 @@ package final class WhileBlocked<Value>: @unchecked Sendable {
 
 /// The writes to remote stores (``AsyncPersistenceStrategy``) that `@Stored` setters started and
 /// that are still on their way: a graceful shutdown waits for them before the process exits.
-public enum RemoteWrites {
+public enum RemoteWrites: Sendable {
     private static let running = Locked(0)
 
     /// How many background writers are running now.

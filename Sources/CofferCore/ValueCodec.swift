@@ -15,7 +15,7 @@ public import Foundation
 /// | `0x7B` (`{`), `0x5B` (`[`), … | anything else `Codable` | JSON (the first byte of the JSON text) |
 ///
 /// JSON text never starts with bytes `0x01…0x06`, so the two forms cannot be confused.
-public enum ValueCodec {
+public enum ValueCodec: Sendable {
     static let tagBool: UInt8 = 0x01
     static let tagInt: UInt8 = 0x02
     static let tagUInt: UInt8 = 0x03

@@ -15,7 +15,7 @@ internal import CSodium
 /// let digest = try BLAKE2b.hash(Array("abc".utf8))                 // 32 bytes
 /// let mac = try BLAKE2b.hash(record, key: macKey, outputLength: 16)
 /// ```
-package enum BLAKE2b {
+package enum BLAKE2b: Sendable {
     /// Shortest output libsodium produces (16 bytes).
     package static let minimumOutputLength = Int(crypto_generichash_bytes_min())
     /// Longest output (64 bytes).

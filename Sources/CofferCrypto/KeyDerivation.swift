@@ -8,7 +8,7 @@ internal import CSodium
 /// ```swift
 /// let recordKey = try KeyDerivation.deriveSubkey(from: master, id: 1, context: "cofrrec1", length: 32)
 /// ```
-package enum KeyDerivation {
+package enum KeyDerivation: Sendable {
     /// Context length in bytes (8, `crypto_kdf_CONTEXTBYTES`).
     package static let contextLength = Int(crypto_kdf_contextbytes())
     /// Master key length in bytes (32, `crypto_kdf_KEYBYTES`).

@@ -20,7 +20,7 @@ internal import CSodium
 /// let kek = try PasswordHash.deriveKey(
 ///     length: 32, passphrase: try SecureBytes(utf8: entered), salt: salt, parameters: .moderate)
 /// ```
-package enum PasswordHash {
+package enum PasswordHash: Sendable {
     /// Salt length in bytes (16, `crypto_pwhash_SALTBYTES`).
     package static let saltLength = Int(crypto_pwhash_argon2id_saltbytes())
     /// Shortest key ``deriveKey(length:passphrase:salt:parameters:)`` produces (16 bytes).

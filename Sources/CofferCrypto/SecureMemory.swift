@@ -32,7 +32,7 @@ import CofferSync
 /// SecureMemory.setLockFailureHandler { failure in logger.warning("\(failure)") }
 /// print(SecureMemory.statistics.lockFailures)
 /// ```
-public enum SecureMemory {
+public enum SecureMemory: Sendable {
     /// What to do when a secret's pages cannot be locked into RAM.
     public enum LockPolicy: Sendable, Hashable {
         /// Keep the secret in unlocked memory, count the failure, and tell the failure handler

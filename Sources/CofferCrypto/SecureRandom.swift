@@ -1,7 +1,7 @@
 internal import CSodium
 
 /// Cryptographically secure random bytes from libsodium (`randombytes_buf`: `getrandom(2)` on Linux).
-package enum SecureRandom {
+package enum SecureRandom: Sendable {
     /// Returns `count` random bytes; an empty array when `count <= 0`.
     ///
     /// For nonces and salts. Keys belong in guarded memory: use ``SecureBytes/random(count:)``.

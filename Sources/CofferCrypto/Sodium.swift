@@ -4,7 +4,7 @@ internal import CSodium
 ///
 /// Every throwing CofferCrypto API calls ``initialize()`` first, so callers never have to; call it
 /// yourself only to fail early (for example at launch) if the library cannot work at all.
-package enum Sodium {
+package enum Sodium: Sendable {
     /// The result of the single `sodium_init()` call: 0 (initialised now), 1 (already), -1 (failed).
     /// A `static let` is initialised exactly once, thread-safely, on first use.
     private static let initializationStatus: Int32 = sodium_init()

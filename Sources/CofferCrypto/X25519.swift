@@ -12,7 +12,7 @@ internal import CSodium
 /// A secret key is any 32 bytes (X25519 clamps it itself). A shared secret of all zeros (the
 /// other side's public key is a point of small order) is refused, as age and libsodium refuse it:
 /// it would be the same for every secret key.
-package enum X25519 {
+package enum X25519: Sendable {
     /// The length of secret keys, public keys and shared secrets: 32 bytes.
     package static let keyLength = 32
 

@@ -12,7 +12,7 @@
 ///
 /// This is the vault's record cipher: a fresh random 24-byte nonce per record is safe because the
 /// collision probability of 192-bit random nonces is negligible.
-package enum XChaCha20Poly1305 {
+package enum XChaCha20Poly1305: Sendable {
     /// Key length in bytes (32).
     package static let keyLength = XChaCha20Poly1305Binding.keyLength
     /// Nonce length in bytes (24). Long enough to be chosen at random for every message.

@@ -68,7 +68,7 @@ extension JournalIndex {
 }
 
 /// The compaction rule every journal store follows.
-@usableFromInline package enum JournalCompaction {
+@usableFromInline package enum JournalCompaction: Sendable {
     /// A file is compacted only once more than this many bytes of it are superseded records.
     @usableFromInline package static let minimumGarbage = 64 * 1024
 }

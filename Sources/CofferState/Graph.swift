@@ -25,7 +25,7 @@ public import Synchronization
 
 /// The process-wide change counter: grows on every change of any `Stored` value.
 @usableFromInline
-enum Graph {
+enum Graph: Sendable {
     @usableFromInline static let epoch = Atomic<UInt64>(1)
 
     static func bumpEpoch() {

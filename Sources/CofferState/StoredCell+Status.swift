@@ -1,6 +1,7 @@
 // The observable status of a cell beside its value: the last load and save failures, and
 // whether a background load runs.
 import CofferCore
+import Observation
 
 extension StoredCell {
     /// The last load or save failure, or `nil` once a load or save succeeds. Observable.

@@ -2,6 +2,7 @@
 // a change from another process brings, and the reload of the cells that share its key with
 // another value type (siblings).
 import CofferCore
+import Synchronization
 
 extension StoredCell {
     /// Subscribes the cell to outside changes of its store (``ChangeRouter``: one observation per

@@ -25,6 +25,7 @@ import Logging
 import CofferServiceLifecycle
 import Logging
 import ServiceLifecycle
+import UnixSignals
 #endif
 
 /// Runs an integration command to its end (main.swift is synchronous).

@@ -28,7 +28,7 @@ import Synchronization
 ///   back exactly like any other, or refused with ``CofferError/Code/invalidArgument`` — and a
 ///   refused key is then absent. Accepting is preferred.
 /// - Zero bytes is a value, distinct from no value. Removing an absent key is not an error.
-public enum StrategyConformance {
+public enum StrategyConformance: Sendable {
     /// The strategy under test: how to make a fresh, empty store, and how to reopen one.
     public struct Subject: Sendable {
         /// Makes a fresh, empty store. Called once per case.

@@ -13,7 +13,7 @@ public import Foundation
 ///
 /// A file is read as a key file is (``VaultUnlock/keyFile(_:)``): a regular file of at most
 /// 64 KiB (a symbolic link to one is followed), never a FIFO or a device, into guarded memory.
-public enum IdentityFile {
+public enum IdentityFile: Sendable {
     /// The identities in the file at `url`.
     /// - Throws: ``CofferError/Code/notFound`` when there is no such file;
     ///   ``CofferError/Code/invalidArgument`` for a file that is not a regular file, or holds a

@@ -1,4 +1,5 @@
 public import CofferCore
+import Foundation
 
 extension StoreChoice {
     /// Items of one service in the default vault of the property's ``CofferContext``, each key

@@ -3,6 +3,7 @@ import CofferCore
 import CofferRuntime
 import CofferJournal
 public import CofferCrypto
+import Foundation
 
 /// What ``Vault/rotate(removing:removingRecipients:keeping:)`` did.
 public struct VaultRotation: Sendable, Codable, Equatable {

@@ -2,6 +2,7 @@
 // with it instead of its passphrase.
 import CofferCore
 package import CofferCrypto
+import CofferJournal
 
 /// The key-encryption key of one passphrase, key-file or raw-key slot, with the slot's kind and
 /// salt: what ``SlotOpener/slotKey(kind:salt:kek:)`` keeps while a vault is unlocked, lent to

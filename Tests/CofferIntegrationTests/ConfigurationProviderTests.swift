@@ -1,6 +1,7 @@
 #if Configuration
 import CofferConfiguration
 import CofferCore
+import CofferCrypto
 import CofferStorage
 import CofferTesting
 import CofferVault

@@ -1,7 +1,9 @@
 #if Configuration
 import CofferConfiguration
 import CofferCore
+import CofferCrypto
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Configuration
 import Foundation

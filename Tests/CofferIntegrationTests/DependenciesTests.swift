@@ -3,6 +3,7 @@ import CofferCore
 import CofferDependencies
 import CofferState
 import CofferStorage
+import CofferTesting
 import CofferVault
 import Dependencies
 import Foundation

@@ -2,6 +2,7 @@
 @testable import CofferCore
 import CofferRuntime
 @testable import CofferJournal
+import CofferTesting
 import Foundation
 import Testing
 

@@ -2,6 +2,7 @@
 import CofferRuntime
 @testable import CofferJournal
 import CofferStorage
+import CofferTesting
 import Foundation
 import Testing
 

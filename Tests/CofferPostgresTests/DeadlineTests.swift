@@ -1,4 +1,5 @@
 #if Postgres
+import CofferCrypto
 import CofferCore
 import CofferPostgres
 import CofferState

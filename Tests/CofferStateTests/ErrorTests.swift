@@ -1,6 +1,7 @@
 import CofferCore
 import CofferState
 import CofferStorage
+import CofferVault
 import Foundation
 import Testing
 

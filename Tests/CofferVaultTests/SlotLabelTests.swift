@@ -1,6 +1,7 @@
 import CofferCore
 import CofferCrypto
 import CofferJournal
+import CofferTesting
 @testable import CofferVault
 import Foundation
 import Testing

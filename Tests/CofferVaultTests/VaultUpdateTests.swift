@@ -1,5 +1,6 @@
 import CofferCore
 import CofferCrypto
+import CofferTesting
 import Foundation
 import Testing
 

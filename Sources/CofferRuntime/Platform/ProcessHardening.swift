@@ -24,7 +24,7 @@ import CofferCore
 ///     try bytes.map { try SecureBytes(copying: $0) }
 /// }
 /// ```
-public enum ProcessHardening {
+public enum ProcessHardening: Sendable {
     /// Makes this process write no core file and refuse to be read by other processes of the
     /// same user: `prctl(PR_SET_DUMPABLE, 0)` on Linux (no core dump, `/proc/<pid>/mem` and
     /// `ptrace` from the same user refused) and the core file size limit (`RLIMIT_CORE`) set to

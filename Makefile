@@ -11,7 +11,7 @@ TRAITS       ?= --enable-all-traits
 # refuses one that is not among its direct dependencies (`coffer` importing CofferCrypto).
 IMPORT_CHECK := --explicit-target-dependency-import-check error
 
-.PHONY: all deps postgres-deps test-tools build install test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps test-tools build install check-release-hooks test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
@@ -33,7 +33,17 @@ build: deps
 PREFIX       ?= /usr/local
 install: deps
 	$(SWIFT) build -c release $(STRICT) $(TRAITS) --product coffer
+	$(call no-test-hooks,$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer)
 	./scripts/install.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" "$(DESTDIR)$(PREFIX)"
+
+## The test hooks (COFFER_TEST_*) are compiled into debug builds only (Package.swift): a release
+## binary that names one would honour it. `make install` refuses such a binary; CI checks the
+## release build of `coffer` alone (no traits: the cheapest release build there is).
+no-test-hooks = @if grep -q -a COFFER_TEST_ "$(1)"; then \
+	echo "coffer: $(1) contains a COFFER_TEST_ hook: not a release build" >&2; exit 1; fi
+check-release-hooks: deps
+	$(SWIFT) build -c release $(STRICT) --product coffer
+	$(call no-test-hooks,$$($(SWIFT) build -c release --show-bin-path)/coffer)
 
 ## git's own test of external credential helpers (t/t0303-credential-external.sh) against
 ## git-credential-coffer, from git's source tree at the installed git's version in ../git
@@ -67,10 +77,12 @@ test-tsan: deps
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
 		--skip MemoryHygieneTests --skip BenchCommandTests
 
-## The main job: a guided tour on a temporary vault (no set-up, no prompt).
+## The main job: a guided tour on a temporary vault (no set-up, no prompt): `coffer-demo`, a
+## developer tool (not installed) that runs the `coffer` built beside it.
 demo: deps
 	$(SWIFT) build $(STRICT) --product coffer
-	$(SWIFT) run --skip-build coffer demo
+	$(SWIFT) build $(STRICT) --product coffer-demo
+	$(SWIFT) run --skip-build coffer-demo
 
 ## The documentation catalog (Sources/Coffer/Coffer.docc) with swift-docc-plugin, warnings as
 ## errors, in its own build folder so it never invalidates the test build.
@@ -86,11 +98,12 @@ demo-fleet: deps postgres-deps
 	$(SWIFT) build $(STRICT) $(TRAITS) --product CofferTestHelper
 	./scripts/demo-fleet.sh
 
-## The fleet store's figures (BENCHMARKS.md, "PostgreSQL"): `coffer bench-postgres` against a
-## throwaway server on loopback (default settings: fsync and synchronous_commit on).
+## The fleet store's figures (BENCHMARKS.md, "PostgreSQL"): `coffer-bench postgres` (the
+## developers' benchmark suite, not installed) against a throwaway server on loopback (default
+## settings: fsync and synchronous_commit on).
 bench-postgres: deps postgres-deps
-	$(SWIFT) build -c release $(TRAITS) --product coffer
-	./scripts/with-postgres.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer" bench-postgres
+	$(SWIFT) build -c release $(TRAITS) --product coffer-bench
+	./scripts/with-postgres.sh "$$($(SWIFT) build -c release $(TRAITS) --show-bin-path)/coffer-bench" postgres
 
 ## The benchmark suite (nested package, ordo-one/benchmark; installs SQLite and LMDB, its peers).
 bench: deps

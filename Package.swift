@@ -1,4 +1,4 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.2
 import PackageDescription
 
 // Layers (docs/ARCHITECTURE.md): each module imports only the ones below it, and only those it
@@ -20,6 +20,10 @@ let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("InternalImportsByDefault"),
     .enableUpcomingFeature("ExistentialAny"),
+    // A member is visible only where its module is imported, not through another import.
+    .enableUpcomingFeature("MemberImportVisibility"),
+    // Every public type says whether it is Sendable (a conformance, or an unavailable one).
+    .treatWarning("ExplicitSendable", as: .error),
 ]
 
 let package = Package(
@@ -134,9 +138,40 @@ let package = Package(
             name: "coffer",
             dependencies: [
                 "Coffer", "CofferCore", "CofferRuntime", "CofferCrypto", "CofferVault", "CofferPostgres", "CKeyring",
+                "CofferBenchHarness", "CofferInterchange",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ],
+            // `coffer generate --words`' list, compiled into the binary (no bundle to find at run time).
+            resources: [.embedInCode("EFFWordList.txt")],
+            // The test hooks (COFFER_TEST_FAST_KDF, COFFER_TEST_HOOK, COFFER_TEST_RUN_PAUSE) exist
+            // only in debug builds, which every test build is (`swift test`, `make test`,
+            // `make test-tsan`); the release binary `make install` ships has none (it checks).
+            // Not a trait: `make install` enables every trait, and so may any dependent.
+            swiftSettings: strictSettings + [.define("COFFER_TEST_HOOKS", .when(configuration: .debug))]
+        ),
+        // What `coffer` reads and writes besides vaults, apart from its commands: the import
+        // formats (CSV, JSON, KeePassXC, Bitwarden, 1Password, pass), `.env` files, the escaping
+        // of names for a terminal or a shell, and the wiping buffer secrets are read into. All
+        // `package`: no product exports it. Tested in-process (CofferInterchangeTests).
+        .target(name: "CofferInterchange", dependencies: ["CofferCrypto", "CofferVault"], swiftSettings: strictSettings),
+        // `coffer bench`'s rows and the timing harness, shared with `coffer-bench`. Not a product.
+        .target(name: "CofferBenchHarness", dependencies: ["Coffer", "CofferCrypto"], swiftSettings: strictSettings),
+        // Developer tools, not products (never installed): the benchmark suite (`coffer-bench`,
+        // `make bench-postgres`) and the guided tour (`coffer-demo`, `make demo`). Each runs the
+        // `coffer` built beside it.
+        .executableTarget(
+            name: "coffer-bench",
+            dependencies: [
+                "Coffer", "CofferCore", "CofferCrypto", "CofferPostgres", "CofferBenchHarness",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "coffer-demo",
+            dependencies: ["Coffer", "CofferCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSettings
         ),
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).
@@ -179,6 +214,9 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "CofferInterchangeTests", dependencies: ["CofferInterchange", "CofferCrypto", "CofferVault"],
+            swiftSettings: strictSettings),
         // Every ```swift block of README.md and the DocC articles, compiled against `import Coffer`
         // alone (the plugin extracts them at build time; Sources/CofferSnippetExtractor/main.swift).
         .executableTarget(name: "CofferSnippetExtractor", swiftSettings: strictSettings),
@@ -236,7 +274,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CofferCLITests",
-            dependencies: ["coffer", "CofferCore", "CofferCrypto", "CofferVault", "CKeyring", "CofferTesting"],
+            dependencies: ["coffer", "coffer-bench", "coffer-demo", "CofferCore", "CofferCrypto", "CofferVault", "CKeyring", "CofferTesting"],
             swiftSettings: strictSettings),
 
         // Integrations. Each target compiles to an empty module unless its trait is enabled

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs PostgreSQL's server programs (initdb, pg_ctl, postgres, psql, pg_dump) when missing:
-# the CofferPostgres tests, `make demo-fleet` and `coffer bench`'s postgres section start a
+# the CofferPostgres tests, `make demo-fleet` and `make bench-postgres` (`coffer-bench postgres`) start a
 # throwaway cluster with them. Debian/Ubuntu via apt-get (the distribution's `postgresql`,
 # 15 on Debian 12), macOS via Homebrew. Idempotent; no cluster is created or started here.
 set -euo pipefail

@@ -22,7 +22,7 @@ internal import CSodium
 /// opened; other stanza types (age writes random "grease" ones) are skipped, except a
 /// passphrase (`scrypt`) stanza, which is refused by name. The ASCII-armored form (`age -a`)
 /// is read too.
-public enum AgeFile {
+package enum AgeFile: Sendable {
     /// The first line of every age v1 file.
     static let version = Array("age-encryption.org/v1".utf8)
     static let armorBegin = Array("-----BEGIN AGE ENCRYPTED FILE-----".utf8)
@@ -40,7 +40,7 @@ public enum AgeFile {
     typealias Cipher = AEAD<ChaCha20Poly1305IETFBinding>
 
     /// Whether `bytes` starts like an age file (binary or armored).
-    public static func isAgeFile(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    package static func isAgeFile(_ bytes: UnsafeRawBufferPointer) -> Bool {
         let binary = version + [0x0A]
         return bytes.starts(with: binary) || trimmingLeadingSpace(bytes).starts(with: armorBegin)
     }
@@ -53,7 +53,7 @@ public enum AgeFile {
     /// live in guarded memory and are wiped.
     /// - Throws: ``CryptoError`` `.invalidParameter` for an empty `recipients`, or when a
     ///   recipient is a point of small order.
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, to recipients: [X25519Recipient]) throws -> [UInt8] {
+    package static func seal(_ plaintext: UnsafeRawBufferPointer, to recipients: [X25519Recipient]) throws -> [UInt8] {
         guard !recipients.isEmpty else {
             throw CryptoError(code: .invalidParameter, message: "an age file needs at least one recipient")
         }
@@ -94,7 +94,7 @@ public enum AgeFile {
     ///   format), `.unsupported` (a passphrase-sealed file), `.noMatchingIdentity`, `.damaged`
     ///   (the header's MAC or a chunk fails authentication: altered or cut short); whatever
     ///   `body` throws.
-    public static func open<R>(
+    package static func open<R>(
         _ file: UnsafeRawBufferPointer, identities: [X25519Identity], _ body: (UnsafeRawBufferPointer) throws -> R
     ) throws -> R {
         if !file.starts(with: version + [0x0A]), trimmingLeadingSpace(file).starts(with: armorBegin) {
@@ -398,8 +398,8 @@ public enum AgeFile {
 
 /// Why an age file could not be opened (``AgeFile/open(_:identities:_:)``). The message never
 /// quotes the file.
-public struct AgeFileError: Error, Sendable, CustomStringConvertible {
-    public enum Reason: Sendable, Hashable {
+package struct AgeFileError: Error, Sendable, CustomStringConvertible {
+    package enum Reason: Sendable, Hashable {
         /// The bytes are not an age file at all.
         case notAgeFile
         /// The header breaks the format.
@@ -412,13 +412,13 @@ public struct AgeFileError: Error, Sendable, CustomStringConvertible {
         case damaged
     }
 
-    public let reason: Reason
-    public let message: String
+    package let reason: Reason
+    package let message: String
 
     init(_ reason: Reason, _ message: String) {
         self.reason = reason
         self.message = message
     }
 
-    public var description: String { message }
+    package var description: String { message }
 }

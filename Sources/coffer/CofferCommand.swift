@@ -40,12 +40,13 @@ struct CofferCommand: ParsableCommand {
               curl -H "Authorization: Bearer $(coffer get api.github.com octocat)" …
               coffer list --json
               coffer --passphrase-file ~/.config/coffer/pass get db.internal app > db.key
-              coffer demo
             """,
+        // `coffer --version`: printed to standard output, exit 0 (ExitStatus.swift's clean exit).
+        version: cofferVersion,
         subcommands: [
             InitCommand.self, SetCommand.self, GetCommand.self, ListCommand.self, RemoveCommand.self,
             PasswdCommand.self, VerifyCommand.self, InfoCommand.self, CompactCommand.self, BenchCommand.self,
-            GenerateCommand.self, InjectCommand.self, ImportCommand.self, ExportCommand.self, RunCommand.self, UnlockCommand.self, LockCommand.self, SlotCommand.self, RotateCommand.self, IdentityCommand.self, DemoCommand.self, BenchChangeWriterCommand.self, BenchPostgresCommand.self,
+            GenerateCommand.self, InjectCommand.self, ImportCommand.self, ExportCommand.self, RunCommand.self, UnlockCommand.self, LockCommand.self, SlotCommand.self, RotateCommand.self, IdentityCommand.self,
         ]
     )
 
@@ -53,6 +54,6 @@ struct CofferCommand: ParsableCommand {
 
     /// `coffer` alone: a usage error (exit 2), not the help with exit 0 a script would mistake for success.
     func run() throws {
-        throw CLIError.usage("no command given: try `coffer demo`, `coffer init` or `coffer --help`")
+        throw CLIError.usage("no command given: try `coffer init` or `coffer --help`")
     }
 }

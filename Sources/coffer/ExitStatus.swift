@@ -1,5 +1,6 @@
 import ArgumentParser
 import Coffer
+import CofferInterchange
 import Foundation
 
 #if canImport(Glibc)
@@ -93,6 +94,9 @@ func report(_ error: any Error) -> ExitStatus {
     case let error as CLIError:
         printError(error.message)
         return error.status
+    case let error as InterchangeError:
+        printError(error.message)
+        return error.kind == .usage ? .usage : .failure
     case let error as CofferError:
         let text = message(for: error)
         printError(text)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import CofferVault
 import Foundation
 
@@ -201,14 +202,17 @@ enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
     case interactive, moderate, sensitive
 
     var parameters: Argon2idParameters {
-        // Test-only: COFFER_TEST_FAST_KDF=1 swaps every preset for libsodium's minimum (1 pass,
-        // 8 KiB) so the CLI integration tests do not spend their time in Argon2id. Deliberately
-        // absent from --help: such a vault's passphrase is cheap to guess. A warning is printed.
+        // Test builds only (COFFER_TEST_HOOKS: debug builds, Package.swift): COFFER_TEST_FAST_KDF=1
+        // swaps every preset for libsodium's minimum (1 pass, 8 KiB) so the CLI integration tests
+        // do not spend their time in Argon2id. Not in a release build: such a vault's passphrase
+        // is cheap to guess. A warning is printed.
+        #if COFFER_TEST_HOOKS
         if let fast = getenv("COFFER_TEST_FAST_KDF"), String(cString: fast) == "1" {
             writeError(
                 "coffer: warning: COFFER_TEST_FAST_KDF=1: using the weakest Argon2id parameters (for tests only)\n")
             return .minimum
         }
+        #endif
         switch self {
         case .interactive: return .interactive
         case .moderate: return .moderate

@@ -78,7 +78,9 @@ enum Hardening {
                 return .value(try SecureBytes(copying: bytes))
             }
         }
+        #if COFFER_TEST_HOOKS
         try testHook()
+        #endif
     }
 
     /// The value `name` had at start-up, or `nil` when it was unset.
@@ -90,8 +92,10 @@ enum Hardening {
         }
     }
 
-    /// Test-only, deliberately absent from --help: `COFFER_TEST_HOOK` makes coffer demonstrate
-    /// its hardening to the CLI tests (Tests/CofferCLITests/HardeningTests.swift).
+    #if COFFER_TEST_HOOKS
+    /// Test builds only (COFFER_TEST_HOOKS: debug builds, Package.swift), absent from --help:
+    /// `COFFER_TEST_HOOK` makes coffer demonstrate its hardening to the CLI tests
+    /// (Tests/CofferCLITests/HardeningTests.swift).
     ///
     /// - `report`: prints `coffer: test hook: dumpable=<0|1> coreDumps=<0|1>` on standard error
     ///   and goes on.
@@ -128,4 +132,5 @@ enum Hardening {
         copy.withUnsafeMutableBytes { _ = memcpy($0.baseAddress!, base, buffer.count + 1) }
         return copy[buffer.count]
     }
+    #endif
 }

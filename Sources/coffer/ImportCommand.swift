@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 
 
@@ -305,3 +306,5 @@ struct ImportCommand: ParsableCommand {
         }
     }
 }
+
+extension ImportFormat: ExpressibleByArgument {}

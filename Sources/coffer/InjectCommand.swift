@@ -3,6 +3,7 @@ import Coffer
 import CofferCore
 import CofferRuntime
 import CofferCrypto
+import CofferInterchange
 import Foundation
 
 #if canImport(Glibc)

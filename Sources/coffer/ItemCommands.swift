@@ -1,5 +1,6 @@
 import ArgumentParser
 import Coffer
+import CofferInterchange
 import Foundation
 
 #if canImport(Glibc)
@@ -218,23 +219,6 @@ func encodeJSON(_ value: some Encodable) throws -> String {
     return String(decoding: try encoder.encode(value), as: UTF8.self) + "\n"
 }
 
-/// `2026-05-01T12:34:56.789Z`: a vault stores times in whole milliseconds, so this is all of
-/// it (JSONEncoder's `.iso8601` drops the fraction).
-func iso8601Milliseconds(_ date: Date) -> String {
-    let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
-    guard milliseconds.isFinite, abs(milliseconds) < 1e15 else { return "" }
-    let total = Int64(milliseconds)
-    var seconds = time_t(total >= 0 ? total / 1000 : (total - 999) / 1000)
-    let fraction = Int(total - Int64(seconds) * 1000)
-    var parts = tm()
-    guard gmtime_r(&seconds, &parts) != nil else { return "" }
-    func pad(_ value: Int32, _ width: Int) -> String {
-        let digits = String(value)
-        return String(repeating: "0", count: max(0, width - digits.count)) + digits
-    }
-    return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))"
-        + "T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(fraction), 3))Z"
-}
 
 /// Left-aligned columns separated by two spaces; with `maximumWidth`, every cell is cut to at
 /// most that many characters first, so no row is padded to an unbounded width.

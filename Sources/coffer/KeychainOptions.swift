@@ -1,6 +1,7 @@
 // Which keychain the item commands work on: the file vault, or the PostgreSQL vault `--store` names.
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 #if Postgres
 import CofferPostgres

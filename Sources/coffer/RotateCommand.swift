@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 
 /// `coffer rotate`: a new master key for the vault, and revocation of removed slots.

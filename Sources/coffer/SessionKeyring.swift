@@ -1,6 +1,7 @@
 import CKeyring
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import CofferVault
 import Foundation
 #if Postgres

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 
 /// `coffer slot`: the key slots of a vault (a file, or PostgreSQL with `--store`) — who and what can open it.

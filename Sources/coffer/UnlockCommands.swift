@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import CofferVault
 import Foundation
 

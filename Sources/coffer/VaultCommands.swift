@@ -1,6 +1,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 #if Postgres
 import CofferPostgres
@@ -300,57 +301,6 @@ struct CompactCommand: ParsableCommand {
         writeOut(
             "compacted \(escapedName(vault.url.path)): \(before.fileSize) → \(after.fileSize) bytes in use, \(before.recordCount) → \(after.recordCount) records\n"
         )
-    }
-}
-
-struct BenchCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "bench",
-        abstract: "Measure the hot read/write paths and the KDF presets on this machine.",
-        discussion: """
-            Prints median ns/op and ops/s (with min and max over several runs) for stored and \
-            computed reads, key-value and vault writes (coalesced and durable), vault reads, \
-            sealing, opening large stores and Argon2id unlocks, next to peers measured in the \
-            same run. Touches no existing vault.
-
-            Examples:
-              coffer bench --quick
-              coffer bench --json > bench.json
-              coffer bench --svg bench.svg
-            """)
-
-    @Flag(
-        help:
-            "Print JSON: {\"results\": [{\"name\", \"ns_per_op\", \"ops_per_sec\", \"min_ns\", \"max_ns\", \"runs\"}]}."
-    )
-    var json = false
-    @Flag(help: "Fewer iterations: under 10 seconds in all.") var quick = false
-    @Option(help: ArgumentHelp("Also draw the results as an SVG bar chart.", valueName: "file")) var svg: String?
-
-    func run() throws {
-        try runBenchmarks(json: json, quick: quick, svg: svg)
-    }
-}
-
-struct DemoCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "demo",
-        abstract: "A guided tour: a vault, two credentials, a second process, a reactive model.",
-        discussion: """
-            Needs no set-up and asks nothing: it works in a new temporary directory (or --dir, \
-            which must not already hold a demo) and never touches your own vault. The demo's \
-            credentials are random, and never printed in full.
-
-            Examples:
-              coffer demo
-              coffer demo --dir /tmp/coffer-tour
-            """)
-
-    @Option(help: ArgumentHelp("Work in this directory instead of a new temporary one.", valueName: "dir"))
-    var dir: String?
-
-    func run() throws {
-        try Demo(directory: dir).run()
     }
 }
 

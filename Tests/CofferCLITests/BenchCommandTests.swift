@@ -1,13 +1,20 @@
 import Foundation
 import Testing
 
-/// `coffer bench`: what it prints, not how fast anything is (speed is the benchmark's job, never a
-/// test's). One `--quick` run, about 5 s in a debug build.
-@Suite("coffer bench")
+/// `coffer bench` (the rows a user asks of a machine) and `coffer-bench` (the developers' suite,
+/// not installed): what they print, not how fast anything is (speed is the benchmark's job,
+/// never a test's). One `--quick` run of each.
+@Suite("coffer bench and coffer-bench")
 struct BenchCommandTests {
-    /// Every name `coffer bench --json` promises (scripts and BENCHMARKS.md read them), with the
-    /// peers and variants.
-    static let names = [
+    /// Every name `coffer bench --json` promises: what Argon2id costs an unlock, and how fast a
+    /// vault writes and reads on this disk, beside the disk's own floor.
+    static let userNames = [
+        "vault.write", "vault.write.durable", "vault.read", "peer.fsync.floor", "kdf.interactive", "kdf.moderate",
+    ]
+
+    /// Every name `coffer-bench --json` promises (scripts and BENCHMARKS.md read them), with the
+    /// peers and variants: the names `coffer bench` printed before it kept only the user's rows.
+    static let suiteNames = [
         "stored.read", "computed.read", "peer.mutex.read", "peer.observable.read",
         "peer.userdefaults.read", "peer.userdefaults.write",
         "keyvalue.write", "keyvalue.write.durable", "keyvalue.write.exclusive", "keyvalue.write.durable.exclusive",
@@ -20,19 +27,20 @@ struct BenchCommandTests {
         "keys.open.1M", "keys.compact.1M", "keys.change.latency.1M", "keys.change.cpu.1M",
     ]
 
-    @Test("bench --quick --json prints every benchmark with consistent figures, and --svg draws them")
-    func quickJSONAndChart() throws {
+    /// Runs `program` with `bench`-style arguments in a scratch TMPDIR; checks the JSON (the
+    /// names, in order, and consistent figures), the chart, and that nothing was left behind.
+    static func checkQuickRun(_ program: String, _ arguments: [String], names: [String]) throws {
         let box = try Sandbox()
         let chart = box.path + "/bench.svg"
         let scratch = box.path + "/tmp"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
         let run = try box.run(
-            ["bench", "--quick", "--json", "--svg", chart], environment: ["TMPDIR": scratch], vault: false,
-            passphraseFile: false)
+            arguments + ["--quick", "--json", "--svg", chart], environment: ["TMPDIR": scratch], vault: false,
+            passphraseFile: false, program: program)
         #expect(run.status == Exit.ok, "\(run)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout)) as? [String: Any], "\(run)")
         let results = try #require(object["results"] as? [[String: Any]], "\(run)")
-        #expect(results.compactMap { $0["name"] as? String } == Self.names, "\(run)")
+        #expect(results.compactMap { $0["name"] as? String } == names, "\(run)")
         for result in results {
             let name = result["name"] as? String ?? "?"
             let median = try #require(result["ns_per_op"] as? Double, "\(name)")
@@ -48,8 +56,35 @@ struct BenchCommandTests {
         // The chart: an SVG document with one labelled bar per benchmark.
         let svg = try String(contentsOfFile: chart, encoding: .utf8)
         #expect(svg.hasPrefix("<svg") && svg.hasSuffix("</svg>\n"), "\(svg.prefix(200))")
-        for name in Self.names { #expect(svg.contains(">\(name)<"), "the chart has no bar for \(name)") }
+        for name in names { #expect(svg.contains(">\(name)<"), "the chart has no bar for \(name)") }
         // It cleaned up after itself: its stores and vaults are gone from the temporary directory.
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch) == [])
+    }
+
+    @Test("coffer bench --quick --json prints the KDF and vault rows with consistent figures, and --svg draws them")
+    func userRows() throws {
+        try Self.checkQuickRun(cofferPath, ["bench"], names: Self.userNames)
+    }
+
+    @Test("coffer-bench --quick --json prints every benchmark of the suite with consistent figures, and --svg draws them")
+    func developerSuite() throws {
+        try Self.checkQuickRun(cofferBenchPath, [], names: Self.suiteNames)
+    }
+
+    @Test("The shipped coffer has no developer commands: demo, bench-postgres and bench-change-writer are unknown")
+    func developerCommandsAreNotInTheCLI() throws {
+        let box = try Sandbox()
+        let help = try box.run(["--help"], vault: false, passphraseFile: false)
+        #expect(help.status == Exit.ok, "\(help)")
+        for command in ["demo", "bench-postgres", "bench-change-writer"] {
+            #expect(!help.out.contains("  \(command) "), "coffer --help lists \(command)")
+            let run = try box.run([command], vault: false, passphraseFile: false)
+            #expect(run.status == Exit.usage, "\(run)")
+        }
+        // Their own programs answer instead.
+        for (program, command) in [(cofferBenchPath, ["postgres", "--help"]), (cofferBenchPath, ["--help"]), (cofferDemoPath, ["--help"])] {
+            let run = try box.run(command, vault: false, passphraseFile: false, program: program)
+            #expect(run.status == Exit.ok && run.out.contains("USAGE:"), "\(run)")
+        }
     }
 }

@@ -249,7 +249,7 @@ struct CommandTests {
         let box = try Sandbox()
         let root = try box.run(["--help"], vault: false, passphraseFile: false)
         #expect(root.status == Exit.ok)
-        let commands = ["init", "set", "get", "list", "rm", "passwd", "verify", "info", "compact", "bench", "demo"]
+        let commands = ["init", "set", "get", "list", "rm", "passwd", "verify", "info", "compact", "bench"]
         for command in commands {
             #expect(root.out.contains("  \(command) "), "coffer --help does not list \(command)")
             let help = try box.run([command, "--help"], vault: false, passphraseFile: false)

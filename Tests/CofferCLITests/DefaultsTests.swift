@@ -1,3 +1,4 @@
+import ArgumentParser
 import CofferCore
 import CofferVault
 import Foundation

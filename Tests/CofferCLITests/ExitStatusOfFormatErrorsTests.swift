@@ -7,7 +7,7 @@ import Testing
 /// `coffer`"): scripts branch on them, so the table and the command must agree.
 @Suite struct ExitStatusOfFormatErrorsTests {
     @Test func eachNamedErrorHasTheDocumentedStatus() {
-        let documented: [(CofferError.Code, ExitStatus)] = [
+        let documented: [(CofferError.Code, coffer.ExitStatus)] = [
             (.corrupted, .integrity),  // damage, a header that fails its CRC or MAC, KDF fields out of bounds
             (.rolledBack, .integrity),  // a PostgreSQL row older than one already read
             (.wrongKey, .wrongKey),  // no slot opens (the file is intact)

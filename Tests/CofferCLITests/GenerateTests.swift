@@ -8,12 +8,12 @@ import Testing
 /// `coffer generate`: a random secret stored without passing through a shell or a terminal.
 @Suite("coffer generate")
 struct GenerateTests {
+    /// The list as checked in (the resource `coffer` embeds), read here independently of the binary.
     static let wordList: Set<String> = {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Sources/coffer/EFFWordList.swift")
+            .deletingLastPathComponent().appendingPathComponent("Sources/coffer/EFFWordList.txt")
         let text = (try? String(contentsOf: source, encoding: .utf8)) ?? ""
-        let body = text.components(separatedBy: "\"\"\"")
-        return body.count >= 2 ? Set(body[1].split(separator: "\n").map(String.init)) : []
+        return Set(text.split(separator: "\n").map(String.init))
     }()
 
     @Test("generate stores 32 alnum characters and prints none of them; --print prints exactly them; an existing item needs --force", .timeLimit(.minutes(10)))

@@ -193,11 +193,11 @@ struct SituationTests {
         #expect(try box.run(["verify"]).status == Exit.ok)
     }
 
-    @Test("demo runs on its own, checks its claims and exits 0", .timeLimit(.minutes(10)))
+    @Test("coffer-demo runs on its own, checks its claims and exits 0", .timeLimit(.minutes(10)))
     func demo() throws {
         let box = try Sandbox()
         let directory = box.path + "/demo"
-        let run = try box.run(["demo", "--dir", directory], vault: false, passphraseFile: false)
+        let run = try box.run(["--dir", directory], vault: false, passphraseFile: false, program: cofferDemoPath)
         #expect(run.status == Exit.ok, "\(run)")
         #expect(run.seconds < 20, "\(run)")
         let lines = run.out.split(separator: "\n", omittingEmptySubsequences: false)
@@ -212,7 +212,7 @@ struct SituationTests {
             || run.stderr.firstRange(of: [UInt8](passphrase)) != nil
         #expect(!leaked, "the demo printed its passphrase")
         // A second run into the same directory refuses.
-        let again = try box.run(["demo", "--dir", directory], vault: false, passphraseFile: false)
+        let again = try box.run(["--dir", directory], vault: false, passphraseFile: false, program: cofferDemoPath)
         #expect(again.status == Exit.failure, "\(again)")
     }
 }

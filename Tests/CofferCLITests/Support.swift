@@ -17,6 +17,9 @@ import Testing
 
 /// The built `coffer` the tests run.
 let cofferPath = builtProduct(named: "coffer").path
+/// The developer tools built beside it (not installed): the benchmark suite and the guided tour.
+let cofferBenchPath = builtProduct(named: "coffer-bench").path
+let cofferDemoPath = builtProduct(named: "coffer-demo").path
 
 // NSLock, not Synchronization.Mutex: ThreadSanitizer sees it.
 private let spawnLock = NSLock()
@@ -274,11 +277,11 @@ final class Sandbox {
 
     /// Starts `coffer` with `--vault <sandbox vault>` and `--passphrase-file` unless told otherwise.
     /// `rawArguments`, when given, follow that prefix as bytes (which need not be UTF-8)
-    /// instead of `arguments`, which then only describe the run.
+    /// instead of `arguments`, which then only describe the run. `program` is `coffer` unless given.
     func start(
         _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
         environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
-        terminal: PseudoTerminal? = nil
+        terminal: PseudoTerminal? = nil, program: String = cofferPath
     ) throws -> Child {
         var prefix: [String] = []
         if vault { prefix += ["--vault", self.vault] }
@@ -287,7 +290,7 @@ final class Sandbox {
         for (key, value) in environment { env[key] = value }
         return try Child(
             prefix + arguments, rawArguments: rawArguments.map { prefix.map { Array($0.utf8) } + $0 },
-            environment: env, stdin: stdin, terminal: terminal?.devicePath)
+            environment: env, stdin: stdin, terminal: terminal?.devicePath, program: program)
     }
 
     /// Runs `coffer` to completion and checks what every run must satisfy: it did not hang, and
@@ -296,19 +299,20 @@ final class Sandbox {
     func run(
         _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
         environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
-        sourceLocation: SourceLocation = #_sourceLocation
+        program: String = cofferPath, sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Run {
         let run = try start(
             arguments, rawArguments: rawArguments, stdin: stdin, environment: environment, vault: vault,
-            passphraseFile: passphraseFile
+            passphraseFile: passphraseFile, program: program
         ).wait()
-        return expectClean(run, sourceLocation: sourceLocation)
+        return expectClean(run, program: program, sourceLocation: sourceLocation)
     }
 
     /// Checks what every run must satisfy — it did not hang, no passphrase in its output, errors
-    /// start with "coffer: " — and returns it ready to describe itself with secrets redacted.
+    /// start with "coffer: " (the program's name) — and returns it ready to describe itself with
+    /// secrets redacted.
     @discardableResult
-    func expectClean(_ run: Run, sourceLocation: SourceLocation = #_sourceLocation) -> Run {
+    func expectClean(_ run: Run, program: String = cofferPath, sourceLocation: SourceLocation = #_sourceLocation) -> Run {
         var run = run
         run.redactions = [Array(passphrase.utf8), Array(newPassphrase.utf8)] + secrets
         #expect(!run.timedOut, "timed out: \(run)", sourceLocation: sourceLocation)
@@ -322,7 +326,7 @@ final class Sandbox {
         // Errors are one line, prefixed "coffer: " (usage errors may add the usage lines after it).
         if run.status != 0, run.status != 2 {
             // A Bool first: #expect would otherwise print stderr itself, unredacted.
-            let prefixed = run.err.hasPrefix("coffer: ")
+            let prefixed = run.err.hasPrefix(URL(fileURLWithPath: program).lastPathComponent + ": ")
             #expect(prefixed, "\(run)", sourceLocation: sourceLocation)
         }
         return run

@@ -18,7 +18,7 @@ import Glibc
 /// thread of the cooperative pool meanwhile.
 ///
 /// The bounds asserted here are correctness bounds (a call that never ends fails them), set with
-/// wide margins for a loaded machine; the real figures are benchmark rows (`coffer bench-postgres`).
+/// wide margins for a loaded machine; the real figures are benchmark rows (`coffer-bench postgres`, `make bench-postgres`).
 @Suite("PostgreSQL deadlines", .serialized)
 struct DeadlineTests {
     /// Short deadlines, so a test that waits for one stays short.

@@ -1,4 +1,4 @@
-// `coffer bench`: a suite of 1,000,000 keys (the `keys.*.1M` rows; `--quick` uses 10,000 and
+// `coffer-bench`: a suite of 1,000,000 keys (the `keys.*.1M` rows; `--quick` uses 10,000 and
 // keeps the names). The suite is a `KeyValueFileStrategy` of 8-byte `Int` values, keys
 // `k-0`…, written in commits of 10,000 before anything is timed.
 //
@@ -16,10 +16,11 @@
 //                           what a reread of the other keys would make grow with the suite
 //
 // Memory (not a row: rows are nanoseconds): a second process opens the suite, then holds a live
-// entry of every key, and says its resident memory after each step; `coffer bench` writes the
+// entry of every key, and says its resident memory after each step; `coffer-bench` writes the
 // bytes per key to standard error (`keys.memory.1M: …`). See `keysMemoryProbe`.
 
 import Coffer
+import CofferBenchHarness
 import Foundation
 import Observation
 
@@ -53,7 +54,7 @@ extension BenchSuite {
                     try runner.measureSingle("keys.open.1M") {
                         let opened = try KeyValueFileStrategy(directory: directory, suite: Self.largeSuite)
                         guard let value = try opened.load(probe) else {
-                            throw CLIError(.failure, "bench: the large suite lost a key")
+                            throw BenchError("bench: the large suite lost a key")
                         }
                         return UInt64(value.count)
                     })
@@ -88,7 +89,7 @@ extension BenchSuite {
     }
 
     /// `keys.change.latency.1M` and `keys.change.cpu.1M`: this process follows one key of the
-    /// large suite through a `StoredMap` entry; the writer process (`bench-change-writer keys`)
+    /// large suite through a `StoredMap` entry; the writer process (`change-writer keys`)
     /// writes that key, one change at a time.
     private func largeChangeLatency() throws -> [BenchResult] {
         let samples = runner.quick ? 40 : 300
@@ -96,9 +97,9 @@ extension BenchSuite {
         let map = StoredMap<Int?>(store: .strategy(store), keepsRecent: 0)
         let entry = map.entry(Self.largeWatchedKey)
         _ = try entry.load()
-        let writer = try BenchChild(["bench-change-writer", "keys", directory.path])
+        let writer = try BenchChild(["change-writer", "keys", directory.path])
         defer { writer.finish() }
-        guard writer.readLine() == "ready" else { throw CLIError(.failure, "bench: the writer process failed") }
+        guard writer.readLine() == "ready" else { throw BenchError("bench: the writer process failed") }
         let cpuBefore = Self.cpuNanoseconds()
         let latencies = try Self.changeLatencies(from: writer, samples: samples) { UInt64(entry.wrappedValue ?? 0) }
         let cpuPerChange = Double(Self.cpuNanoseconds() - cpuBefore) / Double(samples)
@@ -112,14 +113,14 @@ extension BenchSuite {
         ]
     }
 
-    /// Runs the memory probe (`bench-change-writer keys-memory`) on the large suite and writes
+    /// Runs the memory probe (`change-writer keys-memory`) on the large suite and writes
     /// what a stored key and a live entry cost to standard error.
     private func reportLargeMemory(count: Int) throws {
-        let probe = try BenchChild(["bench-change-writer", "keys-memory", directory.path, String(count)])
+        let probe = try BenchChild(["change-writer", "keys-memory", directory.path, String(count)])
         defer { probe.finish() }
-        guard let line = probe.readLine() else { throw CLIError(.failure, "bench: the memory probe failed") }
+        guard let line = probe.readLine() else { throw BenchError("bench: the memory probe failed") }
         let fields = line.split(separator: " ").compactMap { Double($0) }
-        guard fields.count == 3 else { throw CLIError(.failure, "bench: the memory probe failed") }
+        guard fields.count == 3 else { throw BenchError("bench: the memory probe failed") }
         let (opened, held, idle) = (fields[0], fields[1], fields[2])
         func bytes(_ total: Double) -> String { String(format: "%.0f B", total / Double(count)) }
         writeError(
@@ -129,7 +130,7 @@ extension BenchSuite {
     }
 }
 
-/// The memory probe, a second process of `coffer bench` (`bench-change-writer keys-memory DIR
+/// The memory probe, a second process of `coffer-bench` (`change-writer keys-memory DIR
 /// COUNT`): opens the large suite, then makes a `StoredMap<Int?>` entry of each of its `COUNT`
 /// keys, reads it (so it is loaded and followed) and holds it. Prints one line: the resident
 /// memory the open suite added, the memory the live entries added (their array of references
@@ -139,7 +140,7 @@ extension BenchSuite {
 /// much memory by then, which its allocator reuses).
 ///
 /// When the directory holds no suite, the probe makes one of `COUNT` keys first, and lets it go
-/// before measuring (to profile the probe on its own: `heaptrack coffer bench-change-writer
+/// before measuring (to profile the probe on its own: `heaptrack coffer-bench change-writer
 /// keys-memory DIR 10000`).
 func keysMemoryProbe(directory: URL, count: Int) throws {
     if !FileManager.default.fileExists(atPath: directory.appendingPathComponent(BenchSuite.largeSuite + ".cofferkv").path) {
@@ -148,7 +149,7 @@ func keysMemoryProbe(directory: URL, count: Int) throws {
     let baseline = residentBytes()
     let store = try KeyValueFileStrategy(directory: directory, suite: BenchSuite.largeSuite, durability: .coalesced)
     let opened = residentBytes()
-    guard store.statistics.keys >= count else { throw CLIError(.failure, "bench: the large suite is not there") }
+    guard store.statistics.keys >= count else { throw BenchError("bench: the large suite is not there") }
     let map = StoredMap<Int?>(store: .strategy(store), keepsRecent: 0)
     var entries: [Stored<Int?>] = []
     entries.reserveCapacity(count)

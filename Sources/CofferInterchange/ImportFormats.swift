@@ -1,7 +1,6 @@
-import ArgumentParser
-import Coffer
-import CofferCrypto
-import Foundation
+package import CofferCrypto
+package import CofferVault
+package import Foundation
 
 #if canImport(Glibc)
     import Glibc
@@ -10,7 +9,7 @@ import Foundation
 #endif
 
 /// What `coffer import` reads.
-enum ImportFormat: String, ExpressibleByArgument, CaseIterable {
+package enum ImportFormat: String, CaseIterable, Sendable {
     case dotenv, json, keepassxc, bitwarden
     case onePassword = "1password"
     case pass
@@ -18,27 +17,29 @@ enum ImportFormat: String, ExpressibleByArgument, CaseIterable {
 
 /// The items an import read, before anything is written: names and attributes, with every
 /// secret in one ``WipingBuffer`` (never a `String`), wiped when the batch goes.
-final class ImportBatch {
-    struct Item {
-        var service: String
-        var account: String
+package final class ImportBatch {
+    package struct Item {
+        package var service: String
+        package var account: String
         /// `nil`: the input has none (an existing item keeps its own).
-        var label: String?
-        var comment: String?
+        package var label: String?
+        package var comment: String?
         /// Where the secret lies in ``ImportBatch/secrets``.
-        var secret: Range<Int>
+        package var secret: Range<Int>
         /// Where the item came from, for messages: `line 12`, `item 3`, `email/work.gpg`; text
         /// from the input (a pass entry's path) in it is escaped for printing (``escapedName(_:)``).
-        var origin: String
+        package var origin: String
     }
 
-    let secrets = WipingBuffer(capacity: 4096)
-    private(set) var items: [Item] = []
+    package let secrets = WipingBuffer(capacity: 4096)
+    package private(set) var items: [Item] = []
     /// Things the input held that were deliberately not imported, said after the summary.
-    var notes: [String] = []
+    package var notes: [String] = []
+
+    package init() {}
 
     /// Adds an item whose secret `write` appends to ``secrets``.
-    func add(
+    package func add(
         service: String, account: String, label: String?, comment: String?, origin: String,
         secret write: (WipingBuffer) throws -> Void
     ) rethrows {
@@ -48,32 +49,32 @@ final class ImportBatch {
             Item(service: service, account: account, label: label, comment: comment, secret: start..<secrets.count, origin: origin))
     }
 
-    func withSecret<R>(_ item: Item, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    package func withSecret<R>(_ item: Item, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try secrets.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[item.secret])) }
     }
 
     /// Refuses empty names, names and texts above the vault's limits, and two items with the
     /// same service and account, naming them and where they came from.
-    func check() throws {
+    package func check() throws {
         for item in items {
             for (name, what) in [(item.service, "service"), (item.account, "account")] {
-                if name.isEmpty { throw CLIError.usage("\(item.origin): the \(what) is empty") }
+                if name.isEmpty { throw InterchangeError.usage("\(item.origin): the \(what) is empty") }
                 // Every name `coffer set` accepts is imported, so an export of any vault the CLI
                 // wrote imports again: a newline, a tab or an escape too (printed escaped, $'…').
                 // Only a NUL is refused, as no command line can pass one: `coffer get` and `rm`
                 // could never name the item.
                 if name.utf8.contains(0) {
-                    throw CLIError.usage(
+                    throw InterchangeError.usage(
                         "\(item.origin): the \(what) holds a NUL, which no command line can pass (coffer get and rm could not name the item)")
                 }
                 if name.utf8.count > Vault.maximumNameLength {
-                    throw CLIError.usage(
+                    throw InterchangeError.usage(
                         "\(item.origin): the \(what) is \(name.utf8.count) bytes long; at most \(Vault.maximumNameLength) are allowed")
                 }
             }
             for (text, what) in [(item.label, "label"), (item.comment, "comment")] {
                 if let text, text.utf8.count > Vault.maximumTextLength {
-                    throw CLIError.usage(
+                    throw InterchangeError.usage(
                         "\(item.origin): the \(what) is \(text.utf8.count) bytes long; at most \(Vault.maximumTextLength) are allowed")
                 }
             }
@@ -89,7 +90,7 @@ final class ImportBatch {
             }
         }
         guard clashes.isEmpty else {
-            throw CLIError.usage(
+            throw InterchangeError.usage(
                 "the input names \(clashes.count) item\(clashes.count == 1 ? "" : "s") more than once: "
                     + listed(clashes) + "; nothing was imported")
         }
@@ -97,35 +98,35 @@ final class ImportBatch {
 }
 
 /// An item's service and account compared by their exact UTF-8 bytes, as the vault compares them.
-struct ItemIdentity: Hashable {
-    let service: [UInt8]
-    let account: [UInt8]
-    init(_ service: String, _ account: String) {
+package struct ItemIdentity: Hashable {
+    package let service: [UInt8]
+    package let account: [UInt8]
+    package init(_ service: String, _ account: String) {
         self.service = Array(service.utf8)
         self.account = Array(account.utf8)
     }
 }
 
 /// At most `limit` entries joined by commas, then `and N more`.
-func listed(_ entries: [String], limit: Int = 10) -> String {
+package func listed(_ entries: [String], limit: Int = 10) -> String {
     let shown = entries.prefix(limit).joined(separator: ", ")
     return entries.count > limit ? shown + " and \(entries.count - limit) more" : shown
 }
 
 extension WipingBuffer {
     /// Appends every byte of `bytes`.
-    func append(contentsOf bytes: UnsafeRawBufferPointer) {
+    package func append(contentsOf bytes: UnsafeRawBufferPointer) {
         for byte in bytes { append(byte) }
     }
 
     /// Appends every byte of `bytes` (names and other text that is not secret).
-    func append(contentsOf bytes: [UInt8]) {
+    package func append(contentsOf bytes: [UInt8]) {
         for byte in bytes { append(byte) }
     }
 }
 
 /// Whether `bytes` is valid UTF-8, checked without making a `String` of them.
-func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+package func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
     var iterator = bytes.makeIterator()
     var parser = Unicode.UTF8.ForwardParser()
     while true {
@@ -145,7 +146,7 @@ private func lineNumber(of offset: Int, in bytes: UnsafeRawBufferPointer) -> Int
 }
 
 private func text(_ bytes: some Collection<UInt8>, _ what: @autoclosure () -> String) throws -> String {
-    guard let text = String(validating: bytes, as: UTF8.self) else { throw CLIError.usage("\(what()) is not UTF-8") }
+    guard let text = String(validating: bytes, as: UTF8.self) else { throw InterchangeError.usage("\(what()) is not UTF-8") }
     return text
 }
 
@@ -154,19 +155,19 @@ private func text(_ bytes: some Collection<UInt8>, _ what: @autoclosure () -> St
 /// Reads RFC 4180 CSV from bytes: fields separated by commas, records by `\n` or `\r\n`; a
 /// quoted field may hold commas, newlines and `""` (one quote). A leading UTF-8 byte-order mark
 /// is skipped. Fields go to one ``WipingBuffer`` reused for every record.
-struct CSVReader {
-    let input: UnsafeRawBufferPointer
-    var index = 0
-    var line = 1
+package struct CSVReader {
+    package let input: UnsafeRawBufferPointer
+    package var index = 0
+    package var line = 1
 
-    init(_ input: UnsafeRawBufferPointer) {
+    package init(_ input: UnsafeRawBufferPointer) {
         self.input = input
         if input.starts(with: [0xEF, 0xBB, 0xBF]) { index = 3 }
     }
 
     /// The next record (its fields as ranges of `scratch`, and the line it starts on), or `nil`
     /// at the end. Blank lines are skipped.
-    mutating func next(into scratch: WipingBuffer) throws -> (fields: [Range<Int>], line: Int)? {
+    package mutating func next(into scratch: WipingBuffer) throws -> (fields: [Range<Int>], line: Int)? {
         while true {
             guard index < input.count else { return nil }
             scratch.count = 0
@@ -181,7 +182,7 @@ struct CSVReader {
                     index += 1
                     while true {
                         guard index < input.count else {
-                            throw CLIError.usage("line \(fieldLine) of the CSV file: a quoted field is never closed")
+                            throw InterchangeError.usage("line \(fieldLine) of the CSV file: a quoted field is never closed")
                         }
                         let byte = input[index]
                         if byte == UInt8(ascii: "\"") {
@@ -201,7 +202,7 @@ struct CSVReader {
                         index >= input.count || input[index] == UInt8(ascii: ",") || input[index] == 0x0A
                         || input[index] == 0x0D
                     guard atEnd else {
-                        throw CLIError.usage("line \(line) of the CSV file: text follows a closing quote (write a quote inside a quoted field as \"\")")
+                        throw InterchangeError.usage("line \(line) of the CSV file: text follows a closing quote (write a quote inside a quoted field as \"\")")
                     }
                 } else {
                     while index < input.count {
@@ -236,39 +237,39 @@ struct CSVReader {
 }
 
 /// Which columns of a password manager's CSV export become what (the README's table).
-struct CSVLayout {
+package struct CSVLayout {
     /// The name `--help` and messages use: `KeePassXC`.
-    let name: String
+    package let name: String
     /// Header names (compared without case) for each part; the first three are required.
-    let service: [String]
-    let account: [String]
-    let secret: [String]
-    let label: [String]
-    let url: [String]
+    package let service: [String]
+    package let account: [String]
+    package let secret: [String]
+    package let label: [String]
+    package let url: [String]
     /// Columns that are never imported but counted, so the summary can say so.
-    let notImported: [String]
+    package let notImported: [String]
     /// A `type` column whose rows other than `login` are skipped (Bitwarden).
-    let type: String?
+    package let type: String?
 
-    static let keepassxc = CSVLayout(
+    package static let keepassxc = CSVLayout(
         name: "KeePassXC", service: ["Title"], account: ["Username"], secret: ["Password"], label: ["Group"], url: ["URL"],
         notImported: ["Notes", "TOTP"], type: nil)
-    static let bitwarden = CSVLayout(
+    package static let bitwarden = CSVLayout(
         name: "Bitwarden", service: ["name"], account: ["login_username"], secret: ["login_password"],
         label: ["folder", "collections"], url: ["login_uri"], notImported: ["notes", "fields", "login_totp"], type: "type")
-    static let onePassword = CSVLayout(
+    package static let onePassword = CSVLayout(
         name: "1Password", service: ["Title"], account: ["Username"], secret: ["Password"], label: ["Tags"],
         url: ["Url", "URL", "Website"], notImported: ["Notes", "OTPAuth"], type: nil)
 
     /// The account of a row whose user name column is empty.
-    static let defaultAccount = "default"
+    package static let defaultAccount = "default"
 
     /// Reads `input` into `batch`; a row with an empty title takes `fallbackService`, or is an error.
-    func parse(_ input: UnsafeRawBufferPointer, fallbackService: String?, into batch: ImportBatch) throws {
+    package func parse(_ input: UnsafeRawBufferPointer, fallbackService: String?, into batch: ImportBatch) throws {
         var reader = CSVReader(input)
         let scratch = WipingBuffer(capacity: 1024)
         guard let header = try reader.next(into: scratch) else {
-            throw CLIError.usage("the \(name) CSV file is empty: it has no header line")
+            throw InterchangeError.usage("the \(name) CSV file is empty: it has no header line")
         }
         let names = try scratch.withUnsafeBytes { bytes in
             try header.fields.map {
@@ -280,7 +281,7 @@ struct CSVLayout {
         }
         func required(_ candidates: [String]) throws -> Int {
             guard let index = column(candidates) else {
-                throw CLIError.usage(
+                throw InterchangeError.usage(
                     "the CSV file's header has no \"\(candidates[0])\" column, which a \(name) export has: is it a \(name) export?")
             }
             return index
@@ -292,7 +293,7 @@ struct CSVLayout {
         var dropped: [String: Int] = [:]
         while let record = try reader.next(into: scratch) {
             guard record.fields.count == header.fields.count else {
-                throw CLIError.usage(
+                throw InterchangeError.usage(
                     "line \(record.line) of the CSV file has \(record.fields.count) fields where the header has \(header.fields.count)")
             }
             try scratch.withUnsafeBytes { bytes in
@@ -309,7 +310,7 @@ struct CSVLayout {
                 var title = try field(serviceColumn, service[0])
                 if title.isEmpty {
                     guard let fallbackService else {
-                        throw CLIError.usage(
+                        throw InterchangeError.usage(
                             "line \(record.line) of the CSV file: the \(service[0]) is empty; give --service NAME to use for such rows")
                     }
                     title = fallbackService
@@ -351,15 +352,15 @@ struct CSVLayout {
 /// `secretEncoding` is `utf8` (the secret is the JSON string's text) or `base64` (standard
 /// alphabet with padding: any bytes). On import, `label`, `comment` and `secretEncoding` may be
 /// left out (`utf8`), and `created`, `modified`, `exported` and unknown members are ignored.
-enum CofferJSON {
-    static let formatName = "coffer-export"
-    static let version = 1
+package enum CofferJSON {
+    package static let formatName = "coffer-export"
+    package static let version = 1
 
     // MARK: Writing
 
     /// Appends `bytes` as a JSON string (quotes, backslashes, and control characters escaped;
     /// everything else as it is, so the bytes must be UTF-8).
-    static func appendString(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
+    package static func appendString(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
         let hex = Array("0123456789abcdef".utf8)
         out.append(UInt8(ascii: "\""))
         for byte in bytes {
@@ -380,12 +381,12 @@ enum CofferJSON {
         out.append(UInt8(ascii: "\""))
     }
 
-    static func appendString(_ text: String, to out: WipingBuffer) {
+    package static func appendString(_ text: String, to out: WipingBuffer) {
         Array(text.utf8).withUnsafeBytes { appendString($0, to: out) }
     }
 
     /// Appends standard base64 with padding.
-    static func appendBase64(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
+    package static func appendBase64(_ bytes: UnsafeRawBufferPointer, to out: WipingBuffer) {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
         out.append(UInt8(ascii: "\""))
         var index = 0
@@ -407,7 +408,7 @@ enum CofferJSON {
 
     /// The export of `items`, whose secrets `secret` reads one at a time (each is dropped before
     /// the next is read).
-    static func write(items: [VaultItem], secret: (VaultItem) throws -> SecureBytes?) throws -> WipingBuffer {
+    package static func write(items: [VaultItem], secret: (VaultItem) throws -> SecureBytes?) throws -> WipingBuffer {
         let out = WipingBuffer(capacity: 4096 + items.count * 256)
         func line(_ text: String) { out.append(contentsOf: Array(text.utf8)) }
         line("{\n  \"format\": \"\(formatName)\",\n  \"version\": \(version),\n  \"exported\": ")
@@ -450,7 +451,7 @@ enum CofferJSON {
     /// a secret is decoded once, straight into the batch's wiping buffer. Beyond the input,
     /// reading holds only one set of member-name hashes per object open at a time (the duplicate
     /// check): a tree of the document cost ~33 bytes per byte read.
-    struct Parser {
+    package struct Parser {
         let bytes: UnsafeRawBufferPointer
         var index = 0
         /// Whether a member name given twice in an object is refused (the check of the whole
@@ -470,8 +471,8 @@ enum CofferJSON {
             var count = 0
         }
 
-        func fail(_ what: String, at offset: Int? = nil) -> CLIError {
-            CLIError.usage("line \(lineNumber(of: offset ?? index, in: bytes)) of the JSON file: \(what)")
+        func fail(_ what: String, at offset: Int? = nil) -> InterchangeError {
+            InterchangeError.usage("line \(lineNumber(of: offset ?? index, in: bytes)) of the JSON file: \(what)")
         }
 
         mutating func skipSpace() {
@@ -522,10 +523,30 @@ enum CofferJSON {
             }
         }
 
-        /// The text of the number at `range`, when it is one.
+        /// The text of the number at `range`, when it is one by RFC 8259's grammar:
+        /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?` (no `+1`, `.5`, `1.` or `01`).
         func number(_ range: Range<Int>) -> String? {
-            guard let text = String(validating: bytes[range], as: UTF8.self), Double(text) != nil else { return nil }
-            return text
+            let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
+            var index = range.lowerBound
+            func digitRun() -> Bool {
+                let start = index
+                while index < range.upperBound, digits.contains(bytes[index]) { index += 1 }
+                return index > start
+            }
+            if index < range.upperBound, bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < range.upperBound, digits.contains(bytes[index]) else { return nil }
+            if bytes[index] == UInt8(ascii: "0") { index += 1 } else { _ = digitRun() }
+            if index < range.upperBound, bytes[index] == UInt8(ascii: ".") {
+                index += 1
+                guard digitRun() else { return nil }
+            }
+            if index < range.upperBound, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                index += 1
+                if index < range.upperBound, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+                guard digitRun() else { return nil }
+            }
+            guard index == range.upperBound else { return nil }
+            return String(decoding: bytes[range], as: UTF8.self)
         }
 
         /// Steps over the `{` at `index`.
@@ -695,15 +716,15 @@ enum CofferJSON {
 
     /// Reads an export (its bytes must be UTF-8) into `batch`: the document is checked whole
     /// first, then its members are walked in place (``Parser``).
-    static func parse(_ input: UnsafeRawBufferPointer, into batch: ImportBatch) throws {
-        guard isValidUTF8(input) else { throw CLIError.usage("the JSON file is not UTF-8") }
+    package static func parse(_ input: UnsafeRawBufferPointer, into batch: ImportBatch) throws {
+        guard isValidUTF8(input) else { throw InterchangeError.usage("the JSON file is not UTF-8") }
         var check = Parser(bytes: input)
         try check.checkDocument()
         let reader = Parser(bytes: input, checkingNames: false)
         var walk = reader
         walk.skipSpace()
         guard input[walk.index] == UInt8(ascii: "{") else {
-            throw CLIError.usage("the JSON file is not a Coffer export: it is not an object")
+            throw InterchangeError.usage("the JSON file is not a Coffer export: it is not an object")
         }
         // The raw text of each member's value (a string's with its quotes).
         var format: Range<Int>?, versionText: Range<Int>?, items: Range<Int>?
@@ -720,19 +741,19 @@ enum CofferJSON {
             input[value.lowerBound] == UInt8(ascii: "\"") ? (value.lowerBound + 1)..<(value.upperBound - 1) : nil
         }
         guard let format = format.flatMap(stringText), reader.decoded(format, equals: formatName.utf8) else {
-            throw CLIError.usage("the JSON file is not a Coffer export: its \"format\" is not \"\(formatName)\"")
+            throw InterchangeError.usage("the JSON file is not a Coffer export: its \"format\" is not \"\(formatName)\"")
         }
         guard let versionText, Parser.isNumberByte(input[versionText.lowerBound]),
             let found = reader.number(versionText).flatMap({ Int($0) })
         else {
-            throw CLIError.usage("the Coffer export has no \"version\" number")
+            throw InterchangeError.usage("the Coffer export has no \"version\" number")
         }
         guard found == version else {
-            throw CLIError.usage(
+            throw InterchangeError.usage(
                 "the Coffer export is version \(found); this coffer reads version \(version)\(found > version ? " (it was written by a newer coffer)" : "")")
         }
         guard let items, input[items.lowerBound] == UInt8(ascii: "[") else {
-            throw CLIError.usage("the Coffer export has no \"items\" array")
+            throw InterchangeError.usage("the Coffer export has no \"items\" array")
         }
         walk.index = items.lowerBound
         var array = walk.openArray()
@@ -740,7 +761,7 @@ enum CofferJSON {
         while try walk.nextElement(&array) {
             position += 1
             let origin = "item \(position)", offset = walk.index
-            func fail(_ what: String) -> CLIError { reader.fail("\(origin): \(what)", at: offset) }
+            func fail(_ what: String) -> InterchangeError { reader.fail("\(origin): \(what)", at: offset) }
             guard input[offset] == UInt8(ascii: "{") else { throw fail("not an object") }
             var values = [Range<Int>?](repeating: nil, count: itemMembers.count)
             var object = walk.openObject()
@@ -772,8 +793,12 @@ enum CofferJSON {
                 if encoding == "utf8" {
                     try reader.decode(secret) { out.append($0) }
                 } else {
-                    try decodeBase64(UnsafeRawBufferPointer(rebasing: input[secret]), into: out) {
-                        fail("the secret is not base64 (standard alphabet, padded)")
+                    // The JSON string's text first (`\/` is `/`, as JSONEncoder writes it), then
+                    // its base64, each in a buffer that is wiped.
+                    let text = WipingBuffer(capacity: secret.count)
+                    try reader.decode(secret) { text.append($0) }
+                    try text.withUnsafeBytes { encoded in
+                        try decodeBase64(encoded, into: out) { fail("the secret is not base64 (standard alphabet, padded)") }
                     }
                 }
             }
@@ -781,7 +806,7 @@ enum CofferJSON {
     }
 
     /// Standard, padded base64 (no white space), appended to `out`.
-    static func decodeBase64(_ text: UnsafeRawBufferPointer, into out: WipingBuffer, failure: () -> CLIError) throws {
+    package static func decodeBase64(_ text: UnsafeRawBufferPointer, into out: WipingBuffer, failure: () -> InterchangeError) throws {
         guard text.count % 4 == 0 else { throw failure() }
         func value(_ byte: UInt8) -> UInt32? {
             switch byte {
@@ -820,12 +845,12 @@ enum CofferJSON {
 /// newline) is the secret; further lines are not imported (they may be secret, and a comment is
 /// not). `a/b/name.gpg` becomes service `a/b`, account `name`; an entry at the top of the store
 /// (`name.gpg`) takes its service from `--service`, else is an error.
-enum PassStore {
+package enum PassStore {
     /// The store's entries: paths relative to `root`, sorted.
-    static func entries(root: String) throws -> [String] {
+    package static func entries(root: String) throws -> [String] {
         var status = stat()
         guard stat(root, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
-            throw CLIError.usage("the password store \(quotedName(root)) is not a directory")
+            throw InterchangeError.usage("the password store \(quotedName(root)) is not a directory")
         }
         var found: [String] = []
         // Directories are followed through symbolic links, as `pass` itself does (`tree -l`),
@@ -836,11 +861,11 @@ enum PassStore {
             let path = relative.isEmpty ? root : root + "/" + relative
             var own = stat()
             guard stat(path, &own) == 0 else {
-                throw CLIError(.failure, "cannot read the directory \(quotedName(path)): \(String(cString: strerror(errno)))")
+                throw InterchangeError(.failure, "cannot read the directory \(quotedName(path)): \(String(cString: strerror(errno)))")
             }
             guard visited.insert([UInt64(own.st_dev), UInt64(own.st_ino)]).inserted else { return }
             guard let directory = opendir(path) else {
-                throw CLIError(.failure, "cannot read the directory \(quotedName(path)): \(String(cString: strerror(errno)))")
+                throw InterchangeError(.failure, "cannot read the directory \(quotedName(path)): \(String(cString: strerror(errno)))")
             }
             var names: [String] = []
             var notUTF8 = false
@@ -855,7 +880,7 @@ enum PassStore {
             }
             closedir(directory)
             if notUTF8 {
-                throw CLIError.usage(
+                throw InterchangeError.usage(
                     "a name in the password store's directory \(quotedName(path)) is not UTF-8: rename it or move it out")
             }
             for name in names.sorted() {
@@ -870,7 +895,7 @@ enum PassStore {
                 // An entry that cannot be read is never dropped without a word: the import is
                 // all or nothing, and "complete" must mean every entry.
                 guard reachable, target.st_mode & S_IFMT == S_IFREG else {
-                    throw CLIError(
+                    throw InterchangeError(
                         .failure,
                         "the password store entry \(quotedName(child)) is not a regular file (a FIFO, a device, or a link "
                             + "that leads nowhere or in a loop): fix it or move it out of the store, then import again")
@@ -883,7 +908,7 @@ enum PassStore {
     }
 
     /// Decrypts every entry into `batch`.
-    static func read(root: String, fallbackService: String?, into batch: ImportBatch) throws {
+    package static func read(root: String, fallbackService: String?, into batch: ImportBatch) throws {
         let entries = try entries(root: root)
         var topLevel: [String] = []
         var longer = 0
@@ -912,7 +937,7 @@ enum PassStore {
             }
         }
         guard topLevel.isEmpty else {
-            throw CLIError.usage(
+            throw InterchangeError.usage(
                 "\(topLevel.count) entr\(topLevel.count == 1 ? "y is" : "ies are") at the top of the store, with no directory to be the service: "
                     + listed(topLevel.map { quotedName($0) }) + "; give --service NAME for them")
         }
@@ -924,21 +949,21 @@ enum PassStore {
     }
 
     /// The largest decrypted entry accepted.
-    static let maximumEntry = 16 * 1024 * 1024
+    package static let maximumEntry = 16 * 1024 * 1024
 
     /// `gpg --batch --quiet --decrypt -- PATH`, spawned without a shell, its standard input
     /// `/dev/null`, its output read through a pipe into wiping memory. gpg's messages are read
     /// through a second pipe, and the last of them goes into the error when gpg fails.
-    static func decrypt(_ path: String, entry: String) throws -> WipingBuffer {
+    package static func decrypt(_ path: String, entry: String) throws -> WipingBuffer {
         var outPipe: [Int32] = [-1, -1], errPipe: [Int32] = [-1, -1]
         guard pipe(&outPipe) == 0 else {
-            throw CLIError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(errno)))")
+            throw InterchangeError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(errno)))")
         }
         guard pipe(&errPipe) == 0 else {
             let code = errno
             close(outPipe[0])
             close(outPipe[1])
-            throw CLIError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(code)))")
+            throw InterchangeError(.failure, "cannot make a pipe for gpg: \(String(cString: strerror(code)))")
         }
         // No end may reach another child: gpg gets the write ends as its outputs only.
         for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -958,14 +983,14 @@ enum PassStore {
         close(outPipe[1])
         close(errPipe[1])
         guard spawned == 0 else {
-            throw CLIError(
+            throw InterchangeError(
                 .failure,
                 "cannot run gpg to decrypt the pass entry \(quotedName(entry)): \(String(cString: strerror(spawned)))"
                     + (spawned == ENOENT ? " (is GnuPG installed and on PATH?)" : ""))
         }
         let output = WipingBuffer(capacity: 256)
         var messages: [UInt8] = []
-        var failure: CLIError?
+        var failure: InterchangeError?
         // Both pipes at once, so gpg never blocks on a full one.
         try withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 16) { chunk in
             defer { SecureMemory.zero(chunk) }
@@ -973,7 +998,7 @@ enum PassStore {
                 var fds = open.filter { $0 >= 0 }.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
                 if poll(&fds, nfds_t(fds.count), -1) < 0 {
                     if errno == EINTR { continue }
-                    throw CLIError(.failure, "cannot read gpg's output: \(String(cString: strerror(errno)))")
+                    throw InterchangeError(.failure, "cannot read gpg's output: \(String(cString: strerror(errno)))")
                 }
                 for ready in fds where ready.revents != 0 {
                     let n = Glibc.read(ready.fd, chunk.baseAddress, chunk.count)
@@ -989,7 +1014,7 @@ enum PassStore {
                         if messages.count < 65536 { messages += bytes }
                     } else if failure == nil {
                         if output.count + n > maximumEntry {
-                            failure = CLIError.usage("the pass entry \(quotedName(entry)) holds more than \(maximumEntry) bytes")
+                            failure = InterchangeError.usage("the pass entry \(quotedName(entry)) holds more than \(maximumEntry) bytes")
                             // gpg gets EPIPE (or SIGPIPE) and stops.
                             close(ready.fd)
                             open[0] = -1
@@ -1019,10 +1044,28 @@ enum PassStore {
                         })
                 }
                 .joined(separator: "; ")
-            throw CLIError(
+            throw InterchangeError(
                 .failure,
                 "gpg could not decrypt the pass entry \(quotedName(entry)) (\(how)\(said.isEmpty ? "" : ": " + said)); nothing was imported")
         }
         return output
     }
+}
+
+/// `2026-05-01T12:34:56.789Z`: a vault stores times in whole milliseconds, so this is all of
+/// it (JSONEncoder's `.iso8601` drops the fraction).
+package func iso8601Milliseconds(_ date: Date) -> String {
+    let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+    guard milliseconds.isFinite, abs(milliseconds) < 1e15 else { return "" }
+    let total = Int64(milliseconds)
+    var seconds = time_t(total >= 0 ? total / 1000 : (total - 999) / 1000)
+    let fraction = Int(total - Int64(seconds) * 1000)
+    var parts = tm()
+    guard gmtime_r(&seconds, &parts) != nil else { return "" }
+    func pad(_ value: Int32, _ width: Int) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))"
+        + "T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(fraction), 3))Z"
 }

@@ -1,5 +1,5 @@
-// The timing harness of `coffer bench`: calibrated runs, median/min/max, and a sink
-// the optimiser cannot see through.
+// The timing harness of `coffer bench` and `coffer-bench`: calibrated runs, median/min/max,
+// and a sink the optimiser cannot see through.
 
 #if canImport(Glibc)
 import Glibc
@@ -10,23 +10,32 @@ import Darwin
 #endif
 
 /// One benchmark's result: nanoseconds per operation over `runs` timed runs.
-struct BenchResult: Sendable {
-    var name: String
+package struct BenchResult: Sendable {
+    package var name: String
     /// Median over the runs.
-    var nsPerOp: Double
-    var minNs: Double
-    var maxNs: Double
-    var runs: Int
+    package var nsPerOp: Double
+    package var minNs: Double
+    package var maxNs: Double
+    package var runs: Int
     /// The 99th percentile, for the latency benchmarks (whose runs are samples).
-    var p99Ns: Double? = nil
+    package var p99Ns: Double? = nil
     /// A peer (a baseline Coffer is compared with), not Coffer itself.
-    var isPeer: Bool { name.hasPrefix("peer.") }
-    var opsPerSec: Double { nsPerOp > 0 ? 1e9 / nsPerOp : 0 }
+    package var isPeer: Bool { name.hasPrefix("peer.") }
+    package var opsPerSec: Double { nsPerOp > 0 ? 1e9 / nsPerOp : 0 }
+
+    package init(name: String, nsPerOp: Double, minNs: Double, maxNs: Double, runs: Int, p99Ns: Double? = nil) {
+        self.name = name
+        self.nsPerOp = nsPerOp
+        self.minNs = minNs
+        self.maxNs = maxNs
+        self.runs = runs
+        self.p99Ns = p99Ns
+    }
 }
 
 extension BenchResult {
     /// A latency benchmark's result from its samples, sorted: median, extremes and 99th percentile.
-    init(name: String, latencies: [Double]) {
+    package init(name: String, latencies: [Double]) {
         self.init(
             name: name, nsPerOp: latencies[latencies.count / 2], minNs: latencies[0], maxNs: latencies[latencies.count - 1],
             runs: latencies.count, p99Ns: latencies[min(latencies.count - 1, latencies.count * 99 / 100)])
@@ -34,16 +43,26 @@ extension BenchResult {
 }
 
 /// One benchmark to run: untimed `prepare` before each run, then `body(n)` timed for `n` ops.
-struct BenchSpec {
-    var name: String
-    var maxIterations: Int = 50_000_000
-    var prepare: () throws -> Void = {}
-    var body: (Int) throws -> UInt64
+package struct BenchSpec {
+    package var name: String
+    package var maxIterations: Int = 50_000_000
+    package var prepare: () throws -> Void = {}
+    package var body: (Int) throws -> UInt64
+
+    package init(
+        name: String, maxIterations: Int = 50_000_000, prepare: @escaping () throws -> Void = {},
+        body: @escaping (Int) throws -> UInt64
+    ) {
+        self.name = name
+        self.maxIterations = maxIterations
+        self.prepare = prepare
+        self.body = body
+    }
 }
 
 /// Monotonic nanoseconds.
 @inline(__always)
-func monotonicNanoseconds() -> UInt64 {
+package func monotonicNanoseconds() -> UInt64 {
     var spec = timespec()
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
@@ -54,7 +73,7 @@ func monotonicNanoseconds() -> UInt64 {
 /// if it were written there, with no call through a closure per operation (that would add its
 /// own nanoseconds to the fastest reads).
 @inline(__always)
-func sumOfReads(_ n: Int, _ read: () throws -> Int) rethrows -> UInt64 {
+package func sumOfReads(_ n: Int, _ read: () throws -> Int) rethrows -> UInt64 {
     var sum: UInt64 = 0
     for _ in 0..<n { sum &+= UInt64(truncatingIfNeeded: try read()) }
     return sum
@@ -63,8 +82,8 @@ func sumOfReads(_ n: Int, _ read: () throws -> Int) rethrows -> UInt64 {
 /// Consumes a value so the loop that produced it cannot be deleted: the optimiser cannot look
 /// into an unoptimised, non-inlined function, so the argument must be computed.
 @inline(never) @_optimize(none)
-func blackHole(_ value: UInt64) {
-    if value == 0x5EED_C0FF_EE00_0001 { writeError("") }
+package func blackHole(_ value: UInt64) {
+    if value == 0x5EED_C0FF_EE00_0001 { print("", terminator: "") }
 }
 
 /// Runs `body(iterations)` (which returns a checksum of its results) enough times to fill each
@@ -74,15 +93,17 @@ func blackHole(_ value: UInt64) {
 ///   - budget: target duration of one timed run, in nanoseconds.
 ///   - maxIterations: a cap per run (for operations that grow a file or hold memory).
 ///   - prepare: untimed work before each run (a fresh store, …).
-struct BenchRunner {
-    var quick: Bool
-    var runs: Int { quick ? 5 : 7 }
-    var budget: UInt64 { quick ? 20_000_000 : 100_000_000 }
+package struct BenchRunner {
+    package var quick: Bool
+    package var runs: Int { quick ? 5 : 7 }
+    package var budget: UInt64 { quick ? 20_000_000 : 100_000_000 }
+
+    package init(quick: Bool) { self.quick = quick }
 
     /// Measures several benchmarks with their runs interleaved (run 1 of each, then run 2 of
     /// each, …), so that a change in the machine's load or the disk's queue during the group
     /// touches all of them alike and their ratios hold.
-    func measureGroup(_ specs: [BenchSpec]) throws -> [BenchResult] {
+    package func measureGroup(_ specs: [BenchSpec]) throws -> [BenchResult] {
         var counts: [Int] = []
         for spec in specs {
             counts.append(try calibrate(spec))
@@ -129,7 +150,7 @@ struct BenchRunner {
 
     /// For operations that take long on their own (an Argon2id unlock, opening a 10k store):
     /// one operation per run, no calibration, one untimed warm-up.
-    func measureSingle(_ name: String, prepare: () throws -> Void = {}, _ body: () throws -> UInt64) throws -> BenchResult {
+    package func measureSingle(_ name: String, prepare: () throws -> Void = {}, _ body: () throws -> UInt64) throws -> BenchResult {
         if !quick {
             try prepare()
             blackHole(try body())

@@ -1,6 +1,7 @@
-// `coffer bench`: the hot read/write paths, the large opens and the KDF presets,
-// measured next to peers in the same run. The harness is in BenchHarness.swift, the table, JSON
-// and SVG in BenchOutput.swift.
+// `coffer-bench` (`swift run -c release coffer-bench`): the developers' suite. The hot
+// read/write paths, the large opens and the KDF presets, measured next to peers in the same run.
+// The harness, the table, JSON and SVG, and the rows `coffer bench` also prints (vault writes
+// and reads, the fsync floor, the KDF presets) are in CofferBenchHarness.
 //
 // What one operation is, per name:
 //   stored.read               read a loaded memory-backed `@Stored` Int
@@ -37,6 +38,7 @@
 //   keys.*                    keys chosen at run time, 1k to 100k live entries: see BenchKeys.swift
 
 import Coffer
+import CofferBenchHarness
 import CofferCrypto
 import Foundation
 import Observation
@@ -61,32 +63,17 @@ func runBenchmarks(json: Bool, quick: Bool, svg: String?) throws {
     if json {
         writeOut(BenchReport.json(results))
     } else {
-        writeOut(BenchReport.table(results, quick: quick, seconds: seconds))
+        writeOut(BenchReport.table(results, title: "coffer-bench", quick: quick, seconds: seconds))
     }
     if let svg {
-        let text = BenchReport.svg(results)
+        let text = BenchReport.svg(results, title: "coffer-bench")
         do {
             try Data(text.utf8).write(to: URL(fileURLWithPath: svg), options: .atomic)
         } catch {
-            throw CLIError(.failure, "cannot write the chart to \(svg): \(error.localizedDescription)")
+            throw BenchError("cannot write the chart to \(svg): \(error.localizedDescription)")
         }
         if !json { writeOut("chart written to \(svg)\n") }
     }
-}
-
-/// A private (0700) temporary directory, removed with everything in it at the end.
-struct BenchDirectory {
-    let url: URL
-
-    init() throws {
-        var template = Array((NSTemporaryDirectory() + "/coffer-bench-XXXXXX").utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw CLIError(.failure, "cannot create a temporary directory: \(String(cString: strerror(errno)))")
-        }
-        url = URL(fileURLWithPath: String(cString: made))
-    }
-
-    func remove() { try? FileManager.default.removeItem(at: url) }
 }
 
 /// The model the reactive benchmarks read: one memory-backed `@Stored`, one `@Computed` on it.
@@ -174,11 +161,11 @@ struct BenchSuite {
         let observable = ObservableBox()
         observable.count = 21
         guard model.count == 21, model.doubled == 42 else {
-            throw CLIError(.failure, "bench: the reactive model returned a wrong value")
+            throw BenchError("bench: the reactive model returned a wrong value")
         }
         let name = "coffer-bench-\(getpid())"
         guard let defaults = UserDefaults(suiteName: name) else {
-            throw CLIError(.failure, "bench: Foundation refused a UserDefaults suite")
+            throw BenchError("bench: Foundation refused a UserDefaults suite")
         }
         defer { defaults.removePersistentDomain(forName: name) }
         defaults.set(21, forKey: "count")
@@ -210,34 +197,19 @@ struct BenchSuite {
         return (spec, store)
     }
 
-    /// A vault writer: a 32-byte secret to one item.
-    private func vaultWriter(_ name: String, _ durability: Durability, key: SecureBytes) throws -> (BenchSpec, Vault) {
-        let vault = try Vault.create(
-            at: directory.appendingPathComponent(name + ".coffervault"), unlock: .key(key), durability: durability)
-        let secret = Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 7) })
-        var count: UInt64 = 0
-        let spec = BenchSpec(name: name, maxIterations: 2_000_000) { n in
-            for _ in 0..<n {
-                try vault.set(secret, service: "bench", account: "item")
-                count &+= 1
-            }
-            return count
-        }
-        return (spec, vault)
-    }
+    /// The rows `coffer bench` prints too, built the same way.
+    var user: UserBenchmarks { UserBenchmarks(runner: runner, directory: directory) }
 
     private func coalescedWrites(_ selected: [String]) throws -> [BenchResult] {
         let key = try SecureBytes.random(count: 32)
         let (keyValue, store) = try keyValueWriter("keyvalue.write", .coalesced)
         let (exclusive, exclusiveStore) = try keyValueWriter("keyvalue.write.exclusive", .coalesced, exclusive: true)
-        let (vaultWrite, vault) = try vaultWriter("vault.write", .coalesced, key: key)
+        let (vaultWrite, vault) = try user.vaultWriter("vault.write", .coalesced, key: key)
         try vault.set(Data(repeating: 7, count: 32), service: "bench", account: "item")
-        let read = BenchSpec(name: "vault.read") { n in
-            try sumOfReads(n) { try vault.data(service: "bench", account: "item")?.count ?? 0 }
-        }
+        let read = user.vaultRead(vault)
         let name = "coffer-bench-\(getpid())"
         guard let defaults = UserDefaults(suiteName: name) else {
-            throw CLIError(.failure, "bench: Foundation refused a UserDefaults suite")
+            throw BenchError("bench: Foundation refused a UserDefaults suite")
         }
         defer { defaults.removePersistentDomain(forName: name) }
         var next = 0
@@ -260,33 +232,11 @@ struct BenchSuite {
         let key = try SecureBytes.random(count: 32)
         let (keyValue, _) = try keyValueWriter("keyvalue.write.durable", .immediate)
         let (exclusive, _) = try keyValueWriter("keyvalue.write.durable.exclusive", .immediate, exclusive: true)
-        let (vault, _) = try vaultWriter("vault.write.durable", .immediate, key: key)
-        // The floor: 100 bytes into a preallocated (written, synced) file, then fdatasync.
-        let path = directory.appendingPathComponent("fsync-floor").path
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw CLIError(.failure, "bench: cannot create \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        let size = 4 << 20
-        let zeros = [UInt8](repeating: 0, count: size)
-        guard zeros.withUnsafeBytes({ pwrite(fd, $0.baseAddress, size, 0) }) == size, fsync(fd) == 0 else {
-            throw CLIError(.failure, "bench: cannot preallocate \(path): \(String(cString: strerror(errno)))")
+        let (vault, _) = try user.vaultWriter("vault.write.durable", .immediate, key: key)
+        let floor = try FsyncFloor(directory: directory)
+        return try withExtendedLifetime(floor) {
+            try runner.measureGroup([keyValue, exclusive, vault, floor.spec].filter { selected.contains($0.name) })
         }
-        let record = [UInt8](repeating: 0xA5, count: 100)
-        var offset = 0
-        let floor = BenchSpec(name: "peer.fsync.floor", maxIterations: 1_000_000) { n in
-            var sum: UInt64 = 0
-            for _ in 0..<n {
-                if offset + 100 > size { offset = 0 }
-                let written = record.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, off_t(offset)) }
-                guard written == 100, fdatasync(fd) == 0 else {
-                    throw CLIError(.failure, "bench: write or fdatasync failed: \(String(cString: strerror(errno)))")
-                }
-                offset += 100
-                sum &+= UInt64(written)
-            }
-            return sum
-        }
-        return try runner.measureGroup([keyValue, exclusive, vault, floor].filter { selected.contains($0.name) })
     }
 
     // MARK: - Sealing 1 MiB
@@ -435,16 +385,13 @@ struct BenchSuite {
         let key = try SecureBytes.random(count: 32)
         guard FileManager.default.createFile(
             atPath: keyFile.path, contents: key.withUnsafeBytes { Data($0) }, attributes: [.posixPermissions: 0o600])
-        else { throw CLIError(.failure, "bench: cannot write \(keyFile.path)") }
+        else { throw BenchError("bench: cannot write \(keyFile.path)") }
         do {
             let vault = try Vault.create(at: vaultURL, unlock: .keyFile(keyFile))
             try vault.set(Data(repeating: 0x5A, count: 32), service: "bench", account: "run")
             try vault.flush()
         }
-        var link = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &link, link.count - 1)
-        guard length > 0 else { throw CLIError(.failure, "bench: cannot find coffer's own executable") }
-        let coffer = String(decoding: link[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let coffer = try cofferExecutable()
         let viaCoffer = [
             coffer, "--vault", vaultURL.path, "--key-file", keyFile.path, "run", "--env", "BENCH_SECRET=coffer://bench/run",
             "--", "env", "true",
@@ -464,12 +411,12 @@ struct BenchSuite {
                 var pid: pid_t = 0
                 let result = posix_spawnp(&pid, arguments[0], &actions, nil, argv, environ)
                 guard result == 0 else {
-                    throw CLIError(.failure, "bench: cannot start \(arguments[0]): \(String(cString: strerror(result)))")
+                    throw BenchError("bench: cannot start \(arguments[0]): \(String(cString: strerror(result)))")
                 }
                 var status: Int32 = 0
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
                 guard status == 0 else {
-                    throw CLIError(.failure, "bench: \(arguments.joined(separator: " ")) ended with wait status \(status)")
+                    throw BenchError("bench: \(arguments.joined(separator: " ")) ended with wait status \(status)")
                 }
             }
             return Double(monotonicNanoseconds() - start) / Double(times)
@@ -496,18 +443,5 @@ struct BenchSuite {
 
     // MARK: - Argon2id
 
-    private func kdf(_ selected: [String]) throws -> [BenchResult] {
-        let passphrase = try SecureBytes(utf8: "coffer bench passphrase")
-        let salt = [UInt8](repeating: 0x42, count: PasswordHash.saltLength)
-        var results: [BenchResult] = []
-        for (name, parameters) in [("kdf.interactive", Argon2idParameters.interactive), ("kdf.moderate", .moderate)]
-        where selected.contains(name) {
-            results.append(
-                try runner.measureSingle(name) {
-                    let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, parameters: parameters)
-                    return key.withUnsafeBytes { UInt64($0[0]) }
-                })
-        }
-        return results
-    }
+    private func kdf(_ selected: [String]) throws -> [BenchResult] { try user.kdf(selected) }
 }

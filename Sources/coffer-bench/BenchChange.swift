@@ -1,4 +1,4 @@
-// `coffer bench`: how long a write made by another process takes to reach an observer here,
+// `coffer-bench`: how long a write made by another process takes to reach an observer here,
 // and what watching costs while nothing changes.
 //
 //   keyvalue.change.latency   another process's `KeyValueFileStrategy.set` (coalesced) → the
@@ -13,6 +13,7 @@
 
 import ArgumentParser
 import Coffer
+import CofferBenchHarness
 import CofferCrypto
 import Foundation
 import Observation
@@ -25,11 +26,11 @@ import Musl
 import Darwin
 #endif
 
-/// The writing side of the change benchmarks, run by `coffer bench` as a second process. Not
+/// The writing side of the change benchmarks, run by `coffer-bench` as a second process. Not
 /// shown in `--help`: its only caller is the benchmark.
 struct BenchChangeWriterCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-change-writer", abstract: "The second process of `coffer bench` (internal).",
+        commandName: "change-writer", abstract: "The second process of `coffer-bench` (internal).",
         shouldDisplay: false)
 
     @Argument var kind: String
@@ -58,7 +59,7 @@ struct BenchChangeWriterCommand: ParsableCommand {
                 unlock: .keyFile(url.appendingPathComponent("change.key")), durability: .coalesced)
             write = { try vault.set(String(monotonicNanoseconds()), service: "bench", account: "t") }
         default:
-            throw CLIError.usage("bench-change-writer: unknown kind")
+            throw ValidationError("change-writer: unknown kind")
         }
         writeOut("ready\n")
         while let line = readLine(), line == "w" {
@@ -88,9 +89,9 @@ extension BenchSuite {
         where selected.contains(name) {
             let property = kind == "vault" ? model.$vault : model.$keyValue
             _ = try property.load()
-            let writer = try BenchChild(["bench-change-writer", kind, directory.path])
+            let writer = try BenchChild(["change-writer", kind, directory.path])
             defer { writer.finish() }
-            guard writer.readLine() == "ready" else { throw CLIError(.failure, "bench: the writer process failed") }
+            guard writer.readLine() == "ready" else { throw BenchError("bench: the writer process failed") }
             let latencies = try Self.changeLatencies(from: writer, samples: samples) { UInt64(property.wrappedValue) }
             results.append(BenchResult(name: name, latencies: latencies))
         }
@@ -111,7 +112,7 @@ extension BenchSuite {
                 signal.signal()
             }
             writer.say("w")
-            guard writer.readLine() == "ok" else { throw CLIError(.failure, "bench: the writer process failed") }
+            guard writer.readLine() == "ok" else { throw BenchError("bench: the writer process failed") }
             if signal.wait(timeout: .now() + 2) == .timedOut {
                 latencies.append(2e9)
                 continue
@@ -157,7 +158,7 @@ extension BenchSuite {
     }
 }
 
-/// This `coffer` as a child process, talked to by lines.
+/// This `coffer-bench` as a child process, talked to by lines.
 final class BenchChild {
     private let process = Process()
     private let input = Pipe()

@@ -1,15 +1,16 @@
-// `coffer bench` output: the table, the JSON object (its names are fixed: scripts and
-// BENCHMARKS.md read them; BenchCommandTests lists them), and the SVG chart.
+// `coffer bench` and `coffer-bench` output: the table, the JSON object (its names are fixed:
+// scripts and BENCHMARKS.md read them; BenchCommandTests lists them), and the SVG chart.
 
 import Foundation
 
-enum BenchReport {
+package enum BenchReport {
     // MARK: Table
 
-    static func table(_ results: [BenchResult], quick: Bool, seconds: Double) -> String {
+    /// `title`: the command, `coffer bench` or `coffer-bench`.
+    package static func table(_ results: [BenchResult], title: String, quick: Bool, seconds: Double) -> String {
         let runs = results.map(\.runs).max() ?? 0
         var lines: [String] = []
-        lines.append("coffer bench — median of \(runs) runs per benchmark\(quick ? " (quick)" : ""), min and max beside it")
+        lines.append("\(title) — median of \(runs) runs per benchmark\(quick ? " (quick)" : ""), min and max beside it")
         lines.append("")
         // The name column fits the longest name, so the figures always line up.
         let nameWidth = max(26, results.map(\.name.count).max() ?? 0)
@@ -28,17 +29,29 @@ enum BenchReport {
             lines.append(row.joined(separator: "  "))
         }
         lines.append("")
+        // The notes of the rows shown (`coffer bench` shows a few of `coffer-bench`'s).
+        let names = Set(results.map(\.name))
         lines.append("peer.* are baselines measured in the same run. Durable = fdatasync before returning;")
-        lines.append("coalesced = in the kernel on return. vault.seal.1MiB is Vault.set of a new 1 MiB item")
-        lines.append("(coalesced: copies, seal, CRC-32C, write); peer.libsodium.seal.1MiB is the raw AEAD call.")
-        lines.append("*.change.latency: another process's write to this process's observer, over samples (runs);")
-        lines.append("watch.idle.1000keys: CPU time per second while 1,000 watched properties see no change.")
+        lines.append("coalesced = in the kernel on return.")
+        if names.contains("vault.seal.1MiB") {
+            lines.append("vault.seal.1MiB is Vault.set of a new 1 MiB item (coalesced: copies, seal, CRC-32C, write);")
+            lines.append("peer.libsodium.seal.1MiB is the raw AEAD call.")
+        }
+        if names.contains(where: { $0.hasPrefix("kdf.") }) {
+            lines.append("kdf.*: one passphrase unlock's Argon2id at that preset (coffer init --kdf).")
+        }
+        if names.contains(where: { $0.contains(".change.latency") }) {
+            lines.append("*.change.latency: another process's write to this process's observer, over samples (runs);")
+        }
+        if names.contains("watch.idle.1000keys") {
+            lines.append("watch.idle.1000keys: CPU time per second while 1,000 watched properties see no change.")
+        }
         lines.append(String(format: "%.1f s in all.", seconds))
         return lines.joined(separator: "\n") + "\n"
     }
 
     /// 12.3 ns, 4.56 µs, 7.89 ms, 1.23 s.
-    static func duration(_ ns: Double) -> String {
+    package static func duration(_ ns: Double) -> String {
         switch ns {
         case ..<1_000: return String(format: "%.1f ns", ns)
         case ..<1_000_000: return String(format: "%.2f µs", ns / 1e3)
@@ -47,7 +60,7 @@ enum BenchReport {
         }
     }
 
-    static func rate(_ perSecond: Double) -> String {
+    package static func rate(_ perSecond: Double) -> String {
         switch perSecond {
         case 1e6...: return String(format: "%.1f M/s", perSecond / 1e6)
         case 1e3...: return String(format: "%.1f k/s", perSecond / 1e3)
@@ -68,7 +81,7 @@ enum BenchReport {
     // MARK: JSON
 
     /// `{"results": [{"name", "ns_per_op", "ops_per_sec", "min_ns", "max_ns", "runs"}…]}`.
-    static func json(_ results: [BenchResult]) -> String {
+    package static func json(_ results: [BenchResult]) -> String {
         let rows = results.map { result in
             "    {\"name\": \(quoted(result.name)), \"ns_per_op\": \(number(result.nsPerOp)), "
                 + "\"ops_per_sec\": \(number(result.opsPerSec)), \"min_ns\": \(number(result.minNs)), "
@@ -99,7 +112,7 @@ enum BenchReport {
     // MARK: SVG
 
     /// A horizontal bar chart, log scale (ns per op), min–max whiskers, peers in grey.
-    static func svg(_ results: [BenchResult]) -> String {
+    package static func svg(_ results: [BenchResult], title: String) -> String {
         // The label column fits the longest name (about 7 px a character at 12 px Helvetica).
         let longest = Double(results.map(\.name.count).max() ?? 0)
         let left = max(200.0, (longest * 7 + 16).rounded()), right = 110.0, top = 56.0, rowHeight = 22.0, barHeight = 14.0
@@ -114,7 +127,7 @@ enum BenchReport {
             <svg xmlns="http://www.w3.org/2000/svg" width="\(Int(width))" height="\(Int(height))" \
             viewBox="0 0 \(Int(width)) \(Int(height))" font-family="Helvetica, Arial, sans-serif" font-size="12">
             <rect width="100%" height="100%" fill="#ffffff"/>
-            <text x="\(Int(left))" y="20" font-size="15" font-weight="bold">coffer bench: time per operation (log scale, lower is faster)</text>
+            <text x="\(Int(left))" y="20" font-size="15" font-weight="bold">\(escape(title)): time per operation (log scale, lower is faster)</text>
             <rect x="\(Int(left))" y="30" width="12" height="10" fill="#2b6cb0"/>
             <text x="\(Int(left) + 16)" y="39">Coffer</text>
             <rect x="\(Int(left) + 70)" y="30" width="12" height="10" fill="#a0aec0"/>

@@ -12,7 +12,7 @@ import Synchronization
     import Darwin
 #endif
 
-/// `coffer demo` (`make demo`): the guided main job. No set-up, no prompt, nothing outside its
+/// `coffer-demo` (`make demo`): the guided main job. No set-up, no prompt, nothing outside its
 /// own directory; every claim it prints is checked, and it exits 1 if one does not hold.
 ///
 /// The demo's credentials are random (so finding them in a file means something) and are shown
@@ -35,7 +35,7 @@ struct Demo {
         let passphrase = try makePassphrase(writingTo: passphraseFile)
         tour.step(1, "Create a vault")
         let (vault, createTime) = try measure(clock) {
-            try Vault.create(at: vaultURL, unlock: .passphrase(passphrase), kdf: KDFPreset.interactive.parameters)
+            try Vault.create(at: vaultURL, unlock: .passphrase(passphrase), kdf: Argon2idParameters.interactive)
         }
         let slot = try vault.info().keySlots.first
         tour.say(
@@ -98,7 +98,7 @@ struct Demo {
         // 5–7. The reactive layer, on the same vault and a key-value file beside it.
         let configuration = VaultConfiguration(
             url: vaultURL, unlock: .passphrase(passphrase), createIfMissing: false,
-            kdf: KDFPreset.interactive.parameters)
+            kdf: Argon2idParameters.interactive)
         let session = try reactiveModel(dir: dir, configuration: configuration, tour: &tour)
         try restart(dir: dir, configuration: configuration, expecting: session, tour: &tour)
 
@@ -118,8 +118,8 @@ struct Demo {
         tour.say("     \(Self.commandName) --vault \(vaultURL.path) --passphrase-file \(passphraseFile.path) list")
         tour.say("   Finished in \(seconds(clock.now - started)).")
         guard tour.failures.isEmpty else {
-            throw CLIError(
-                .failure, "the demo found \(tour.failures.count) problem(s): \(tour.failures.joined(separator: "; "))")
+            throw DemoError(
+                "the demo found \(tour.failures.count) problem(s): \(tour.failures.joined(separator: "; "))")
         }
     }
 
@@ -228,7 +228,7 @@ struct Demo {
         if let directory {
             let url = URL(fileURLWithPath: directory)
             if FileManager.default.fileExists(atPath: url.appendingPathComponent("demo.coffer").path) {
-                throw CLIError(.failure, "\(url.path) already holds a demo; choose another directory with --dir")
+                throw DemoError("\(url.path) already holds a demo; choose another directory with --dir")
             }
             try FileManager.default.createDirectory(
                 at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -237,7 +237,7 @@ struct Demo {
         var template = Array("\(FileManager.default.temporaryDirectory.path)/coffer-demo-XXXXXX".utf8CString)
         let created = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
         guard let created else {
-            throw CLIError(.failure, "cannot create a temporary directory: \(String(cString: strerror(errno)))")
+            throw DemoError("cannot create a temporary directory: \(String(cString: strerror(errno)))")
         }
         return URL(fileURLWithPath: String(cString: created), isDirectory: true)
     }
@@ -245,22 +245,22 @@ struct Demo {
     /// A random 32-character passphrase in guarded memory, also written to `file` (`0600`).
     private func makePassphrase(writingTo file: URL) throws -> SecureBytes {
         let alphabet = Array("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789".utf8)
-        let buffer = WipingBuffer(capacity: 32)
         var random = SecureRandom.bytes(count: 32)
-        for byte in random { buffer.append(alphabet[Int(byte) % alphabet.count]) }
+        var text = random.map { alphabet[Int($0) % alphabet.count] }
         SecureMemory.zero(&random)
+        defer { SecureMemory.zero(&text) }
         let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw CLIError(.failure, "cannot create \(file.path): \(String(cString: strerror(errno)))")
+            throw DemoError("cannot create \(file.path): \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
-        guard buffer.withUnsafeBytes({ writeAll(fd, $0) }), fsync(fd) == 0 else {
-            throw CLIError(.failure, "cannot write \(file.path): \(String(cString: strerror(errno)))")
+        guard text.withUnsafeBytes({ writeAll(fd, $0) }), fsync(fd) == 0 else {
+            throw DemoError("cannot write \(file.path): \(String(cString: strerror(errno)))")
         }
-        return try buffer.secureCopy()
+        return try text.withUnsafeBytes { try SecureBytes(copying: $0) }
     }
 
-    /// Runs this same `coffer` binary with `arguments`, capturing its output.
+    /// Runs `coffer` (``executablePath``) with `arguments`, capturing its output.
     private func runChild(_ arguments: [String], in directory: URL, input: Data? = nil) throws -> (
         pid: Int32, status: Int32, output: Data, error: String
     ) {
@@ -288,7 +288,7 @@ struct Demo {
         return (process.processIdentifier, process.terminationStatus, data, String(decoding: message, as: UTF8.self))
     }
 
-    /// How to run this binary again: `coffer` when that is what `PATH` finds, else its full path
+    /// How to run that `coffer`: `coffer` when that is what `PATH` finds, else its full path
     /// (under `swift run` it is not on `PATH`).
     static var commandName: String {
         let path = executablePath
@@ -302,12 +302,21 @@ struct Demo {
         return path
     }
 
-    /// This executable: `/proc/self/exe` resolved, else `argv[0]`.
+    /// The `coffer` the demo runs as its second process: the one built beside this program
+    /// (`swift build` puts both in one folder), else the first on `PATH`.
     static var executablePath: String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        if n > 0 { return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        return CommandLine.arguments[0]
+        if n > 0 {
+            let own = URL(fileURLWithPath: String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            let beside = own.deletingLastPathComponent().appendingPathComponent("coffer").path
+            if access(beside, X_OK) == 0 { return beside }
+        }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = "\(directory)/coffer"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return "coffer"
     }
 }
 

@@ -1,4 +1,4 @@
-// `coffer bench`: keys chosen at run time, at any number (the `keys.*` rows).
+// `coffer-bench`: keys chosen at run time, at any number (the `keys.*` rows).
 //
 // What one operation is, per name (every entry is `StoredMap<Int?>.entry(_:)` of a map over one
 // key-value suite, `.coalesced`, that keeps no entries itself (`keepsRecent: 0`): the table
@@ -22,6 +22,7 @@
 // table of N live entries), so the tables of the other sizes are not alive meanwhile.
 
 import Coffer
+import CofferBenchHarness
 import Foundation
 import Observation
 
@@ -90,7 +91,7 @@ extension BenchSuite {
                     try sumOfReads(n) {
                         index = index == 999 ? 0 : index + 1
                         guard let value = map["transient-\(index)"] else {
-                            throw CLIError(.failure, "bench: a transient entry read no value")
+                            throw BenchError("bench: a transient entry read no value")
                         }
                         return value
                     }

@@ -1,4 +1,4 @@
-// `coffer bench-postgres`: the fleet store against a real server (trait `Postgres`).
+// `coffer-bench postgres`: the fleet store against a real server (trait `Postgres`).
 //
 //   postgres.write            PostgresKeyValueStrategy.save of a 32-byte value (one statement:
 //                             version row, row, NOTIFY), acknowledged by the server's COMMIT
@@ -37,6 +37,7 @@
 
 import ArgumentParser
 import Coffer
+import CofferBenchHarness
 import Foundation
 import Observation
 #if Postgres
@@ -46,25 +47,27 @@ import PostgresNIO
 
 struct BenchPostgresCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-postgres",
+        commandName: "postgres",
         abstract: "Measure the PostgreSQL fleet store against a server (postgres:// URL; needs the Postgres trait).")
 
-    /// The server is the global `--store` (else `$COFFER_STORE`): an option of its own by the same
-    /// name was shadowed by the global one, and silently ignored.
-    @ParentCommand var root: CofferCommand
+    @Option(
+        help: ArgumentHelp(
+            "The server: postgres://user@host:port/db?sslmode=disable (default: $COFFER_STORE, where a password belongs).",
+            valueName: "url"))
+    var store: String?
     @Option(help: "Samples per figure.") var samples = 500
 
     func run() throws {
         #if Postgres
-        guard let url = try root.global.storeURL else {
-            throw CLIError.usage("bench-postgres needs --store postgres://… or $COFFER_STORE")
+        guard let url = store ?? ProcessInfo.processInfo.environment["COFFER_STORE"], !url.isEmpty else {
+            throw ValidationError("coffer-bench postgres needs --store postgres://… or $COFFER_STORE")
         }
         let configuration = try PostgresConfiguration(url: url)
         // The baselines are postgres-nio connections made here without TLS: under a mode that
         // requires TLS they would send the benchmark's traffic in clear, so such a mode is refused.
         guard configuration.tls == .disable || configuration.tls == .prefer else {
-            throw CLIError.usage(
-                "bench-postgres compares Coffer with plain postgres-nio connections, which it makes without TLS: "
+            throw ValidationError(
+                "coffer-bench postgres compares Coffer with plain postgres-nio connections, which it makes without TLS: "
                     + "run it with sslmode=disable against a server on a network you trust")
         }
         let value = Data((0..<32).map { UInt8($0) })
@@ -147,7 +150,7 @@ struct BenchPostgresCommand: ParsableCommand {
                         Double(read.rows) / Double(max(read.catchUps, 1)), read.rows, read.catchUps))
         }
         #else
-        throw CLIError(.failure, "this coffer was built without PostgreSQL support: build it with `--traits Postgres`")
+        throw BenchError("this coffer-bench was built without PostgreSQL support: build it with `--traits Postgres`")
         #endif
     }
 }
@@ -221,7 +224,7 @@ extension BenchPostgresCommand {
             let elapsed = Double(monotonicNanoseconds() - start)
             observation.cancel()
             guard value == 0, followed else {
-                throw CLIError(.failure, "opening the 100k-key suite: value \(value), following \(followed)")
+                throw BenchError("opening the 100k-key suite: value \(value), following \(followed)")
             }
             opens.append(elapsed)
         }
@@ -256,7 +259,7 @@ extension BenchPostgresCommand {
         }
         defer { observation.cancel() }
         guard first.wait(timeout: .now() + 5) == .success else {
-            throw CLIError(.failure, "the follower of the 100k-key suite did not start following within 5 s")
+            throw BenchError("the follower of the 100k-key suite did not start following within 5 s")
         }
         let missed = 100
         var catchUps: [Double] = []
@@ -268,12 +271,12 @@ extension BenchPostgresCommand {
             try writer.set(round, for: "marker")
             let acknowledged = monotonicNanoseconds()
             guard marker.wait(timeout: .now() + 2) == .success else {
-                throw CLIError(.failure, "the follower of the 100k-key suite missed a notified write for 2 s")
+                throw BenchError("the follower of the 100k-key suite missed a notified write for 2 s")
             }
             let (keys, at) = told.withLock { $0 }
             if keys == missed + 1 { catchUps.append(at > acknowledged ? Double(at - acknowledged) : 0) }
         }
-        guard !catchUps.isEmpty else { throw CLIError(.failure, "no catch-up of 100 missed changes was measured") }
+        guard !catchUps.isEmpty else { throw BenchError("no catch-up of 100 missed changes was measured") }
         let catchUpEnd = follower.catchUpReads
         figures.append(("postgres.catchup.100k", percentiles(catchUps)))
         let reads = [
@@ -386,7 +389,7 @@ extension BenchPostgresCommand {
     /// wait on a server that accepts and never answers: (median, max) in seconds.
     func partitionStall() throws -> (median: Double, max: Double) {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard listener >= 0 else { throw CLIError(.failure, "socket failed") }
+        guard listener >= 0 else { throw BenchError("socket failed") }
         defer { close(listener) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -397,7 +400,7 @@ extension BenchPostgresCommand {
                 bind(listener, $0, length) == 0 && listen(listener, 512) == 0 && getsockname(listener, $0, &length) == 0
             }
         }
-        guard bound else { throw CLIError(.failure, "bind failed") }
+        guard bound else { throw BenchError("bind failed") }
         let port = Int(UInt16(bigEndian: address.sin_port))  // the kernel accepts; nobody answers
         var silent = PostgresConfiguration(host: "127.0.0.1", port: port, user: "coffer", tls: .disable)
         silent.connectTimeout = 2

@@ -11,7 +11,7 @@ TRAITS       ?= --enable-all-traits
 # refuses one that is not among its direct dependencies (`coffer` importing CofferCrypto).
 IMPORT_CHECK := --explicit-target-dependency-import-check error
 
-.PHONY: all deps postgres-deps test-tools build install check-release-hooks test test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
+.PHONY: all deps postgres-deps test-tools build install check-release-hooks test test-fast test-tsan demo demo-fleet docs bench bench-postgres bench-check stress fuzz format clean
 
 all: build
 
@@ -65,6 +65,16 @@ test: deps postgres-deps test-tools
 	./scripts/check-doc-references.py
 	$(SWIFT) build --build-tests $(STRICT) $(TRAITS) $(IMPORT_CHECK)
 	$(SWIFT) test --skip-build $(TRAITS) $(TEST_FLAGS)
+
+## The inner loop, a few minutes: the library's tests with no traits (no PostgreSQL server, no
+## integration, nothing of swift-nio or BoringSSL to build), in .build-fast so it never
+## invalidates `make test`'s build, and without the suites that spawn processes: the CLI's (each
+## test runs coffer), the kill -9 crash loops, counters across processes, and memory hygiene's
+## children. `make test` still runs everything; README.md's "Tests in tiers" says which runs what.
+FAST_SKIP := CofferCLITests|CrashLoopTests|CounterStressTests|MemoryHygieneTests
+test-fast: deps
+	$(SWIFT) build --build-tests $(STRICT) --scratch-path .build-fast
+	$(SWIFT) test --skip-build --scratch-path .build-fast --skip '$(FAST_SKIP)'
 
 ## Every test again under ThreadSanitizer (a separate build folder), except the memory-hygiene
 ## children: TSan replaces `mlock` with a no-op and handles SIGSEGV itself, so a test that counts

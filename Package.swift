@@ -248,6 +248,18 @@ let package = Package(
             dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],
             swiftSettings: strictSettings
         ),
+        // The process's machinery: deadlines, fsync rules (live and under injected faults), process hardening.
+        .testTarget(
+            name: "CofferRuntimeTests",
+            dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
+        // The test kit itself: the in-memory file system (faults, power loss) and the strategy conformance suite.
+        .testTarget(
+            name: "CofferTestingTests",
+            dependencies: ["CofferCore", "CofferRuntime", "CofferTesting"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "CofferJournalTests",
             dependencies: ["CofferJournal", "CofferCore", "CofferRuntime", "CofferStorage", "CofferTesting"],

@@ -378,7 +378,7 @@ extension CofferContext {
 
     /// Whether this process is a test runner (XCTest or Swift Testing): its name ends in
     /// `.xctest` (how `swift test` names the runner), or Xcode's test environment is set.
-    public static let isRunningTests: Bool = {
+    package static let isRunningTests: Bool = {
         let environment = ProcessInfo.processInfo.environment
         return processAppName.hasSuffix(".xctest") || environment["XCTestConfigurationFilePath"] != nil
             || environment["XCTestBundlePath"] != nil || environment["XCTestSessionIdentifier"] != nil

@@ -64,11 +64,18 @@ package protocol FileSystem: Sendable {
     /// alike, so a store names its lock and temporary files after the file itself, not after
     /// the way it was reached.
     func resolve(_ path: String) throws -> String
+    /// Whether the file at `path` is itself the root of a mount: a single file bind-mounted
+    /// over another name (`docker run -v ~/v.coffer:/data/v.coffer`). Such a file has a second
+    /// name in another directory, with a lock file of its own there, and no rename can replace
+    /// it, so a store refuses it (its directory can be mounted instead).
+    func isMountRoot(_ path: String) -> Bool
 }
 
 extension FileSystem {
     /// A file system without symbolic links (the default): paths are already resolved.
     package func resolve(_ path: String) throws -> String { path }
+    /// A file system without mounts (the default): no file is a mount's root.
+    package func isMountRoot(_ path: String) -> Bool { false }
 }
 
 /// Memory shared between processes through a file, as returned by ``FileSystem/mapShared(_:length:path:)``.

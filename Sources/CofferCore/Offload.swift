@@ -61,12 +61,19 @@ package final class BlockingPool: TaskExecutor, @unchecked Sendable {
     /// Whether the calling thread is a thread of ``jobs``.
     package static var isJobsThread: Bool { marker.value == Unmanaged.passUnretained(jobs).toOpaque() }
 
+    /// What a slot of ``work`` holds once its job was taken: captures nothing.
+    private static let finished: @Sendable () -> Void = {}
+
     private func serve() {
         Self.marker.value = Unmanaged.passUnretained(self).toOpaque()
         condition.lock()
         while true {
             if head < work.count {
                 let body = work[head]
+                // The queue lets go of the job at once: what it captured (a caller's Data or
+                // SecureBytes on its way into a vault) is released when the job ends, never
+                // kept by the queue until the slot is reused or trimmed.
+                work[head] = Self.finished
                 head += 1
                 if head > 64 && head * 2 > work.count {
                     work.removeFirst(head)

@@ -343,8 +343,15 @@ extension AsyncPersistenceStrategy {
     public func keys() throws -> [String] { try Offload.wait { try await self.keys() } }
 
     /// Each change in turn: not one commit (a store that adopts ``BatchPersistenceStrategy``
-    /// implements this as one).
+    /// implements this as one). A store that adopts ``BatchPersistenceStrategy`` and did not
+    /// implement it gets ``CofferError/Code/invalidArgument`` before anything is written, not
+    /// a batch that is quietly not all-or-nothing (Swift cannot refuse it at compile time).
     public func saveBatch(_ changes: [(key: String, data: Data?)]) async throws {
+        if self is any BatchPersistenceStrategy {
+            throw CofferError(
+                .invalidArgument,
+                "\(Self.self) adopts BatchPersistenceStrategy but does not implement the async saveBatch(_:) as one commit; nothing was written")
+        }
         for change in changes {
             if let data = change.data { try await save(data, for: change.key) } else { try await remove(change.key) }
         }
@@ -353,7 +360,12 @@ extension AsyncPersistenceStrategy {
     /// No swap: throws ``CofferError/Code/invalidArgument`` (a store that adopts
     /// ``CompareAndSwapPersistenceStrategy`` implements this).
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) async throws -> Bool {
-        throw CofferError(.invalidArgument, "\(Self.self) has no compare-and-swap (it does not implement the async compareAndSwap)")
+        let adopted = self is any CompareAndSwapPersistenceStrategy
+        throw CofferError(
+            .invalidArgument,
+            adopted
+                ? "\(Self.self) adopts CompareAndSwapPersistenceStrategy but does not implement the async compareAndSwap(_:expected:new:)"
+                : "\(Self.self) has no compare-and-swap (it does not implement the async compareAndSwap)")
     }
 
     /// Reads a typed value (see ``PersistenceStrategy/get(_:for:)``), suspending instead of blocking.
@@ -371,14 +383,39 @@ extension AsyncPersistenceStrategy {
 extension CompareAndSwapPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async compare-and-swap for a synchronous caller.
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
-        try Offload.wait { try await self.compareAndSwap(key, expected: expected, new: new) }
+        try SynchronousBridge.refuseReentry("CompareAndSwapPersistenceStrategy", "compareAndSwap(_:expected:new:)", Self.self)
+        return try Offload.wait {
+            try await SynchronousBridge.$entered.withValue(ObjectIdentifier(Self.self)) {
+                try await self.compareAndSwap(key, expected: expected, new: new)
+            }
+        }
     }
 }
 
 extension BatchPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async `saveBatch` for a synchronous caller.
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
-        try Offload.wait { try await self.saveBatch(changes) }
+        try SynchronousBridge.refuseReentry("BatchPersistenceStrategy", "saveBatch(_:)", Self.self)
+        try Offload.wait {
+            try await SynchronousBridge.$entered.withValue(ObjectIdentifier(Self.self)) { try await self.saveBatch(changes) }
+        }
+    }
+}
+
+/// Guards the synchronous forms above against a store that adopts a promise without writing
+/// its `async` form. Swift then takes the synchronous form as the `async` requirement's witness
+/// too (a synchronous function satisfies an `async` requirement), so the bridge would call
+/// itself through ``Offload/wait(_:)`` without end, a blocked thread per turn. The bridge marks
+/// the task it starts with the store's type; met again inside it for that type, it throws.
+package enum SynchronousBridge {
+    @TaskLocal package static var entered: ObjectIdentifier? = nil
+
+    package static func refuseReentry(_ promise: String, _ method: String, _ type: Any.Type) throws {
+        guard entered == ObjectIdentifier(type) else { return }
+        throw CofferError(
+            .invalidArgument,
+            "\(type) adopts \(promise) but does not implement the async \(method) (its synchronous form "
+                + "runs the async one); nothing was written")
     }
 }
 

@@ -199,7 +199,17 @@ package import Foundation
         let path = try fs.resolve(givenPath)
         // Nothing is created beside a path that is not a store file (`/dev/null`, a FIFO, a
         // directory): say so before the lock file would be made.
-        if let existing = try fs.stat(path) { try checkStoreFile(existing, path: path) }
+        if let existing = try fs.stat(path) {
+            try checkStoreFile(existing, path: path)
+            if fs.isMountRoot(path) {
+                throw CofferError(
+                    .invalidArgument,
+                    "the store file is mounted on its own (a bind mount of one file): it has another name elsewhere with a "
+                        + "lock file of its own, so two writers could both write it, and no compaction could replace it; "
+                        + "mount the directory that holds it instead (nothing was changed)",
+                    path: path)
+            }
+        }
         warnIfDirectoryIsShared(of: path, fs: fs)
         let lock = try FileLock(path: path + ".lock", fileSystem: fs)
         guard options.exclusive else {

@@ -271,6 +271,24 @@ extension JournalIndex {
         }
     }
 
+    /// ``read(_:)`` if no one holds the index (a write waiting for `<file>.lock` or in its
+    /// fsync does): `nil`, at once, when someone does. For a caller that must not wait, such as
+    /// an async read on a thread of the cooperative pool (it then waits elsewhere).
+    @inlinable
+    package func readIfAvailable<T>(_ body: (inout Index) throws -> T) throws -> T? {
+        let outcome: Result<T, any Error>? = state.withLockIfAvailable { index in
+            do {
+                guard index != nil else { throw closedError }
+                if let failure = index!.failure { throw failure }
+                try index!.catchUp()
+                return .success(try body(&index!))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try outcome?.get()
+    }
+
     /// Runs `body` holding the journal's write lock, caught up with every other writer, then
     /// compacts when the rule says so (a failure there is told through ``CofferWarning``, after
     /// the lock: the write itself stands). `body` appends one commit and indexes it.

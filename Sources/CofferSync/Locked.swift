@@ -45,6 +45,20 @@ package struct Locked<State: ~Copyable>: ~Copyable {
         return try withLockAnnotated(token.address, body)
     }
 
+    /// Runs `body` under the lock when no one holds it; `nil`, at once, when someone does.
+    @usableFromInline
+    package borrowing func withLockIfAvailable<Result: ~Copyable, E: Error>(
+        _ body: (inout sending State) throws(E) -> sending Result
+    ) throws(E) -> sending Result? {
+        guard let token, let hooks = sanitizerHooks else { return try mutex.withLockIfAvailable(body) }
+        let address = token.address
+        return try mutex.withLockIfAvailable { (state: inout sending State) throws(E) -> sending Result in
+            hooks.acquire(address)
+            defer { hooks.release(address) }
+            return try body(&state)
+        }
+    }
+
     @usableFromInline
     package borrowing func withLockAnnotated<Result: ~Copyable, E: Error>(
         _ token: UnsafeMutableRawPointer, _ body: (inout sending State) throws(E) -> sending Result

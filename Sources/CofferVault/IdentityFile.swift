@@ -1,7 +1,7 @@
-public import CofferCrypto
+package import CofferCrypto
 import CofferCore
 import CofferRuntime
-public import Foundation
+package import Foundation
 
 /// Identity files: the X25519 identities (`AGE-SECRET-KEY-1…`, age-keygen's format) a machine
 /// or a person keeps to open the vaults that name their recipient.
@@ -13,20 +13,20 @@ public import Foundation
 ///
 /// A file is read as a key file is (``VaultUnlock/keyFile(_:)``): a regular file of at most
 /// 64 KiB (a symbolic link to one is followed), never a FIFO or a device, into guarded memory.
-public enum IdentityFile: Sendable {
+package enum IdentityFile: Sendable {
     /// The identities in the file at `url`.
     /// - Throws: ``CofferError/Code/notFound`` when there is no such file;
     ///   ``CofferError/Code/invalidArgument`` for a file that is not a regular file, or holds a
     ///   line that is not an identity (named by its number, never quoted), or no identity;
     ///   ``CofferError/Code/limitExceeded`` above 64 KiB.
-    public static func read(_ url: URL) throws -> [X25519Identity] {
+    package static func read(_ url: URL) throws -> [X25519Identity] {
         let contents = try KeyFileReader.read(url.path, fileSystem: LiveFileSystem(), what: "identity file")
         return try parse(contents, path: url.path)
     }
 
     /// The identities in an identity file's contents, already read (from a pipe, a secret store).
     /// - Throws: ``CofferError/Code/invalidArgument`` as ``read(_:)``.
-    public static func parse(_ contents: SecureBytes) throws -> [X25519Identity] {
+    package static func parse(_ contents: SecureBytes) throws -> [X25519Identity] {
         try parse(contents, path: nil)
     }
 

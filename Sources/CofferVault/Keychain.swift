@@ -27,8 +27,8 @@ public import Foundation
 ///
 /// - The `async` forms never hold a thread of Swift's cooperative pool while something slow
 ///   happens: the PostgreSQL vault suspends while the server answers; the file vault answers
-///   reads from memory at once, and runs each write (its fsync, its wait for `<file>.lock`) on
-///   Coffer's own threads while the caller suspends.
+///   reads from memory at once, and runs each write (its fsync, its wait for `<file>.lock`), and
+///   a read that would wait behind one, on Coffer's own threads while the caller suspends.
 /// - The synchronous forms block the calling thread: the file vault for its fsync and lock, the
 ///   PostgreSQL vault until the server answers, within its deadlines (the work itself runs on
 ///   Coffer's own threads, so a caller that is itself a cooperative thread cannot starve it).

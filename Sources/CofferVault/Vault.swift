@@ -339,8 +339,20 @@ public final class Vault: Sendable {
     }
 
     private func read<T>(_ body: (Session) throws -> T) throws -> T {
-        try store.read { try body($0) }
+        if Self.readsMustNotWait.value != nil {
+            guard let result = try store.readIfAvailable({ try body($0) }) else { throw ReadWouldWait() }
+            return result
+        }
+        return try store.read { try body($0) }
     }
+
+    /// Set on a thread while an async read runs the synchronous form in the caller's task: the
+    /// read then takes the index only if no one holds it, else throws ``ReadWouldWait`` and the
+    /// async form asks again on a thread of Coffer's (Vault+Async.swift).
+    static let readsMustNotWait = ThreadLocalSlot()
+
+    /// A read that would have waited for a write in progress (its wait for `<file>.lock`, its fsync).
+    struct ReadWouldWait: Error {}
 
     private func withSecret<T>(service: String, account: String, _ body: ([UInt8]) throws -> T) throws -> T? {
         let found = try read { session -> (Entry, VaultKeys, [UInt8])? in
@@ -454,6 +466,24 @@ public enum VaultChange: Sendable {
         case .remove(let service, let account): (service, account)
         }
     }
+}
+
+/// Printed, logged or dumped, a change names its item and never shows the secret it sets.
+extension VaultChange: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String {
+        switch self {
+        case .set(let service, let account, let secret, let label, let comment):
+            "VaultChange.set(service: \(String(reflecting: service)), account: \(String(reflecting: account)), "
+                + "secret: <\(secret.count) bytes redacted>, label: \(label.map { String(reflecting: $0) } ?? "nil"), "
+                + "comment: \(comment.map { String(reflecting: $0) } ?? "nil"))"
+        case .remove(let service, let account):
+            "VaultChange.remove(service: \(String(reflecting: service)), account: \(String(reflecting: account)))"
+        }
+    }
+
+    public var debugDescription: String { description }
+
+    public var customMirror: Mirror { Mirror(self, children: [], displayStyle: .enum) }
 }
 
 /// A change as ``Session/commit(_:)`` takes it: a ``VaultChange``, or a ``BorrowedSet``.

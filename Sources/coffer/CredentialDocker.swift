@@ -56,7 +56,8 @@ struct DockerCredentialCommand: ParsableCommand {
         case "get":
             let url = try serverURL()
             guard let keychain = try CredentialHelper.openUnlessLocked(global),
-                let item = try keychain.items(service: "docker:" + url).first,
+                // Two logins for one server (two `docker login`s raced): the latest, as `list` says.
+                let item = try keychain.items(service: "docker:" + url).max(by: { $0.modified < $1.modified }),
                 let secret = try keychain.secret(service: item.service, account: item.account)
             else { throw CLIError(.notFound, Self.notFound) }
             let text = try secret.withUnsafeBytes { bytes in
@@ -82,8 +83,13 @@ struct DockerCredentialCommand: ParsableCommand {
         case "list":
             let keychain = try CredentialHelper.openKeychain(global)
             var logins: [String: String] = [:]
+            var latest: [String: Date] = [:]
             for item in try keychain.items(service: nil) where item.service.hasPrefix("docker:") {
-                logins[String(item.service.dropFirst("docker:".count))] = item.account
+                let server = String(item.service.dropFirst("docker:".count))
+                // One user per server: the latest login, as `get` answers.
+                if let seen = latest[server], seen >= item.modified { continue }
+                latest[server] = item.modified
+                logins[server] = item.account
             }
             let json = try JSONSerialization.data(withJSONObject: logins, options: [.sortedKeys, .withoutEscapingSlashes])
             writeOut(String(decoding: json, as: UTF8.self) + "\n")
@@ -98,11 +104,16 @@ struct DockerCredentialCommand: ParsableCommand {
         defer { SecureMemory.zero(&request) }
         let object = try? JSONSerialization.jsonObject(with: Data(request)) as? [String: Any]
         guard let object else { throw CLIError.usage("the request is not a JSON object: nothing was stored") }
-        guard let url = object["ServerURL"] as? String, !url.isEmpty else {
+        // Trimmed as `get` and `erase` trim it, so what is stored can be read and erased.
+        guard let url = (object["ServerURL"] as? String)?.trimmingCharacters(in: .whitespacesAndNewlines), !url.isEmpty
+        else {
             throw CLIError.usage("no credentials server URL")
         }
         guard let username = object["Username"] as? String, !username.isEmpty else {
             throw CLIError.usage("no credentials username")
+        }
+        guard !username.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw CLIError.usage("the user name holds a control character (a line break?): nothing was stored")
         }
         guard let secretText = object["Secret"] as? String else {
             throw CLIError.usage("the request has no Secret (a string): nothing was stored")
@@ -114,7 +125,7 @@ struct DockerCredentialCommand: ParsableCommand {
         let keychain = try CredentialHelper.openKeychain(global)
         let service = "docker:" + url
         // One login per server: `get` names only the server.
-        let others = try keychain.items(service: service).filter { $0.account != username }
+        let others = try keychain.items(service: service).filter { !$0.account.utf8.elementsEqual(username.utf8) }
         try keychain.apply(
             others.map { .remove(service: $0.service, account: $0.account) } + [
                 .set(service: service, account: username, secret: secret, label: "docker credential", comment: nil)

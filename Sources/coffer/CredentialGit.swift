@@ -40,6 +40,9 @@ struct GitCredentialCommand: ParsableCommand {
 
     func run() throws {
         guard ["get", "store", "erase"].contains(operation) else { return }
+        // git's GIT_TERMINAL_PROMPT=0 (set by scripts and CI so nothing waits for a person)
+        // holds for the helper too: never a passphrase prompt, even with a terminal.
+        if environmentText("GIT_TERMINAL_PROMPT") == "0" { Input.promptsAllowed = false }
         var request = try CredentialHelper.readRequest(isComplete: GitCredential.isComplete)
         defer { SecureMemory.zero(&request) }
         var credential = try GitCredential(parsing: request)
@@ -62,18 +65,34 @@ struct GitCredentialCommand: ParsableCommand {
             return exact.0 != exact.1 ? exact.0 : $0.modified > $1.modified
         }
         for item in found {
+            // An item this helper did not write (`coffer set`, an import) may hold anything: a
+            // user name with a line break or a NUL would add lines of its own to the answer
+            // (`quit=1`, another `host=`), so such an item is passed over, as git's own
+            // helpers refuse to write such a value.
+            let username = GitCredential.username(account: item.account)
+            guard !username.utf8.contains(where: { $0 == 10 || $0 == 13 || $0 == 0 }) else { continue }
             guard let secret = try keychain.secret(service: item.service, account: item.account) else { continue }
-            var output = Array("username=\(GitCredential.username(account: item.account))\npassword=".utf8)
+            var output = Array("username=\(username)\npassword=".utf8)
             output.reserveCapacity(output.count + secret.count + 2)
             defer { SecureMemory.zero(&output) }
-            secret.withUnsafeBytes { stored in
-                // The password's line, then the extra attributes' lines as stored.
-                for (index, line) in stored.split(separator: 10, omittingEmptySubsequences: false).enumerated()
-                where index == 0 || !line.isEmpty {
+            let usable = secret.withUnsafeBytes { stored -> Bool in
+                // The password's line, then only the attributes this helper keeps after it
+                // (password_expiry_utc, oauth_refresh_token): any other line of the secret is
+                // not part of the answer.
+                let lines = stored.split(separator: 10, omittingEmptySubsequences: false)
+                guard let password = lines.first, !password.contains(0), !password.contains(13) else { return false }
+                output += password
+                output.append(10)
+                for line in lines.dropFirst() where !line.contains(0) && !line.contains(13) {
+                    guard let equals = line.firstIndex(of: UInt8(ascii: "=")),
+                        GitCredential.extraKeys.contains(where: { $0.utf8.elementsEqual(line[..<equals]) })
+                    else { continue }
                     output += line
                     output.append(10)
                 }
+                return true
             }
+            guard usable else { continue }
             guard writeAll(STDOUT_FILENO, output) else {
                 throw CLIError(.failure, "cannot write to standard output: \(String(cString: strerror(errno)))")
             }
@@ -156,6 +175,10 @@ struct GitCredential {
             case _ where Self.extraKeys.contains(key):
                 extras.removeAll { $0.key == key }
                 extras.append((key, Array(value)))
+            case "url":
+                // git's own helpers break a url= into the attributes above; git never sends one
+                // to a helper. Ignored, it would widen a match to every host of a protocol.
+                throw CLIError.usage("the request gives a url=, which this helper does not read: give protocol, host and path")
             default: continue  // unknown attributes are ignored, as git-credential(1) says
             }
         }
@@ -193,7 +216,12 @@ struct GitCredential {
     /// Whether `item` matches as git matches (credential_match): every attribute given is equal.
     func matches(_ item: VaultItem) -> Bool {
         guard let parts = Self.parts(ofService: item.service) else { return false }
-        func equal(_ given: String?, _ stored: String?) -> Bool { given == nil || given == stored }
+        // By bytes, as git compares (strcmp) and the vault names items: `é` written as one
+        // scalar and as `e` + U+0301 are two users, though Swift's == calls them equal.
+        func equal(_ given: String?, _ stored: String?) -> Bool {
+            guard let given else { return true }
+            return stored.map { given.utf8.elementsEqual($0.utf8) } ?? false
+        }
         return equal(protocolName, parts.protocolName) && equal(host, parts.host) && equal(path, parts.path)
             && equal(username, Self.username(account: item.account))
     }

@@ -155,6 +155,24 @@ struct GitCredentialHelperTests {
         #expect(try helper.items().contains(["git:https://sso.test", "%"]))
     }
 
+    @Test("An item not written by the helper cannot add lines to git's answer: only the password and the kept attributes", .timeLimit(.minutes(5)))
+    func answerCarriesNoInjectedLines() throws {
+        let helper = try HelperBox()
+        // A secret with lines git would obey (quit, another host) besides a kept attribute.
+        let secret = "pw-first\nquit=1\nhost=evil.test\npassword_expiry_utc=1999999999\nusername=mallory\n"
+        let set = try helper.box.run(["set", "git:https://inject.test", "u"], stdin: Array(secret.utf8))
+        #expect(set.status == 0, "\(set)")
+        let get = try helper.helper("git-credential-coffer", ["get"], Array("protocol=https\nhost=inject.test\n".utf8))
+        #expect(get.status == 0 && get.out == "username=u\npassword=pw-first\npassword_expiry_utc=1999999999\n", "\(get)")
+        // A user name with a line break (possible through `coffer set`) is passed over.
+        let named = try helper.box.run(["set", "git:https://names.test", "u\nhost=evil.test"], stdin: Array("pw".utf8))
+        #expect(named.status == 0, "\(named)")
+        let none = try helper.helper("git-credential-coffer", ["get"], Array("protocol=https\nhost=names.test\n".utf8))
+        #expect(none.status == 0 && none.out.isEmpty, "\(none)")
+        let filled = try helper.git("fill", "protocol=https\nhost=inject.test\n")
+        #expect(filled.status == 0 && filled.out.contains("host=inject.test\n") && !filled.out.contains("evil"), "\(filled)")
+    }
+
     @Test("erase with a password removes only the items holding it", .timeLimit(.minutes(5)))
     func eraseMatchesPassword() throws {
         let helper = try HelperBox()

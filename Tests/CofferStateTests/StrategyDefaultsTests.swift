@@ -24,6 +24,15 @@ private final class PlainRemote: AsyncPersistenceStrategy {
     func keys() async throws -> [String] { values.withLock { Array($0.keys) } }
 }
 
+/// A remote store that adopts the batch and swap promises but forgot their async forms.
+private final class ForgetfulRemote: AsyncPersistenceStrategy, BatchPersistenceStrategy, CompareAndSwapPersistenceStrategy {
+    let values = Protected<[String: Data]>([:])
+    func load(_ key: String) async throws -> Data? { values.withLock { $0[key] } }
+    func save(_ data: Data, for key: String) async throws { values.withLock { $0[key] = data } }
+    func remove(_ key: String) async throws { _ = values.withLock { $0.removeValue(forKey: key) } }
+    func keys() async throws -> [String] { values.withLock { Array($0.keys) } }
+}
+
 /// Guards what an author of a strategy can leave out (every requirement but the four methods
 /// has a default that is right for a plain store), that the stores that differ say so, and that
 /// "which store" has one name, the ``StoreID``, whether a strategy, a backing or a context's
@@ -71,6 +80,15 @@ struct StrategyDefaultsTests {
         // The synchronous forms run the async ones.
         try (store as any PersistenceStrategy).save(Data([4]), for: "b")
         #expect(try (store as any PersistenceStrategy).load("b") == Data([4]))
+    }
+
+    @Test("A remote store that adopts the promises without their async forms is refused at its first batch or swap, and nothing is written")
+    func promisesWithoutTheirAsyncForms() async throws {
+        let store = ForgetfulRemote()
+        await #expect(throws: CofferError.self) { try await store.saveBatch([("a", Data([1])), ("b", Data([2]))]) }
+        #expect(throws: CofferError.self) { try (store as any BatchPersistenceStrategy).saveBatch([("a", Data([1]))]) }
+        await #expect(throws: CofferError.self) { _ = try await store.compareAndSwap("a", expected: nil, new: Data([1])) }
+        #expect(store.values.withLock { $0 }.isEmpty)
     }
 
     @Test("A remote store that keeps the promises gets the synchronous batch and swap from its async ones")

@@ -41,4 +41,19 @@ struct RedactionTests {
             }
         }
     }
+
+    @Test("VaultChange names its item and never shows the secret it sets")
+    func vaultChange() {
+        let changes: [VaultChange] = [
+            .set(service: "svc", account: "acct", secret: Array(Self.secret.utf8), label: "L", comment: nil),
+            .remove(service: "svc", account: "acct"),
+        ]
+        for change in changes {
+            for text in Self.everyRendering(change) {
+                #expect(!text.contains(Self.secret), "\(text)")
+            }
+            #expect(String(describing: change).contains("\"acct\""))
+        }
+        #expect(String(describing: changes[0]).contains("<19 bytes redacted>"))
+    }
 }

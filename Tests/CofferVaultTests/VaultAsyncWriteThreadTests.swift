@@ -48,6 +48,54 @@ struct VaultAsyncWriteThreadTests {
         #expect(try await vault.items(service: "s").map(\.account) == ["batch", "count", "data", "guarded", "new"])
     }
 
+    @Test("An async read behind a write that waits for <file>.lock is asked again on a Coffer thread, never waits in the task")
+    func asyncReadBehindAWaitingWrite() async throws {
+        let dir = try Scratch("async-read-behind-write")
+        let noting = NotingFileSystem()
+        let key = try SecureBytes.random(count: 32)
+        let vault = try Vault.create(at: dir.url("v"), unlock: .key(key), fileSystem: noting)
+        try await vault.set("before", service: "s", account: "a")
+        // The next write stops in its wait for <file>.lock (as if another process held it),
+        // holding the vault's index, until released.
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        noting.gate.withLock { $0 = Gate(entered: entered, release: release) }
+        let writer = Thread { _ = try? vault.set("after", service: "s", account: "a") }
+        writer.start()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                entered.wait()
+                done.resume()
+            }
+        }
+        // What the async forms ask of the synchronous one: answer at once or say it would wait.
+        #expect(Self.readsWithoutWaiting(vault) == [true, true])
+        // So the async read suspends while the write waits, and answers after it.
+        let reader = Task { try await vault.string(service: "s", account: "a") }
+        release.signal()
+        #expect(try await reader.value == "after")
+        // With no write in progress, an async read answers in the task.
+        #expect(try await vault.items().map(\.account) == ["a"])
+    }
+
+    /// Whether each read the async forms make, asked not to wait, says at once that it would.
+    static func readsWithoutWaiting(_ vault: Vault) -> [Bool] {
+        Vault.readsMustNotWait.value = UnsafeMutableRawPointer(bitPattern: 1)
+        defer { Vault.readsMustNotWait.value = nil }
+        let reads: [() throws -> Void] = [
+            { _ = try vault.string(service: "s", account: "a") },
+            { _ = try vault.items() },
+        ]
+        return reads.map { read in
+            do {
+                try read()
+                return false
+            } catch {
+                return error is Vault.ReadWouldWait
+            }
+        }
+    }
+
     @Test("A coalesced vault's async flush syncs on a Coffer thread")
     func asyncFlushSyncsOffTheCooperativePool() async throws {
         let dir = try Scratch("async-flush-thread")
@@ -75,10 +123,16 @@ final class NotingFileSystem: FileSystem {
 
     let live = LiveFileSystem()
     let calls = Mutex<[Call]>([])
+    /// When set, the next `flock` says it has begun and waits to be released (taken once).
+    let gate = Mutex<Gate?>(nil)
 
     private func note(_ call: String) {
         let onCofferThread = BlockingPool.isCurrentThread
         calls.withLock { $0.append(Call(call: call, onCofferThread: onCofferThread)) }
+        if call == "lock", let gate = gate.withLock({ gate in defer { gate = nil }; return gate }) {
+            gate.entered.signal()
+            gate.release.wait()
+        }
     }
 
     func open(_ path: String, create: Bool, exclusive: Bool, mode: UInt32) throws -> Int32 {
@@ -120,4 +174,10 @@ final class NotingFileSystem: FileSystem {
         try live.mapShared(fd, length: length, path: path)
     }
     func resolve(_ path: String) throws -> String { try live.resolve(path) }
+}
+
+/// A write stopped in its wait for the file lock: it signals `entered`, then waits for `release`.
+struct Gate: Sendable {
+    let entered: DispatchSemaphore
+    let release: DispatchSemaphore
 }

@@ -191,6 +191,53 @@ package struct LiveFileSystem: FileSystem {
         return Self.status(st)
     }
 
+    /// Whether `path` is a mount point in this process's mount namespace: a line of
+    /// `/proc/self/mountinfo` names it as its fifth field (octal escapes such as `\040` for a
+    /// space decoded). `false` where the table cannot be read.
+    package func isMountRoot(_ path: String) -> Bool {
+        #if os(Linux)
+            let fd = systemOpen("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC, 0)
+            guard fd >= 0 else { return false }
+            defer { _ = systemClose(fd) }
+            var table: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 16384)
+            while table.count < 16 * 1024 * 1024 {
+                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { break }
+                table += chunk[..<n]
+            }
+            let wanted = Array(path.utf8)
+            for line in table.split(separator: UInt8(ascii: "\n")) {
+                let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 5, omittingEmptySubsequences: false)
+                guard fields.count > 4, Self.decodedMountField(fields[4]) == wanted else { continue }
+                return true
+            }
+            return false
+        #else
+            return false
+        #endif
+    }
+
+    /// A field of `/proc/self/mountinfo` with its `\ooo` escapes decoded.
+    static func decodedMountField(_ field: ArraySlice<UInt8>) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = field.startIndex
+        while index < field.endIndex {
+            let byte = field[index]
+            if byte == UInt8(ascii: "\\"), field.endIndex - index > 3,
+                let value = UInt8(String(decoding: field[(index + 1)...(index + 3)], as: UTF8.self), radix: 8)
+            {
+                out.append(value)
+                index += 4
+            } else {
+                out.append(byte)
+                index += 1
+            }
+        }
+        return out
+    }
+
     package func rename(_ from: String, _ to: String) throws {
         let (from, to) = (try checked(from), try checked(to))
         if systemRename(from, to) != 0 { throw CofferError.io("rename to \(to)", path: from, errno: errno) }

@@ -1,6 +1,6 @@
 // The file vault's `async` forms of the ``Keychain`` calls: reads answered from memory at once,
 // writes (an fsync, a wait for `<file>.lock`) run on Coffer's own threads while the caller suspends.
-import CofferCore
+public import CofferCore
 public import CofferCrypto
 public import Foundation
 
@@ -8,34 +8,39 @@ extension Vault {
     // MARK: - Reading, from async code
 
     // Reads answer from the index in memory (after catching up with other writers' appends,
-    // which are already in the page cache): no fsync, no wait for the file lock, so they run
-    // in the caller's task, as the synchronous forms do.
+    // which are already in the page cache), in the caller's task, when no one holds the index.
+    // A write of this vault's holds it while it waits for `<file>.lock` and while it fsyncs:
+    // then the read is asked again on a thread of Coffer's and the caller suspends, so no
+    // thread of the cooperative pool waits behind a write.
 
     /// The secret of an item as bytes, or `nil` when there is no such item: read from memory,
-    /// in the calling task. As ``data(service:account:)``.
+    /// in the calling task unless a write holds the index. As ``data(service:account:)``.
     public func data(service: String, account: String) async throws -> Data? {
-        try synchronously { try self.data(service: service, account: account) }
+        try await withoutWaiting { try self.data(service: service, account: account) }
     }
 
-    /// The secret of an item as UTF-8 text: read from memory, in the calling task.
+    /// The secret of an item as UTF-8 text: read from memory, in the calling task unless a
+    /// write holds the index.
     public func string(service: String, account: String) async throws -> String? {
-        try synchronously { try self.string(service: service, account: account) }
+        try await withoutWaiting { try self.string(service: service, account: account) }
     }
 
-    /// The secret of an item in guarded memory: read from memory, in the calling task.
+    /// The secret of an item in guarded memory: read from memory, in the calling task unless a
+    /// write holds the index.
     public func secret(service: String, account: String) async throws -> SecureBytes? {
-        try synchronously { try self.secret(service: service, account: account) }
+        try await withoutWaiting { try self.secret(service: service, account: account) }
     }
 
-    /// An item's attributes (never its secret): read from memory, in the calling task.
+    /// An item's attributes (never its secret): read from memory, in the calling task unless a
+    /// write holds the index.
     public func item(service: String, account: String) async throws -> VaultItem? {
-        try synchronously { try self.item(service: service, account: account) }
+        try await withoutWaiting { try self.item(service: service, account: account) }
     }
 
     /// The attributes of every item (of one service when given): read from memory, in the
-    /// calling task.
+    /// calling task unless a write holds the index.
     public func items(service: String? = nil) async throws -> [VaultItem] {
-        try synchronously { try self.items(service: service) }
+        try await withoutWaiting { try self.items(service: service) }
     }
 
     // MARK: - Writing, from async code
@@ -114,11 +119,67 @@ extension Vault {
         try await Offload.run { try self.flush() }
     }
 
+    // MARK: - Opening, unlocking and key changes, from async code
+
+    // Each runs Argon2id for a passphrase (a tenth of a second to seconds) and reads or writes
+    // the file, waiting for `<file>.lock`: on a thread of Coffer's, while the caller suspends.
+
+    /// ``create(at:unlock:kdf:durability:lockTimeout:)`` from async code: the key derivation
+    /// and the file's first write run on Coffer's own threads.
+    public static func create(
+        at url: URL, unlock: VaultUnlock, kdf: Argon2idParameters = .moderate, durability: Durability = .immediate,
+        lockTimeout: Duration = CofferContext.defaultLockTimeout
+    ) async throws -> Vault {
+        try await Offload.run {
+            try Vault.create(at: url, unlock: unlock, kdf: kdf, durability: durability, lockTimeout: lockTimeout)
+        }
+    }
+
+    /// ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:)`` from async code: the key
+    /// derivation and the reading of the file run on Coffer's own threads.
+    public static func open(
+        at url: URL, unlock: VaultUnlock, kdfLimit: Argon2idParameters = defaultKDFLimit,
+        durability: Durability = .immediate, lockTimeout: Duration = CofferContext.defaultLockTimeout,
+        recovery: JournalRecovery = .strict
+    ) async throws -> Vault {
+        try await Offload.run {
+            try Vault.open(
+                at: url, unlock: unlock, kdfLimit: kdfLimit, durability: durability, lockTimeout: lockTimeout,
+                recovery: recovery)
+        }
+    }
+
+    /// ``unlock(_:kdfLimit:)`` from async code: the key derivation runs on Coffer's own threads.
+    public func unlock(_ source: VaultUnlock, kdfLimit: Argon2idParameters? = nil) async throws {
+        try await Offload.run { try self.unlock(source, kdfLimit: kdfLimit) }
+    }
+
+    /// ``changePassphrase(to:kdf:)`` from async code: the key derivation and the header's
+    /// rewrite run on Coffer's own threads.
+    public func changePassphrase(to new: VaultUnlock, kdf: Argon2idParameters? = nil) async throws {
+        try await Offload.run { try self.changePassphrase(to: new, kdf: kdf) }
+    }
+
+    /// ``addKeySlot(_:kdf:label:)`` from async code: the key derivation and the header's rewrite
+    /// run on Coffer's own threads.
+    public func addKeySlot(_ source: VaultUnlock, kdf: Argon2idParameters = .moderate, label: String? = nil) async throws {
+        try await Offload.run { try self.addKeySlot(source, kdf: kdf, label: label) }
+    }
+
     // MARK: - Internals
 
-    /// Runs `body` in a synchronous context, where it calls the synchronous form of a name
-    /// that has both.
-    private func synchronously<T>(_ body: () throws -> T) rethrows -> T { try body() }
+    /// Runs `body`, a read that calls the synchronous form of a name that has both, in the
+    /// calling task if it need not wait for the index; else on a thread of Coffer's.
+    private func withoutWaiting<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let slot = Self.readsMustNotWait
+        slot.value = UnsafeMutableRawPointer(bitPattern: 1)
+        let outcome = Result { try body() }
+        slot.value = nil
+        if case .failure(let error) = outcome, error is ReadWouldWait {
+            return try await Offload.run(body)
+        }
+        return try outcome.get()
+    }
 
     /// Lends the caller's `transform` to `body` as a closure that may escape into the work
     /// `body` starts, and takes it back before returning (after any call of it in progress

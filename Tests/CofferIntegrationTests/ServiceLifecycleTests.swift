@@ -33,7 +33,7 @@ struct ServiceLifecycleTests {
         // New instances read what was written before the shutdown.
         let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "standard")
         #expect(try suite.get(String.self, for: "greeting") == "hello from before the shutdown")
-        let vault = try Vault.open(
+        let vault = try await Vault.open(
             at: scratch.url.appendingPathComponent(VaultConfiguration.defaultFileName),
             unlock: .passphrase(IntegrationSecrets.passphrase))
         // Plain Booleans and indices: a failed #expect prints its operands, which must not be secrets.
@@ -53,7 +53,7 @@ struct ServiceLifecycleTests {
             directory: scratch.url, suite: "prefs", durability: .coalesced(window: .seconds(3600)))
         try suite.set(42, for: "answer")
         #expect(suite.hasUnsyncedWrites)
-        let vault = try Vault.create(
+        let vault = try await Vault.create(
             at: scratch.url.appendingPathComponent("v.coffervault"), unlock: .passphrase("explicit test passphrase"),
             kdf: .minimum)
         try await vault.set("value", service: "s", account: "a")

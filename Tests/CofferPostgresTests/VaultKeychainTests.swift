@@ -34,7 +34,7 @@ struct VaultKeychainTests {
     func fileVaultFromAsyncCode() async throws {
         let directory = try TemporaryDirectory(prefix: "coffer-keychain-async")
         let url = directory.url.appendingPathComponent("items.coffervault")
-        let vault = try Vault.create(at: url, unlock: .key(testKey), kdf: .minimum)
+        let vault = try await Vault.create(at: url, unlock: .key(testKey), kdf: .minimum)
         try await Self.exerciseAsync(vault, other: try Vault.open(at: url, unlock: .key(testKey)))
     }
 

@@ -206,7 +206,7 @@ struct VaultOutsideChangeTests {
             #expect(try Self.coffer(["set", "api.example.com", "ci"], in: context, stdin: "while-locked") == 0)
             #expect(await OutsideChangeTests.eventually { model.$token.error?.code == .locked })
             #expect(model.token == "before")
-            try vault.unlock(.passphrase(Self.passphrase))
+            try await vault.unlock(.passphrase(Self.passphrase))
             #expect(await OutsideChangeTests.eventually { model.token == "while-locked" })
             #expect(model.$token.error == nil)
         }

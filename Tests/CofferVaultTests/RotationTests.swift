@@ -169,7 +169,7 @@ struct RotationTests {
     func racingSlotChanges() async throws {
         let dir = try Scratch("rotate-race")
         let url = dir.url("v")
-        let admin = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
+        let admin = try await Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF)
         try await admin.set("v", service: "svc", account: "a")
         let others = try (0..<2).map { _ in try Vault.open(at: url, unlock: .passphrase("pw")) }
         let machines = try (0..<8).map { _ in try X25519Identity.generate() }

@@ -96,6 +96,24 @@ struct VaultAsyncWriteThreadTests {
         }
     }
 
+    @Test("Creating, opening, unlocking and changing keys from async code, through their async forms")
+    func asyncOpeningAndKeyChanges() async throws {
+        let dir = try Scratch("async-open")
+        let url = dir.url("v")
+        let created = try await Vault.create(at: url, unlock: .passphrase("first"), kdf: .minimum)
+        try await created.set("kept", service: "s", account: "a")
+        created.lock()
+        try await created.unlock(.passphrase("first"))
+        try await created.changePassphrase(to: .passphrase("second"), kdf: .minimum)
+        let key = try SecureBytes.random(count: 32)
+        try await created.addKeySlot(.key(key), label: "machine")
+        let reopened = try await Vault.open(at: url, unlock: .passphrase("second"))
+        #expect(try await reopened.string(service: "s", account: "a") == "kept")
+        let byKey = try await Vault.open(at: url, unlock: .key(key))
+        #expect(try await byKey.string(service: "s", account: "a") == "kept")
+        await #expect(throws: CofferError.self) { _ = try await Vault.open(at: url, unlock: .passphrase("first")) }
+    }
+
     @Test("A coalesced vault's async flush syncs on a Coffer thread")
     func asyncFlushSyncsOffTheCooperativePool() async throws {
         let dir = try Scratch("async-flush-thread")

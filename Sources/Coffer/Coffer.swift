@@ -10,7 +10,8 @@
 // SecureMemory, Argon2idParameters, the age keys X25519Recipient and X25519Identity, CryptoError);
 // the primitives (the AEAD, X25519, BLAKE2b, Argon2id, the KDF, randomness, zeroing) are `package`.
 // Tests/CofferSnippetTests compiles every Swift block of the README and the DocC articles
-// against this import alone.
+// that imports no integration module against this import alone (the others are compiled by
+// CofferIntegrationSnippetTests, with their module, under its trait).
 @_exported public import CofferCore
 @_exported public import CofferCrypto
 @_exported public import CofferState

@@ -68,9 +68,9 @@ test: deps postgres-deps test-tools
 
 ## The inner loop, a few minutes: the library's tests with no traits (no PostgreSQL server, no
 ## integration, nothing of swift-nio or BoringSSL to build), in .build-fast so it never
-## invalidates `make test`'s build, and without the suites that spawn processes: the CLI's (each
-## test runs coffer), the kill -9 crash loops, counters across processes, and memory hygiene's
-## children. `make test` still runs everything; README.md's "Tests in tiers" says which runs what.
+## invalidates `make test`'s build, and without the suites whose work is spawning processes: the
+## CLI's (each test runs coffer), the kill -9 crash loops, counters across processes, and memory
+## hygiene's children (a few other tests still start one helper process). `make test` still runs everything; README.md's "Tests in tiers" says which runs what.
 FAST_SKIP := CofferCLITests|CrashLoopTests|CounterStressTests|MemoryHygieneTests
 test-fast: deps
 	$(SWIFT) build --build-tests $(STRICT) --scratch-path .build-fast

@@ -334,13 +334,21 @@ public protocol AsyncPersistenceStrategy: PersistenceStrategy {
 
 extension AsyncPersistenceStrategy {
     /// Runs ``load(_:)-(String)`` for a synchronous caller (see ``AsyncPersistenceStrategy``).
-    public func load(_ key: String) throws -> Data? { try Offload.wait { try await self.load(key) } }
+    public func load(_ key: String) throws -> Data? {
+        try SynchronousBridge.run(self, "AsyncPersistenceStrategy", "load(_:)") { try await self.load(key) }
+    }
     /// Runs the async `save` for a synchronous caller.
-    public func save(_ data: Data, for key: String) throws { try Offload.wait { try await self.save(data, for: key) } }
+    public func save(_ data: Data, for key: String) throws {
+        try SynchronousBridge.run(self, "AsyncPersistenceStrategy", "save(_:for:)") { try await self.save(data, for: key) }
+    }
     /// Runs the async `remove` for a synchronous caller.
-    public func remove(_ key: String) throws { try Offload.wait { try await self.remove(key) } }
+    public func remove(_ key: String) throws {
+        try SynchronousBridge.run(self, "AsyncPersistenceStrategy", "remove(_:)") { try await self.remove(key) }
+    }
     /// Runs the async `keys` for a synchronous caller.
-    public func keys() throws -> [String] { try Offload.wait { try await self.keys() } }
+    public func keys() throws -> [String] {
+        try SynchronousBridge.run(self, "AsyncPersistenceStrategy", "keys()") { try await self.keys() }
+    }
 
     /// Each change in turn: not one commit (a store that adopts ``BatchPersistenceStrategy``
     /// implements this as one). A store that adopts ``BatchPersistenceStrategy`` and did not
@@ -383,11 +391,8 @@ extension AsyncPersistenceStrategy {
 extension CompareAndSwapPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async compare-and-swap for a synchronous caller.
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
-        try SynchronousBridge.refuseReentry("CompareAndSwapPersistenceStrategy", "compareAndSwap(_:expected:new:)", Self.self)
-        return try Offload.wait {
-            try await SynchronousBridge.$entered.withValue(ObjectIdentifier(Self.self)) {
-                try await self.compareAndSwap(key, expected: expected, new: new)
-            }
+        try SynchronousBridge.run(self, "CompareAndSwapPersistenceStrategy", "compareAndSwap(_:expected:new:)") {
+            try await self.compareAndSwap(key, expected: expected, new: new)
         }
     }
 }
@@ -395,27 +400,40 @@ extension CompareAndSwapPersistenceStrategy where Self: AsyncPersistenceStrategy
 extension BatchPersistenceStrategy where Self: AsyncPersistenceStrategy {
     /// Runs the async `saveBatch` for a synchronous caller.
     public func saveBatch(_ changes: [(key: String, data: Data?)]) throws {
-        try SynchronousBridge.refuseReentry("BatchPersistenceStrategy", "saveBatch(_:)", Self.self)
-        try Offload.wait {
-            try await SynchronousBridge.$entered.withValue(ObjectIdentifier(Self.self)) { try await self.saveBatch(changes) }
-        }
+        try SynchronousBridge.run(self, "BatchPersistenceStrategy", "saveBatch(_:)") { try await self.saveBatch(changes) }
     }
 }
 
-/// Guards the synchronous forms above against a store that adopts a promise without writing
-/// its `async` form. Swift then takes the synchronous form as the `async` requirement's witness
-/// too (a synchronous function satisfies an `async` requirement), so the bridge would call
-/// itself through ``Offload/wait(_:)`` without end, a blocked thread per turn. The bridge marks
-/// the task it starts with the store's type; met again inside it for that type, it throws.
+/// The synchronous forms of an ``AsyncPersistenceStrategy``'s calls: each runs the `async`
+/// form on Coffer's threads and waits (``Offload/wait(_:)``).
+///
+/// Guarded against a store that lacks the `async` form: Swift then takes the synchronous form
+/// as the `async` requirement's witness too (a synchronous function satisfies an `async`
+/// requirement), so the bridge would call itself without end, a blocked thread per turn. The
+/// bridge marks the task it starts with the store (the instance for a class, else its type)
+/// and the method; met again inside it for both, it throws instead.
 package enum SynchronousBridge {
-    @TaskLocal package static var entered: ObjectIdentifier? = nil
+    struct Entry: Hashable, Sendable {
+        let store: ObjectIdentifier
+        let method: String
+    }
 
-    package static func refuseReentry(_ promise: String, _ method: String, _ type: Any.Type) throws {
-        guard entered == ObjectIdentifier(type) else { return }
-        throw CofferError(
-            .invalidArgument,
-            "\(type) adopts \(promise) but does not implement the async \(method) (its synchronous form "
-                + "runs the async one); nothing was written")
+    @TaskLocal static var entered: Set<Entry> = []
+
+    package static func run<T: Sendable, Store: PersistenceStrategy>(
+        _ store: Store, _ promise: String, _ method: String,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) throws -> T {
+        let identity = type(of: store as Any) is AnyClass ? ObjectIdentifier(store as AnyObject) : ObjectIdentifier(Store.self)
+        let entry = Entry(store: identity, method: method)
+        guard !entered.contains(entry) else {
+            throw CofferError(
+                .invalidArgument,
+                "\(Store.self) adopts \(promise) but does not implement the async \(method) (its synchronous form "
+                    + "runs the async one); nothing was done")
+        }
+        let marked = entered.union([entry])
+        return try Offload.wait { try await $entered.withValue(marked) { try await operation() } }
     }
 }
 

@@ -472,9 +472,9 @@ public enum VaultChange: Sendable {
 extension VaultChange: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public var description: String {
         switch self {
-        case .set(let service, let account, let secret, let label, let comment):
+        case .set(let service, let account, _, let label, let comment):
             "VaultChange.set(service: \(String(reflecting: service)), account: \(String(reflecting: account)), "
-                + "secret: <\(secret.count) bytes redacted>, label: \(label.map { String(reflecting: $0) } ?? "nil"), "
+                + "secret: <redacted>, label: \(label.map { String(reflecting: $0) } ?? "nil"), "
                 + "comment: \(comment.map { String(reflecting: $0) } ?? "nil"))"
         case .remove(let service, let account):
             "VaultChange.remove(service: \(String(reflecting: service)), account: \(String(reflecting: account)))"

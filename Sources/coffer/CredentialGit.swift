@@ -80,7 +80,11 @@ struct GitCredentialCommand: ParsableCommand {
                 // (password_expiry_utc, oauth_refresh_token): any other line of the secret is
                 // not part of the answer.
                 let lines = stored.split(separator: 10, omittingEmptySubsequences: false)
-                guard let password = lines.first, !password.contains(0), !password.contains(13) else { return false }
+                // One CR ending the line is dropped (a secret set from a CRLF file), as git
+                // drops it when it reads the answer; a CR elsewhere, or a NUL, is not answered.
+                guard var password = lines.first else { return false }
+                if password.last == 13 { password = password.dropLast() }
+                guard !password.contains(0), !password.contains(13) else { return false }
                 output += password
                 output.append(10)
                 for line in lines.dropFirst() where !line.contains(0) && !line.contains(13) {

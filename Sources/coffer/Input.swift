@@ -76,12 +76,13 @@ enum Input {
         return String(decoding: answer, as: UTF8.self).trimmingCharacters(in: .whitespaces) == "yes"
     }
 
-    /// Asks for a passphrase on the controlling terminal without echo (twice with
-    /// `confirmation`). Throws a usage error at once when there is no terminal: never waits.
     /// Whether a passphrase may be asked on the terminal: false for git's credential helper
     /// under `GIT_TERMINAL_PROMPT=0`, where nobody may be there to answer.
     nonisolated(unsafe) static var promptsAllowed = true
 
+    /// Asks for a passphrase on the controlling terminal without echo (twice with
+    /// `confirmation`). Throws a usage error at once when there is no terminal, or when
+    /// ``promptsAllowed`` is false: never waits.
     static func prompt(_ text: String, confirmation: String? = nil, noSource: String) throws -> SecureBytes {
         guard promptsAllowed else { throw CLIError.usage(noSource) }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)

@@ -173,6 +173,47 @@ struct GitCredentialHelperTests {
         #expect(filled.status == 0 && filled.out.contains("host=inject.test\n") && !filled.out.contains("evil"), "\(filled)")
     }
 
+    @Test("User names compare by their bytes, a url= is refused, a stored CRLF line answers without its CR", .timeLimit(.minutes(5)))
+    func bytesURLAndCR() throws {
+        let helper = try HelperBox()
+        // josé with U+00E9, then asked for as e + U+0301: another user, as git compares.
+        let composed = try helper.git("approve", "protocol=https\nhost=names.test\nusername=jos\u{E9}\npassword=pw-nfc\n")
+        #expect(composed.status == 0, "\(composed)")
+        let decomposed = try helper.helper(
+            "git-credential-coffer", ["get"], Array("protocol=https\nhost=names.test\nusername=jose\u{301}\n".utf8))
+        #expect(decomposed.status == 0 && decomposed.out.isEmpty, "\(decomposed)")
+        let erase = try helper.helper(
+            "git-credential-coffer", ["erase"], Array("protocol=https\nhost=names.test\nusername=jose\u{301}\n".utf8))
+        #expect(erase.status == 0, "\(erase)")
+        #expect(try helper.items().contains(["git:https://names.test", "jos\u{E9}"]))
+        // url= would widen a match to every host of the protocol: refused, nothing answered.
+        let url = try helper.helper("git-credential-coffer", ["get"], Array("protocol=https\nurl=https://other.test\n".utf8))
+        #expect(url.status == 2 && url.out.isEmpty && url.err.contains("url="), "\(url)")
+        // A secret set from a CRLF file: git gets the password without the CR.
+        let set = try helper.box.run(["set", "git:https://crlf.test", "u"], stdin: Array("pw-crlf\r\n".utf8))
+        #expect(set.status == 0, "\(set)")
+        let get = try helper.helper("git-credential-coffer", ["get"], Array("protocol=https\nhost=crlf.test\n".utf8))
+        #expect(get.status == 0 && get.out == "username=u\npassword=pw-crlf\n", "\(get)")
+    }
+
+    @Test("GIT_TERMINAL_PROMPT=0: a locked vault with a terminal is not asked for, get answers nothing at once", .timeLimit(.minutes(5)))
+    func noPromptUnderGitTerminalPromptZero() throws {
+        let helper = try HelperBox()
+        let terminal = try PseudoTerminal()
+        var environment = helper.environment(unlocked: false)
+        environment["GIT_TERMINAL_PROMPT"] = "0"
+        // The terminal is the helper's standard input too: the request is typed there, and a
+        // blank line ends it.
+        let child = try Child(
+            ["get"], environment: environment, stdin: nil, terminal: terminal.devicePath,
+            program: helper.bin + "/git-credential-coffer")
+        for line in ["protocol=https", "host=prompt.test", ""] { terminal.type(line) }
+        let run = helper.checked(child.wait(timeout: 20))
+        #expect(run.status == 0 && run.out.isEmpty && run.err.contains("nothing answered"), "\(run)")
+        terminal.drain()
+        #expect(terminal.transcript.firstRange(of: Array("Passphrase".utf8)) == nil, "a prompt reached the terminal")
+    }
+
     @Test("erase with a password removes only the items holding it", .timeLimit(.minutes(5)))
     func eraseMatchesPassword() throws {
         let helper = try HelperBox()
@@ -261,6 +302,32 @@ struct DockerCredentialHelperTests {
         try store("third", "tok-third")
         let locked = try helper.helper("docker-credential-coffer", ["get"], Array(url.utf8), unlocked: false)
         #expect(locked.status == 1 && locked.out == Self.missing, "\(locked)")
+    }
+
+    @Test("A server URL with spaces around it is stored as get and erase read it; a user name with a control character is refused; get and list agree on the latest login", .timeLimit(.minutes(5)))
+    func trimmedURLsControlNamesAndLatestLogin() throws {
+        let helper = try HelperBox()
+        let spaced = #"{"ServerURL": "  https://spaced.test  ", "Username": "u", "Secret": "s-1"}"#
+        let store = try helper.helper("docker-credential-coffer", ["store"], Array(spaced.utf8))
+        #expect(store.status == 0, "\(store)")
+        let get = try helper.helper("docker-credential-coffer", ["get"], Array("https://spaced.test\n".utf8))
+        #expect(get.status == 0 && get.out.contains(#""Secret":"s-1""#), "\(get)")
+        let erase = try helper.helper("docker-credential-coffer", ["erase"], Array(" https://spaced.test ".utf8))
+        #expect(erase.status == 0, "\(erase)")
+        #expect(try helper.items().filter { $0[0].hasPrefix("docker:") }.isEmpty)
+
+        let control = #"{"ServerURL": "https://c.test", "Username": "u\u001b[31m", "Secret": "s"}"#
+        let refused = try helper.helper("docker-credential-coffer", ["store"], Array(control.utf8))
+        #expect(refused.status != 0 && refused.out.contains("control character"), "\(refused)")
+        #expect(try helper.items().filter { $0[0].hasPrefix("docker:") }.isEmpty)
+
+        // Two logins left for one server (two docker logins that raced): the latest answers.
+        try helper.box.set("docker:https://race.test", "older", Array("s-old".utf8))
+        try helper.box.set("docker:https://race.test", "newer", Array("s-new".utf8))
+        let latest = try helper.helper("docker-credential-coffer", ["get"], Array("https://race.test".utf8))
+        #expect(latest.status == 0 && latest.out.contains(#""Username":"newer""#), "\(latest)")
+        let list = try helper.helper("docker-credential-coffer", ["list"], [])
+        #expect(list.status == 0 && list.out.contains(#""https://race.test":"newer""#), "\(list)")
     }
 
     @Test("Bad requests (not JSON, missing fields, a NUL byte, too large, a URL of two lines) get a clear error and change nothing", .timeLimit(.minutes(5)))

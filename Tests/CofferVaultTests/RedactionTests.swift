@@ -54,6 +54,6 @@ struct RedactionTests {
             }
             #expect(String(describing: change).contains("\"acct\""))
         }
-        #expect(String(describing: changes[0]).contains("<19 bytes redacted>"))
+        #expect(String(describing: changes[0]).contains("secret: <redacted>"))
     }
 }

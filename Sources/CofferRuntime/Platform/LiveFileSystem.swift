@@ -191,52 +191,50 @@ package struct LiveFileSystem: FileSystem {
         return Self.status(st)
     }
 
-    /// Whether `path` is a mount point in this process's mount namespace: a line of
-    /// `/proc/self/mountinfo` names it as its fifth field (octal escapes such as `\040` for a
-    /// space decoded). `false` where the table cannot be read.
+    /// Whether the file at `path` is the root of a mount: it lies on another mount than its
+    /// directory (the `mnt_id` the kernel reports for a descriptor of each, in
+    /// `/proc/self/fdinfo`), which only a mount of the file itself makes. `false` where that
+    /// cannot be read.
     package func isMountRoot(_ path: String) -> Bool {
         #if os(Linux)
-            let fd = systemOpen("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC, 0)
-            guard fd >= 0 else { return false }
-            defer { _ = systemClose(fd) }
-            var table: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 16384)
-            while table.count < 16 * 1024 * 1024 {
-                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else { break }
-                table += chunk[..<n]
-            }
-            let wanted = Array(path.utf8)
-            for line in table.split(separator: UInt8(ascii: "\n")) {
-                let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 5, omittingEmptySubsequences: false)
-                guard fields.count > 4, Self.decodedMountField(fields[4]) == wanted else { continue }
-                return true
-            }
-            return false
+            guard let path = try? checked(path), let own = Self.mountID(of: path) else { return false }
+            var directory = path
+            while directory.count > 1, directory.hasSuffix("/") { directory.removeLast() }
+            guard let slash = directory.lastIndex(of: "/") else { return false }
+            directory = slash == directory.startIndex ? "/" : String(directory[..<slash])
+            guard let parent = Self.mountID(of: directory) else { return false }
+            return own != parent
         #else
             return false
         #endif
     }
 
-    /// A field of `/proc/self/mountinfo` with its `\ooo` escapes decoded.
-    static func decodedMountField(_ field: ArraySlice<UInt8>) -> [UInt8] {
-        var out: [UInt8] = []
-        var index = field.startIndex
-        while index < field.endIndex {
-            let byte = field[index]
-            if byte == UInt8(ascii: "\\"), field.endIndex - index > 3,
-                let value = UInt8(String(decoding: field[(index + 1)...(index + 3)], as: UTF8.self), radix: 8)
-            {
-                out.append(value)
-                index += 4
-            } else {
-                out.append(byte)
-                index += 1
+    #if os(Linux)
+        /// The `mnt_id` of the mount `path` lies on, from `/proc/self/fdinfo` of an `O_PATH`
+        /// descriptor of it (which opens nothing for reading, and follows no final symlink).
+        static func mountID(of path: String) -> Int? {
+            let pathOnly: Int32 = 0o10000000  // O_PATH (<bits/fcntl-linux.h>; not imported into Swift)
+            let fd = systemOpen(path, pathOnly | O_CLOEXEC | O_NOFOLLOW, 0)
+            guard fd >= 0 else { return nil }
+            defer { _ = systemClose(fd) }
+            let info = systemOpen("/proc/self/fdinfo/\(fd)", O_RDONLY | O_CLOEXEC, 0)
+            guard info >= 0 else { return nil }
+            defer { _ = systemClose(info) }
+            var bytes = [UInt8](repeating: 0, count: 4096)
+            var count = 0
+            while count < bytes.count {
+                let n = bytes.withUnsafeMutableBytes { read(info, $0.baseAddress! + count, $0.count - count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { break }
+                count += n
             }
+            for line in bytes[..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: "mnt_id:".utf8) {
+                let digits = line.dropFirst("mnt_id:".utf8.count).filter { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+                return Int(String(decoding: digits, as: UTF8.self))
+            }
+            return nil
         }
-        return out
-    }
+    #endif
 
     package func rename(_ from: String, _ to: String) throws {
         let (from, to) = (try checked(from), try checked(to))

@@ -163,7 +163,7 @@ let package = Package(
         .executableTarget(
             name: "coffer-bench",
             dependencies: [
-                "Coffer", "CofferCore", "CofferCrypto", "CofferPostgres", "CofferBenchHarness",
+                "Coffer", "CofferCore", "CofferCrypto", "CofferPostgres", "CofferBenchHarness", "CofferInterchange",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ],
@@ -171,7 +171,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "coffer-demo",
-            dependencies: ["Coffer", "CofferCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["Coffer", "CofferCrypto", "CofferInterchange", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSettings
         ),
         // A small helper process the tests spawn (multi-process journal use, kill -9 loops).

@@ -1,6 +1,7 @@
 // What `coffer-bench` prints, and the `coffer` it measures.
 
 import CofferBenchHarness
+import CofferInterchange
 import Foundation
 
 #if canImport(Glibc)
@@ -13,23 +14,6 @@ import Darwin
 
 func writeOut(_ text: String) { writeAll(STDOUT_FILENO, Array(text.utf8)) }
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
-
-/// Writes every byte to `fd`, retrying partial writes and EINTR.
-private func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-    bytes.withUnsafeBytes { buffer in
-        guard var next = buffer.baseAddress else { return }
-        var left = buffer.count
-        while left > 0 {
-            let n = write(fd, next, left)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            next += n
-            left -= n
-        }
-    }
-}
 
 /// The `coffer` built beside this program (`swift build` puts both in one folder), which
 /// `cli.run.overhead` starts; `$COFFER_BENCH_COFFER` names another.

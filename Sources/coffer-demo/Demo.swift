@@ -1,5 +1,6 @@
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 import Observation
 import Synchronization

@@ -2,6 +2,7 @@
 import ArgumentParser
 import Coffer
 import CofferCrypto
+import CofferInterchange
 import Foundation
 
 #if canImport(Glibc)

@@ -166,25 +166,3 @@ func writeOut(_ text: String) {
     }
 }
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
-
-/// Writes every byte to `fd`, retrying partial writes and EINTR. Returns false on failure.
-@discardableResult
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-    guard var next = bytes.baseAddress else { return true }
-    var left = bytes.count
-    while left > 0 {
-        let n = write(fd, next, left)
-        if n < 0 {
-            if errno == EINTR { continue }
-            return false
-        }
-        next += n
-        left -= n
-    }
-    return true
-}
-
-@discardableResult
-func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-    bytes.withUnsafeBytes { writeAll(fd, $0) }
-}

@@ -220,13 +220,3 @@ enum KDFPreset: String, ExpressibleByArgument, CaseIterable {
         }
     }
 }
-
-/// `2 passes, 64 MiB` for a key slot's Argon2id parameters.
-func describeKDF(opsLimit: UInt64?, memLimitBytes: UInt64?) -> String {
-    guard let opsLimit, let memLimitBytes else { return "" }
-    let memory =
-        memLimitBytes >= 1 << 20 && memLimitBytes % (1 << 20) == 0
-        ? "\(memLimitBytes >> 20) MiB"
-        : memLimitBytes % 1024 == 0 ? "\(memLimitBytes >> 10) KiB" : "\(memLimitBytes) bytes"
-    return "Argon2id, \(opsLimit) pass\(opsLimit == 1 ? "" : "es"), \(memory)"
-}

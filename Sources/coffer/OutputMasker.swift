@@ -1,5 +1,6 @@
 import CofferCore
 import CofferCrypto
+import CofferInterchange
 import Foundation
 import Synchronization
 

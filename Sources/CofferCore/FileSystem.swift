@@ -59,6 +59,13 @@ package protocol FileSystem: Sendable {
     /// CofferJournal's `Journal` and docs/FORMAT.md). Every process that opens the same files must use a file
     /// system that maps them: a file system that cannot returns `nil`, and then never may.
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
+    /// Maps the first `length` bytes of the file open as `fd` (at least that long, its blocks
+    /// written) for a journal to append into with plain stores instead of a `pwrite` each, or
+    /// `nil` where that is not safe: where a store into a written block could still need a
+    /// new one (copy-on-write file systems: btrfs, XFS with reflinks, ZFS, bcachefs; overlayfs),
+    /// a full disk would kill the process with `SIGBUS` instead of failing a call. `nil` by
+    /// default; see CofferJournal's `Journal` for who uses it.
+    func mapForAppends(_ fd: Int32, length: Int, path: String) -> (any SharedMapping)?
     /// The path with every symbolic link resolved (`realpath`); for a path that does not exist
     /// yet, its directory resolved and its last component kept. Two paths to one file resolve
     /// alike, so a store names its lock and temporary files after the file itself, not after
@@ -76,6 +83,8 @@ extension FileSystem {
     package func resolve(_ path: String) throws -> String { path }
     /// A file system without mounts (the default): no file is a mount's root.
     package func isMountRoot(_ path: String) -> Bool { false }
+    /// A file system whose files are never mapped for appends (the default): every append is a write.
+    package func mapForAppends(_ fd: Int32, length: Int, path: String) -> (any SharedMapping)? { nil }
 }
 
 /// Memory shared between processes through a file, as returned by ``FileSystem/mapShared(_:length:path:)``.

@@ -25,6 +25,11 @@ package final class FileLock: Sendable {
     /// The device and inode of the lock file opened for writing (`nil`: opened read-only, or
     /// no file): each exclusive lock checks that `path` still names it (``checkStillNamed()``).
     private let identity: (device: UInt64, inode: UInt64)?
+    /// When `path` was last found to name the file locked here (see ``checkStillNamed()``).
+    /// Touched only holding the lock and the thread gate, so by one thread at a time.
+    private let pathCheckedAt = Locked<ContinuousClock.Instant>(.now)
+    /// How long a lock trusts that its file, still linked, is still the one at `path`.
+    static let pathCheckInterval = Duration.seconds(1)
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
     ///
@@ -139,19 +144,34 @@ package final class FileLock: Sendable {
     /// while a store is open (by hand, or by a clean-up that took it for stale) leaves this
     /// process locking a file no process opening the store from now on locks: their writes and
     /// this one's would no longer exclude each other, and one would append over the other's
-    /// commit. So this lock refuses to serve a write until the store is opened again. (One
-    /// `stat` of the lock file per write lock; the journal file itself is not touched.)
+    /// commit. So this lock refuses to serve a write until the store is opened again.
+    ///
+    /// Removing the file, or renaming another over it, leaves the one locked here with no name:
+    /// an `fstat` of the descriptor (no path to walk) sees that at every write lock. The rarer
+    /// move that keeps the file linked elsewhere (its directory renamed and another put in its
+    /// place) is seen by a `stat` of the path, at most ``pathCheckInterval`` after the last one
+    /// (as the journal checks its own file's path). The journal file itself is not touched.
     private func checkStillNamed() throws {
         guard let identity else { return }
+        let now = ContinuousClock.now
+        if now - pathCheckedAt.withLock({ $0 }) < Self.pathCheckInterval {
+            if try fileSystem.fstat(fd).linkCount > 0 { return }
+            throw replacedError("removed or replaced")
+        }
         let current = try fileSystem.stat(path)
         guard let current, current.device == identity.device, current.inode == identity.inode else {
-            throw CofferError(
-                .io,
-                "the store's lock file was \(current == nil ? "removed" : "replaced") while the store was open, so "
-                    + "this process's lock no longer excludes writers that opened the store since; nothing was "
-                    + "written: open the store again (and leave its lock file alone while it is in use)",
-                path: path)
+            throw replacedError(current == nil ? "removed" : "replaced")
         }
+        pathCheckedAt.withLock { $0 = now }
+    }
+
+    private func replacedError(_ how: String) -> CofferError {
+        CofferError(
+            .io,
+            "the store's lock file was \(how) while the store was open, so "
+                + "this process's lock no longer excludes writers that opened the store since; nothing was "
+                + "written: open the store again (and leave its lock file alone while it is in use)",
+            path: path)
     }
 
     /// Waits (until `deadline`) for no other thread of this process to hold this instance.

@@ -97,6 +97,24 @@ extension Journal {
         h.withUnsafeBytes { parseFrameHeader($0, maxPayload: maxPayload) }
     }
 
+    /// Lays out one frame at the start of `buffer` (at least ``frameHeaderSize`` +
+    /// `payloadCount` bytes): `fill` writes the payload after the header, then the header is
+    /// written over it with the payload's checksum. Returns the frame's size.
+    static func writeFrame(
+        payloadCount: Int, continued: Bool, continues: Bool, into buffer: UnsafeMutableRawBufferPointer,
+        _ fill: (UnsafeMutableRawBufferPointer) -> Void
+    ) -> Int {
+        let payload = UnsafeMutableRawBufferPointer(rebasing: buffer[frameHeaderSize..<(frameHeaderSize + payloadCount)])
+        fill(payload)
+        let word = UInt32(payloadCount) | (continued ? continuedFlag : 0) | (continues ? continuesFlag : 0)
+        buffer.storeBytes(of: word.littleEndian, toByteOffset: 0, as: UInt32.self)
+        buffer.storeBytes(
+            of: CRC32C.checksum(UnsafeRawBufferPointer(payload)).littleEndian, toByteOffset: 4, as: UInt32.self)
+        let check = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: buffer[0..<8]))
+        buffer.storeBytes(of: check.littleEndian, toByteOffset: 8, as: UInt32.self)
+        return frameHeaderSize + payloadCount
+    }
+
     static func appendFrame(
         _ payload: UnsafeRawBufferPointer, continued: Bool, continues: Bool, to bytes: inout [UInt8]
     ) {

@@ -7,6 +7,8 @@ extension Journal {
     /// Closes the descriptor without syncing (a failed open gives it up).
     func discard() {
         if !closed {
+            tail = nil
+            watch(false)
             fs.close(fd)
             if options.exclusive { lock.release() }
         }

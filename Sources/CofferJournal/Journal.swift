@@ -3,6 +3,7 @@
 // see JournalStore.swift. Nothing here is public.)
 public import CofferCore
 import CofferRuntime
+import CSharedWord
 package import Foundation
 
 /// One record read back from a ``Journal``.
@@ -35,6 +36,10 @@ package import Foundation
     /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
     /// fails with ``CofferError/Code/busy``.
     package var exclusive: Bool = false
+    /// Whether an exclusive, coalesced journal may append by storing into a mapping of its file
+    /// instead of a `pwrite` (see ``FileSystem/mapForAppends(_:length:path:)``, which decides
+    /// where). On by default; tests turn it off to compare the two paths.
+    package var mapsAppends = true
     /// How long a shared journal trusts the lock file's control page alone before it checks
     /// again that its path still names the file it has open. Coffer's own compactions are seen
     /// at once whatever this is (the page says so); this bounds how long a store file replaced
@@ -132,6 +137,15 @@ package import Foundation
     /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
     /// write and flush fails too, until the store is reopened (and reread from the disk).
     var syncFailure: CofferError?
+    /// The journal file mapped for appends (see ``mappedTail(covering:)``), the inode it maps.
+    var tail: (mapping: any SharedMapping, inode: UInt64)?
+    /// Whether this file system never maps for appends: asked once, not at every append.
+    var tailUnavailable = false
+    /// How many commits were stored into the mapping rather than written (for tests).
+    var mappedCommits = 0
+    /// Whether this journal's store watches the file for other writers' changes, counted in the
+    /// control page (``watch(_:)``).
+    var watching = false
 
     /// Offset of the first frame.
     @usableFromInline package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
@@ -156,6 +170,7 @@ package import Foundation
 
     deinit {
         if !closed {
+            if watching { control?.removeWatcher() }
             fs.close(fd)
             if options.exclusive { lock.release() }
         }
@@ -506,32 +521,104 @@ package import Foundation
 
     func appendPayloads<Payload: Collection & ContiguousBytes>(_ payloads: [Payload]) throws -> [Int64]
     where Payload.Element == UInt8 {
+        var offsets: [Int64] = []
+        offsets.reserveCapacity(payloads.count)
+        try appendCommit(payloads) { offsets.append($0) }
+        return offsets
+    }
+
+    /// Appends `payloads` as one commit, as ``append(_:)-([[UInt8]])``, without listing the
+    /// offsets (one allocation fewer on a store's write path).
+    package func appendCommit(_ payloads: [[UInt8]]) throws {
+        try appendCommit(payloads) { _ in }
+    }
+
+    /// The frames of one commit are laid out in one buffer, on the stack when small, and written
+    /// with one system call. `offset` is told each record's offset.
+    private func appendCommit<Payload: Collection & ContiguousBytes>(
+        _ payloads: [Payload], offset: (Int64) -> Void
+    ) throws where Payload.Element == UInt8 {
         try checkOpen()
         if let syncFailure { throw syncFailure }
-        guard !payloads.isEmpty else { return [] }
-        var offsets: [Int64] = []
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(payloads.reduce(0) { $0 + $1.count + Journal.frameHeaderSize })
-        for (i, payload) in payloads.enumerated() {
+        guard !payloads.isEmpty else { return }
+        var total = 0
+        for payload in payloads {
             guard !payload.isEmpty, payload.count <= options.maxPayload else {
-                throw CofferError(
-                    .invalidArgument,
-                    "a record must hold 1 to \(options.maxPayload) bytes; this one holds \(payload.count)")
+                throw recordSizeError(payload.count)
             }
-            offsets.append(dataEnd + Int64(buffer.count))
-            payload.withUnsafeBytes {
-                Journal.appendFrame($0, continued: i < payloads.count - 1, continues: i > 0, to: &buffer)
-            }
+            total += payload.count + Journal.frameHeaderSize
         }
-        let needed = dataEnd + Int64(buffer.count)
-        if !options.exclusive { control?.beginAppend() }  // left set if this append fails
+        let start = dataEnd
+        try withUnsafeTemporaryAllocation(byteCount: total, alignment: 8) { buffer in
+            var at = 0
+            for (i, payload) in payloads.enumerated() {
+                offset(start + Int64(at))
+                at += payload.withUnsafeBytes { bytes in
+                    Journal.writeFrame(
+                        payloadCount: bytes.count, continued: i < payloads.count - 1, continues: i > 0,
+                        into: UnsafeMutableRawBufferPointer(rebasing: buffer[at...])
+                    ) { $0.copyMemory(from: bytes) }
+                }
+            }
+            try writeCommit(UnsafeRawBufferPointer(buffer))
+        }
+    }
+
+    /// Appends one record of `count` bytes as one commit, which `fill` writes in place into the
+    /// frame (no payload is built first and then copied). Call inside ``withWriteLock(_:)``.
+    /// - Returns: the size the record takes in the file, frame header included.
+    @discardableResult
+    package func appendRecord(count: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Void) throws -> Int {
+        try checkOpen()
+        if let syncFailure { throw syncFailure }
+        guard count > 0, count <= options.maxPayload else { throw recordSizeError(count) }
+        let total = count + Journal.frameHeaderSize
+        try withUnsafeTemporaryAllocation(byteCount: total, alignment: 8) { buffer in
+            _ = Journal.writeFrame(payloadCount: count, continued: false, continues: false, into: buffer, fill)
+            try writeCommit(UnsafeRawBufferPointer(buffer))
+        }
+        return total
+    }
+
+    private func recordSizeError(_ count: Int) -> CofferError {
+        CofferError(
+            .invalidArgument, "a record must hold 1 to \(options.maxPayload) bytes; this one holds \(count)")
+    }
+
+    /// Writes one commit's frames at the data end: the append protocol of the control page,
+    /// the wipe of a failed write, and the durability the journal was opened with.
+    private func writeCommit(_ frames: UnsafeRawBufferPointer) throws {
+        let start = dataEnd
+        let needed = start + Int64(frames.count)
+        let shared = !options.exclusive
+        if shared { control?.beginAppend() }  // left set if this append fails
         let grew = try ensureCapacity(needed)
         do {
-            try buffer.withUnsafeBytes { try fs.writeAll(fd, $0, at: dataEnd, path: path) }
+            if let tail = mappedTail(covering: needed) {
+                if coffer_guarded_copy(tail + Int(start), frames.baseAddress, frames.count) != 0 {
+                    tailUnavailable = true
+                    self.tail = nil
+                    // The blocks past the new end are gone, and with them perhaps records
+                    // acknowledged before: writing on (or compacting from the index) would hide
+                    // that. The file stays as it is for a person to look at.
+                    let error = CofferError(
+                        .corrupted,
+                        "the store file was truncated by another program while this store had it open; nothing more "
+                            + "is written to it: open it again to see what it holds",
+                        path: path, offset: start)
+                    syncFailure = error
+                    throw error
+                }
+                mappedCommits &+= 1
+            } else {
+                try fs.writeAll(fd, frames, at: start, path: path)
+            }
+        } catch let error as CofferError where error.code == .corrupted && syncFailure != nil {
+            throw error
         } catch {
             // Part of the commit may have landed. Wipe it now, so it can never be read as a
             // commit nor judged as damage to the last record.
-            pendingWipe = dataEnd..<needed
+            pendingWipe = start..<needed
             do {
                 try wipePending()
             } catch {
@@ -541,19 +628,60 @@ package import Foundation
                 // blind wipe would erase. Its next writer, this one included, judges the tail
                 // under the lock instead (torn: zeroed; otherwise reported as damage), as after
                 // a crash at this point.
-                if !options.exclusive { pendingWipe = nil }
+                if shared { pendingWipe = nil }
             }
             throw error
         }
         dataEnd = needed
-        if !options.exclusive { control?.endAppend(dataEnd: needed) }
+        if shared { control?.endAppend(dataEnd: needed) }
         switch options.durability {
         case .immediate:
             try syncData(metadata: grew)
         case .coalesced:
             hasUnsyncedWrites = true
         }
-        return offsets
+    }
+
+    /// Tells the control page that this journal's store starts (or stops) watching the file for
+    /// other writers' changes: while any journal but the writer's own watches, appends are
+    /// written, never stored into a mapping, since a file watch sees only writes. Starting
+    /// takes the lock (waiting at most the lock timeout), so no writer is between deciding to
+    /// store and storing; stopping does not need it.
+    package func watch(_ on: Bool) {
+        guard on != watching, !closed, !options.exclusive, let control else { return }
+        watching = on
+        if on {
+            // A lock that cannot be had (a writer stuck past the timeout, a replaced lock file)
+            // still counts the watch: at worst one append in flight goes unseen by it.
+            if (try? lock.withLock(timeout: options.lockTimeout, { control.addWatcher() })) == nil {
+                control.addWatcher()
+            }
+        } else {
+            control.removeWatcher()
+        }
+    }
+
+    /// The file mapped up to `needed` or beyond, for an append by plain stores, in coalesced mode
+    /// (`fdatasync` at the flush writes the pages the stores dirtied as it writes any other),
+    /// where the file system allows (``FileSystem/mapForAppends(_:length:path:)``), and, for a
+    /// shared journal, while no other journal watches the file (see ``watch(_:)``; other
+    /// processes read the appends through the page cache, which the mapping shares). The blocks
+    /// are written zeros (``ensureCapacity(_:)``), so a store needs no new block; a file another
+    /// program truncates meanwhile is caught (`SIGBUS` in the copy) and reported. Remapped when
+    /// the file grows or is replaced (a compaction, here or by another process).
+    func mappedTail(covering needed: Int64) -> UnsafeMutableRawPointer? {
+        guard options.mapsAppends, options.durability != .immediate, !tailUnavailable else { return nil }
+        if !options.exclusive {
+            guard let control, control.watchers == (watching ? 1 : 0) else { return nil }
+        }
+        if let tail, tail.inode == identity.inode, Int64(tail.mapping.length) >= needed { return tail.mapping.base }
+        tail = nil
+        guard let mapping = fs.mapForAppends(fd, length: Int(allocatedSize), path: path) else {
+            tailUnavailable = true
+            return nil
+        }
+        tail = (mapping, identity.inode)
+        return Int64(mapping.length) >= needed ? mapping.base : nil
     }
 
     /// Makes every append durable now (fdatasync). Does nothing when nothing is pending.
@@ -607,6 +735,8 @@ package import Foundation
     package func close() throws {
         guard !closed else { return }
         defer {
+            tail = nil
+            watch(false)
             fs.close(fd)
             if options.exclusive { lock.release() }
             closed = true

@@ -24,6 +24,7 @@ import CSharedWord
 /// | 3 | the journal's data end after the last committed append |
 /// | 4 | 1 from just before an append's first write until the data end is stored |
 /// | 5, 6 | device and inode of the journal file the page was last settled for |
+/// | 7 | how many open journals, in every process, watch the file for other writers' changes |
 ///
 /// The protocol, all under the store's `flock` unless noted:
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
@@ -43,6 +44,13 @@ import CSharedWord
 ///   unchanged across its `stat` (a seqlock), so it never pairs a generation with a file it
 ///   did not see under that generation.
 ///
+/// - A journal whose store starts watching for other writers' changes (a file watch: inotify
+///   reports a `write`, not a store into a mapping) adds 1 to word 7 under the lock, and
+///   subtracts it when it stops or closes. A shared writer appends by storing into a mapping of
+///   the file only while no journal but itself watches; otherwise it writes, so every watch
+///   sees the append. A process that dies watching leaves the count raised: writers then write,
+///   as before mappings, until the page is set up again.
+///
 /// A page whose magic or version is wrong (a new lock file, garbage, another byte order) is
 /// set up again with a random even generation, which no process remembers.
 final class JournalControl: @unchecked Sendable {
@@ -50,7 +58,9 @@ final class JournalControl: @unchecked Sendable {
     static let length = 4096
     /// "COFFERLK" read as a little-endian word.
     static let magic: UInt64 = 0x4B4C_5245_4646_4F43
-    static let version: UInt64 = 1
+    /// 2: word 7 (watchers) added. A page of version 1 is set up again, so every process on a
+    /// store must run a version that knows the word, or its watches could miss appends.
+    static let version: UInt64 = 2
 
     private let mapping: any SharedMapping
 
@@ -122,10 +132,25 @@ final class JournalControl: @unchecked Sendable {
     /// process remembers), the magic stored last.
     private func setUpIfNeeded() {
         guard !isSetUp else { return }
-        for word in 0..<7 { store(word, 0) }
+        for word in 0..<8 { store(word, 0) }
         store(1, Self.version)
         store(2, UInt64.random(in: 0...UInt64.max) & ~1)
         store(0, Self.magic)
+    }
+
+    /// How many journals watch the file (word 7); 0 on a page not set up.
+    var watchers: UInt64 { isSetUp ? load(7) : 0 }
+
+    /// Under the lock: one more journal watches the file.
+    func addWatcher() {
+        setUpIfNeeded()
+        coffer_shared_increment(mapping.base + 7 * 8)
+    }
+
+    /// One journal fewer watches the file (never below 0: the page may have been set up again).
+    func removeWatcher() {
+        guard isSetUp else { return }
+        coffer_shared_decrement(mapping.base + 7 * 8)
     }
 
     /// Under the lock, before an append's first write.

@@ -320,6 +320,7 @@ extension JournalIndex {
         if watch != nil {
             index.outside = OutsideChanges(tracking: true)
             index.outside.noteAll()
+            index.journal.watch(true)
         }
         state.withLock { $0 = index }
         if let watch { FileWatcher.shared.schedule(watch) }
@@ -342,6 +343,7 @@ extension JournalIndex {
         observers.add(handler) {
             let open = state.withLock { index -> String? in
                 index?.outside = OutsideChanges(tracking: true)
+                index?.journal.watch(true)
                 return index?.journal.path
             }
             let file = open ?? (try? fileSystem.resolve(path)) ?? path
@@ -352,7 +354,10 @@ extension JournalIndex {
                 self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
             }
         } stopped: { [weak self] in
-            self?.state.withLock { $0?.outside = OutsideChanges() }
+            self?.state.withLock { index in
+                index?.outside = OutsideChanges()
+                index?.journal.watch(false)
+            }
         }
     }
 

@@ -99,6 +99,14 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         }
 
         /// Records a set (`value`) or a remove (`nil`) whose record takes `size` bytes.
+        /// Whether a write just made should schedule the flush of a coalesced window (the first
+        /// unsynced write since the last flush does; the flag is then set).
+        mutating func needsFlushScheduled(_ durability: Durability) -> Bool {
+            guard case .coalesced = durability, journal.hasUnsyncedWrites, !flushScheduled else { return false }
+            flushScheduled = true
+            return true
+        }
+
         mutating func indexRecord(key: ExactKey, value: Data?, size: Int) {
             // One hash and probe per record (updateValue/removeValue return what was there).
             let old: Entry?
@@ -172,11 +180,11 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     }
 
     public func save(_ data: Data, for key: String) throws {
-        try saveBatch([(key, data)])
+        try commitOne(key, data)
     }
 
     public func remove(_ key: String) throws {
-        try saveBatch([(key, nil)])
+        try commitOne(key, nil)
     }
 
     public func keys() throws -> [String] {
@@ -219,6 +227,24 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         return swapped
     }
 
+    /// One set or remove: its record is encoded straight into the frame the journal writes, and
+    /// the index keeps the caller's value (the write path of a property's setter).
+    private func commitOne(_ key: String, _ value: Data?) throws {
+        let exact = ExactKey(key)
+        var utf8 = key
+        let scheduleFlush = try utf8.withUTF8 { keyBytes in
+            let count = Self.recordSize(keyCount: keyBytes.count, valueCount: value?.count)
+            return try store.write { suite -> Bool in
+                let size = try suite.journal.appendRecord(count: count) {
+                    Self.encode(key: keyBytes, value: value, into: $0)
+                }
+                suite.indexRecord(key: exact, value: value, size: size)
+                return suite.needsFlushScheduled(durability)
+            }
+        }
+        scheduleFlushIfNeeded(scheduleFlush)
+    }
+
     /// Appends the changes `makeChanges` returns as one commit, under the write lock and after
     /// catching up, then applies them to the index (from the changes themselves: the records
     /// just written are not decoded again). The engine then compacts when its rule says so.
@@ -230,12 +256,13 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
             for (change, payload) in zip(changes, payloads) {
                 suite.indexRecord(key: ExactKey(change.key), value: change.data, size: payload.count + Journal.frameHeaderSize)
             }
-            guard case .coalesced = durability, suite.journal.hasUnsyncedWrites, !suite.flushScheduled else {
-                return false
-            }
-            suite.flushScheduled = true
-            return true
+            return suite.needsFlushScheduled(durability)
         }
+        scheduleFlushIfNeeded(scheduleFlush)
+    }
+
+    /// After a coalesced write: the first one since the last flush schedules one, a window later.
+    private func scheduleFlushIfNeeded(_ scheduleFlush: Bool) {
         if scheduleFlush, case .coalesced(let window) = durability {
             DispatchQueue.global().asyncAfter(deadline: .now() + window.inSeconds) { [weak self] in
                 // A failure here is kept by the journal and thrown by the next write or flush().
@@ -274,6 +301,39 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     }
 
     // MARK: - Record layout
+
+    /// The size of a record (see ``encode(key:value:)``): `valueCount` `nil` for a remove.
+    static func recordSize(keyCount: Int, valueCount: Int?) -> Int {
+        var lengthBytes = 1
+        var length = UInt32(truncatingIfNeeded: keyCount) >> 7
+        while length != 0 {
+            lengthBytes += 1
+            length >>= 7
+        }
+        return 1 + lengthBytes + keyCount + (valueCount ?? 0)
+    }
+
+    /// Writes the record of ``encode(key:value:)`` into `buffer`, exactly
+    /// ``recordSize(keyCount:valueCount:)`` bytes.
+    static func encode(key: UnsafeBufferPointer<UInt8>, value: Data?, into buffer: UnsafeMutableRawBufferPointer) {
+        var at = 0
+        buffer[at] = value == nil ? 2 : 1
+        at += 1
+        var length = UInt32(truncatingIfNeeded: key.count)
+        repeat {
+            let low = UInt8(length & 0x7F)
+            length >>= 7
+            buffer[at] = length == 0 ? low : low | 0x80
+            at += 1
+        } while length != 0
+        if let base = key.baseAddress, key.count > 0 {
+            (buffer.baseAddress! + at).copyMemory(from: base, byteCount: key.count)
+            at += key.count
+        }
+        if let value, !value.isEmpty {
+            value.withUnsafeBytes { (buffer.baseAddress! + at).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        }
+    }
 
     static func encode(key: String, value: Data?) throws -> Data {
         var bytes = Data()

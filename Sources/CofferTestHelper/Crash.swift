@@ -30,6 +30,25 @@ func crashKeyValue(directory: String, suite: String) throws -> Never {
     }
 }
 
+/// `crash-kv-mapped DIR SUITE`: crash-kv on a suite opened exclusively in coalesced mode, whose
+/// appends are stores into a mapping of the file where the file system allows. Before each
+/// commit i's batch, `single` = i is saved alone (a one-record commit, written in place).
+func crashKeyValueMapped(directory: String, suite: String) throws -> Never {
+    let store = try KeyValueFileStrategy(
+        directory: URL(fileURLWithPath: directory), suite: suite, durability: .coalesced, lockTimeout: .seconds(5),
+        exclusive: true)
+    var i = (try store.get(Int.self, for: "last")).map { $0 + 1 } ?? 0
+    say("ready \(i)")
+    while true {
+        let value = Data(crashValue(i))
+        try store.save(try ValueCodec.encode(i), for: "single")
+        try store.saveBatch([("k\(i % 64)", value), ("x", value), ("last", try ValueCodec.encode(i))])
+        say("ack \(i)")
+        if i % 7 == 6 { try store.compact() }
+        i += 1
+    }
+}
+
 /// Parses 64 hex digits into a raw vault key.
 func rawKey(hex: String) throws -> SecureBytes {
     var bytes: [UInt8] = []
@@ -169,6 +188,7 @@ func reliabilityCommand(_ arguments: [String]) throws {
     }
     switch arguments[1] {
     case "crash-kv": try crashKeyValue(directory: argument(2), suite: argument(3))
+    case "crash-kv-mapped": try crashKeyValueMapped(directory: argument(2), suite: argument(3))
     case "crash-vault": try crashVault(path: argument(2), keyHex: argument(3))
     case "crash-vault-rotate": try crashVault(path: argument(2), keyHex: argument(3), rotate: true)
     case "vault-increment": try vaultIncrement(path: argument(2), keyHex: argument(3), times: Int(argument(4)) ?? 0)

@@ -93,7 +93,7 @@ do {
     case "vault-compact":
         guard arguments.count >= 6 else { fail("usage: vault-compact PATH PASSPHRASE compact|remove SERVICE") }
         try vaultCompactAfterGo(path: arguments[2], passphrase: arguments[3], mode: arguments[4], service: arguments[5])
-    case "crash-kv", "crash-vault", "crash-vault-rotate", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
+    case "crash-kv", "crash-kv-mapped", "crash-vault", "crash-vault-rotate", "vault-increment", "vault-read-loop", "secure-overread", "secure-underread",
         "secure-write", "memscan":
         try reliabilityCommand(arguments)
     case "mlock-limit", "mlock-ok":

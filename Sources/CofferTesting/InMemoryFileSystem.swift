@@ -339,7 +339,17 @@ package final class InMemoryFileSystem: FileSystem {
     /// The descriptor's file status.
     package func fstat(_ fd: Int32) throws -> FileStatus {
         try perform(.fstat, "fstat", fd: fd) { (state, _) throws(PosixError) in
-            try state.descriptor(fd).node.status
+            let node = try state.descriptor(fd).node
+            var status = node.status
+            // As the kernel counts them: the names the file has now (0 once removed, or once
+            // another file was renamed over its only name), though it stays open.
+            if !node.isDirectory {
+                status.linkCount = UInt64(
+                    state.nodes.values.reduce(0) { count, directory in
+                        directory.isDirectory ? count + directory.entries.values.filter { $0 == node.id }.count : count
+                    })
+            }
+            return status
         }
     }
 

@@ -124,7 +124,7 @@ struct Session: Sendable {
                 chain = after
             }
             guard count > 0 else { return 0 }
-            try journal.append(payloads)
+            try journal.appendCommit(payloads)
             for i in 0..<count {
                 index(
                     base[i].body, payload: payloads[i][...], chainBefore: base[i].chainBefore,

@@ -748,8 +748,7 @@ struct RunTests {
         try box.initVault()
         try box.set("svc", "acct", Array("never-shown-7".utf8))
         let script = box.path + "/plain-script"
-        try box.write("echo \"from a script: $*\"\nexit 5\n", to: script)
-        chmod(script, 0o700)
+        try box.writeExecutable("echo \"from a script: $*\"\nexit 5\n", to: script)
         let run = Self.settled(box, try box.start(["run", "--env", "S=coffer://svc/acct", "--", script, "one", "two"]))
         #expect(run.status == 5 && run.out == "from a script: one two\n", "\(run)")
         // PATH unset in coffer's environment: sh is still found.

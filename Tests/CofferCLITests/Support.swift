@@ -264,6 +264,17 @@ final class Sandbox {
         else { throw POSIXError(.EIO) }
     }
 
+    /// Writes an executable that a child is about to run. A `cp` child writes it, so this
+    /// process never holds it open for writing: a file written here could be inherited, still
+    /// open for writing, by a child another test forks at that moment, and the exec of the
+    /// script would then fail with ETXTBSY ("Text file busy").
+    func writeExecutable(_ text: String, to file: String) throws {
+        let staging = file + ".staging"
+        try write(text, to: staging)
+        let copy = try HelperChild.run(["--", staging, file], executable: URL(fileURLWithPath: "/bin/cp"))
+        guard copy.reason == .exit, copy.status == 0, chmod(file, 0o700) == 0 else { throw POSIXError(.EIO) }
+    }
+
     /// The environment every child gets: nothing inherited but PATH; HOME inside the sandbox;
     /// the test-only fast KDF; a short lock timeout.
     var baseEnvironment: [String: String] {

@@ -4,6 +4,7 @@
 #ifndef COFFER_SHARED_WORD_H
 #define COFFER_SHARED_WORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 // Each word must be one atomic access in every process; where 64-bit atomics would need a lock
@@ -21,9 +22,34 @@ static inline void coffer_shared_store(void *word, uint64_t value) {
     __atomic_store_n((uint64_t *)word, value, __ATOMIC_RELEASE);
 }
 
+/// Adds 1 to the aligned word at `word`, atomically.
+static inline void coffer_shared_increment(void *word) {
+    __atomic_add_fetch((uint64_t *)word, 1, __ATOMIC_ACQ_REL);
+}
+
+/// Subtracts 1 from the aligned word at `word` unless it is 0, atomically.
+static inline void coffer_shared_decrement(void *word) {
+    uint64_t value = __atomic_load_n((uint64_t *)word, __ATOMIC_ACQUIRE);
+    while (value != 0 &&
+           !__atomic_compare_exchange_n((uint64_t *)word, &value, value - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+}
+
 /// The file system type (`statfs.f_type`) of the file open as `fd`, in `*type`: 0 on success,
 /// else -1 with errno set. Linux only (elsewhere it fails with ENOSYS): telling file systems that
 /// several hosts share (NFS, …), where a shared mapping is not kept in step between processes.
 int coffer_file_system_type(int fd, uint64_t *type);
+
+/// Copies `count` bytes from `source` to `destination`, an address inside a shared file mapping,
+/// and survives the file having been truncated under the mapping by another process: the store
+/// into a page past the file's end raises SIGBUS, which a handler installed once
+/// (`coffer_install_bus_guard`) turns into a return of -1 from this call, on this thread only.
+/// 0 on success. A SIGBUS anywhere else goes to the handler that was installed before, or kills
+/// the process as it would have.
+int coffer_guarded_copy(void *destination, const void *source, size_t count);
+
+/// Installs the SIGBUS handler behind `coffer_guarded_copy` (once per process; later calls do
+/// nothing). 0 on success, else -1 with errno set: then no guarded copy may be attempted.
+int coffer_install_bus_guard(void);
 
 #endif

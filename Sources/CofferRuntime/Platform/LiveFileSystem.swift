@@ -327,6 +327,26 @@ package struct LiveFileSystem: FileSystem {
         return LiveMapping(base: address, length: length)
     }
 
+    package func mapForAppends(_ fd: Int32, length: Int, path: String) -> (any SharedMapping)? {
+        #if os(Linux)
+        var type: UInt64 = 0
+        guard length > 0, coffer_file_system_type(fd, &type) == 0, Self.appendMappingFileSystems.contains(type),
+            coffer_install_bus_guard() == 0
+        else { return nil }
+        let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        guard let address, address != UnsafeMutableRawPointer(bitPattern: -1) else { return nil }
+        return LiveMapping(base: address, length: length)
+        #else
+        return nil
+        #endif
+    }
+
+    /// `statfs.f_type` of file systems where a store into a block already written needs no new
+    /// one: ext2/3/4 (which share one magic number) and tmpfs. Not XFS (a copy made with
+    /// `cp --reflink`, coreutils' default where it can, shares the store's blocks), nor btrfs,
+    /// ZFS or bcachefs (copy on write), nor overlayfs.
+    static let appendMappingFileSystems: Set<UInt64> = [0xEF53, 0x0102_1994]
+
     /// `statfs.f_type` of file systems whose files may be shared by several hosts: NFS, SMB/CIFS
     /// (three), 9p, FUSE (sshfs, virtiofs, …), Ceph, AFS, Coda, GFS2, OCFS2, Lustre, VirtualBox.
     static let unsharedMappingFileSystems: Set<UInt64> = [

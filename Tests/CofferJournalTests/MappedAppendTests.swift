@@ -1,0 +1,148 @@
+@testable import CofferCore
+import CofferRuntime
+@testable import CofferJournal
+import CofferTesting
+import Foundation
+import Testing
+
+/// An exclusive journal in coalesced mode appends by storing into a mapping of its file where
+/// the file system allows (ext4, tmpfs), instead of a `pwrite` per commit. The file must be the
+/// same byte for byte, and a file truncated under the mapping must fail the write, not kill the
+/// process.
+@Suite("Journal: appends through a mapping")
+struct MappedAppendTests {
+    /// A directory on tmpfs (`/dev/shm`), where mapping for appends is always allowed, so the
+    /// mapped path is the one under test on any machine.
+    final class ShmDirectory {
+        let path: String
+        init() throws {
+            var template = Array("/dev/shm/coffer-mapped-XXXXXX".utf8CString)
+            let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap { mkdtemp($0) } }
+            guard let created else { throw CofferError.io("mkdtemp", path: "/dev/shm", errno: errno) }
+            path = String(cString: created)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    func options(mapped: Bool) -> JournalOptions {
+        var options = JournalOptions(application: 9, durability: .coalesced)
+        options.exclusive = true
+        options.mapsAppends = mapped
+        return options
+    }
+
+    /// Commits of one, two and three records, of sizes that cross pages and make the file grow
+    /// (each growth maps the file again), with a compaction between (a new file, mapped anew).
+    func writeHistory(_ journal: Journal) throws {
+        for i in 0..<400 {
+            let payloads = (0...(i % 3)).map { j in Data(repeating: UInt8(truncatingIfNeeded: i &+ j), count: 1 + (i * 37 + j * 11) % 700) }
+            try journal.withWriteLock { _ in
+                if payloads.count == 1 {
+                    try journal.appendRecord(count: payloads[0].count) { $0.copyBytes(from: payloads[0]) }
+                } else {
+                    try journal.append(payloads)
+                }
+            }
+            if i == 250 {
+                try journal.withWriteLock { _ in try journal.rewrite(payloads: [Data("compacted".utf8)]) }
+            }
+        }
+    }
+
+    @Test func theMappedAndTheWrittenFileAreTheSameBytes() throws {
+        let shm = try ShmDirectory()
+        var images: [Data] = []
+        for mapped in [true, false] {
+            let path = shm.path + "/j-\(mapped)"
+            let (journal, _) = try Journal.open(
+                path: path, options: options(mapped: mapped), fileSystem: LiveFileSystem(), create: .openOrCreate)
+            try writeHistory(journal)
+            // The mapped path was taken (or not) as asked.
+            #expect((journal.tail != nil) == mapped)
+            try journal.close()
+            images.append(try Data(contentsOf: URL(fileURLWithPath: path)))
+            // Reopened, every record reads back.
+            let (again, records) = try Journal.open(
+                path: path, options: options(mapped: mapped), fileSystem: LiveFileSystem(), create: .openExisting)
+            #expect(records.first?.payload == Data("compacted".utf8))
+            #expect(records.count == 1 + (251..<400).reduce(0) { $0 + 1 + $1 % 3 })
+            try again.close()
+        }
+        #expect(images[0] == images[1], "the file appended through a mapping differs from the written one")
+    }
+
+    @Test func aFileTruncatedUnderTheMappingFailsTheWriteAndTheProcessLives() throws {
+        let shm = try ShmDirectory()
+        let path = shm.path + "/j"
+        let (journal, _) = try Journal.open(
+            path: path, options: options(mapped: true), fileSystem: LiveFileSystem(), create: .openOrCreate)
+        _ = try journal.withWriteLock { _ in try journal.append([Data("kept".utf8)]) }
+        #expect(journal.tail != nil)
+        // Another program cuts the file to nothing: the next store lands past its end (SIGBUS).
+        #expect(truncate(path, 0) == 0)
+        for _ in 0..<2 {
+            let error = #expect(throws: CofferError.self) {
+                _ = try journal.withWriteLock { _ in try journal.append([Data("lost".utf8)]) }
+            }
+            #expect(error?.code == .corrupted && error?.message.contains("truncated") == true, "\(String(describing: error))")
+        }
+        #expect(throws: CofferError.self) { try journal.flush() }
+        // A fault elsewhere is still a fault: the handler only turns the copy's own into an error.
+        _ = try? journal.close()
+        // The store says what it found when opened again, and the truncation is not hidden.
+        #expect(throws: CofferError.self) {
+            _ = try Journal.open(path: path, options: options(mapped: true), fileSystem: LiveFileSystem(), create: .openExisting)
+        }
+    }
+
+    @Test func aDurableJournalWritesEachAppend() throws {
+        let shm = try ShmDirectory()
+        var durable = options(mapped: true)
+        durable.durability = .immediate
+        let (journal, _) = try Journal.open(
+            path: shm.path + "/durable", options: durable, fileSystem: LiveFileSystem(), create: .openOrCreate)
+        _ = try journal.withWriteLock { _ in try journal.append([Data("one".utf8)]) }
+        #expect(journal.tail == nil && journal.mappedCommits == 0)
+        try journal.close()
+    }
+
+    /// Two journals on one file stand for two processes. A file watch sees writes, not stores
+    /// into a mapping: while another journal watches, a shared writer writes.
+    @Test func aSharedWriterStoresOnlyWhileNoOtherJournalWatches() throws {
+        let shm = try ShmDirectory()
+        var shared = options(mapped: true)
+        shared.exclusive = false
+        let path = shm.path + "/shared"
+        let (writer, _) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openOrCreate)
+        let (other, _) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openExisting)
+        func append(_ text: String) throws { _ = try writer.withWriteLock { _ in try writer.append([Data(text.utf8)]) } }
+        try append("alone")
+        #expect(writer.mappedCommits == 1)
+        // The writer's own watch does not count against it: its own observers are not told of
+        // its own writes through the file.
+        writer.watch(true)
+        try append("watched by itself")
+        #expect(writer.mappedCommits == 2)
+        other.watch(true)
+        try append("watched by another")
+        try append("watched by another, again")
+        #expect(writer.mappedCommits == 2)
+        // What was written and what was stored read back alike, in order, elsewhere.
+        let changes = try other.refresh()
+        #expect(changes.records.map { String(decoding: $0.payload, as: UTF8.self) } == [
+            "alone", "watched by itself", "watched by another", "watched by another, again",
+        ])
+        other.watch(false)
+        try append("alone again")
+        #expect(writer.mappedCommits == 3)
+        // A watching journal that closes stops counting.
+        other.watch(true)
+        try other.close()
+        try append("after the other closed")
+        #expect(writer.mappedCommits == 4)
+        try writer.close()
+        let (reader, records) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openExisting)
+        #expect(records.count == 6)
+        try reader.close()
+    }
+}

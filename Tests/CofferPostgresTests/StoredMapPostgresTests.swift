@@ -35,8 +35,10 @@ struct StoredMapPostgresTests {
         let followed = two.entry("tenant-a")
         #expect(try await followed.load() == 0)
         let seen = Protected<Set<String>>([])
+        // Subscribed here, before the writes: inside the task it could subscribe after them.
+        let changes = two.changes
         let recorder = Task {
-            for await change in two.changes {
+            for await change in changes {
                 if case .keys(let keys) = change { seen.withLock { $0.formUnion(keys) } }
                 if case .unknown = change { seen.withLock { _ = $0.insert("*") } }
             }

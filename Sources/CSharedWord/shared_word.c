@@ -27,7 +27,7 @@ int coffer_file_system_type(int fd, uint64_t *type) {
 #include <signal.h>
 #include <string.h>
 
-// The jump buffer of the guarded copy running on this thread, or NULL: set only around the copy.
+// The jump buffer of the guarded append running on this thread, or NULL: set only around the copy.
 static __thread sigjmp_buf *volatile guarded_copy_target = NULL;
 static struct sigaction previous_bus_action;
 static pthread_once_t bus_guard_once = PTHREAD_ONCE_INIT;
@@ -76,16 +76,58 @@ int coffer_install_bus_guard(void) {
     return bus_guard_status;
 }
 
-int coffer_guarded_copy(void *destination, const void *source, size_t count) {
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define COFFER_HAS_STORE16 1
+static inline void store16(unsigned char *destination, const unsigned char *source) {
+    _mm_storeu_si128((__m128i *)destination, _mm_loadu_si128((const __m128i *)source));
+}
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define COFFER_HAS_STORE16 1
+static inline void store16(unsigned char *destination, const unsigned char *source) {
+    vst1q_u8(destination, vld1q_u8(source));
+}
+#else
+#define COFFER_HAS_STORE16 0
+#endif
+
+int coffer_guarded_append_supported(void) { return COFFER_HAS_STORE16; }
+
+int coffer_guarded_append(void *destination, const void *frames, size_t count) {
+#if COFFER_HAS_STORE16
     sigjmp_buf target;
     if (sigsetjmp(target, 0) != 0) {
         return -1;
     }
     guarded_copy_target = &target;
-    // Compiler barriers: the copy's stores stay between setting the target and clearing it.
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    memcpy(destination, source, count);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    unsigned char *out = (unsigned char *)destination;
+    const unsigned char *in = (const unsigned char *)frames;
+    size_t at = 0;
+    while (count - at >= 12) {
+        uint32_t word;  // little-endian in the journal
+        memcpy(&word, in + at, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        word = __builtin_bswap32(word);
+#endif
+        size_t length = (size_t)(word & 0x3FFFFFFFu);
+        if (length > count - at - 12) break;  // not a frame: never happens for the journal's own
+        memcpy(out + at + 12, in + at + 12, length);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        unsigned char block[16];
+        memcpy(block, out + at - 4, 4);
+        memcpy(block + 4, in + at, 12);
+        store16(out + at - 4, block);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        at += 12 + length;
+    }
     guarded_copy_target = NULL;
     return 0;
+#else
+    (void)destination;
+    (void)frames;
+    (void)count;
+    return -2;
+#endif
 }

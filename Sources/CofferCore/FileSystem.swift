@@ -59,8 +59,10 @@ package protocol FileSystem: Sendable {
     /// CofferJournal's `Journal` and docs/FORMAT.md). Every process that opens the same files must use a file
     /// system that maps them: a file system that cannot returns `nil`, and then never may.
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)?
-    /// Maps the first `length` bytes of the file open as `fd` (at least that long, its blocks
-    /// written) for a journal to append into with plain stores instead of a `pwrite` each, or
+    /// Maps the first `length` bytes of the file open as `fd` (which may be shorter: the caller
+    /// stores only below its end, into blocks already written, and the pages past the end become
+    /// the file's as it grows) for a journal to append into with plain stores instead of a
+    /// `pwrite` each, or
     /// `nil` where that is not safe: where a store into a written block could still need a
     /// new one (copy-on-write file systems: btrfs, XFS with reflinks, ZFS, bcachefs; overlayfs),
     /// a full disk would kill the process with `SIGBUS` instead of failing a call. `nil` by

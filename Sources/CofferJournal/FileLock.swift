@@ -127,11 +127,15 @@ package final class FileLock: Sendable {
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     package func withLock<T>(exclusive: Bool = true, timeout: Duration, _ body: () throws -> T) throws -> T {
-        let deadline = Self.deadline(after: timeout)
-        try enterThreadGate(deadline: deadline, timeout: timeout)
+        // The usual case, no other thread here, reads no clock: the whole timeout is left.
+        var remaining = min(max(.zero, timeout), Self.maximumTimeout)
+        if !tryEnterThreadGate() {
+            let deadline = Self.deadline(after: timeout)
+            try enterThreadGate(deadline: deadline, timeout: timeout)
+            remaining = max(.zero, deadline - ContinuousClock.now)
+        }
         defer { inUse.withLock { $0 = false } }
         guard fd >= 0 else { return try body() }
-        let remaining = max(.zero, deadline - ContinuousClock.now)
         // A read-only descriptor takes the lock shared: enough to wait out a writer, and what
         // file systems that emulate flock with fcntl locks allow on it.
         try fileSystem.lock(fd, exclusive: exclusive && readOnlyReason == nil, timeout: remaining, path: path)
@@ -174,14 +178,19 @@ package final class FileLock: Sendable {
             path: path)
     }
 
-    /// Waits (until `deadline`) for no other thread of this process to hold this instance.
-    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Duration) throws {
-        var pause = Duration.microseconds(20)
-        while !inUse.withLock({ busy in
+    /// Holds this instance for this thread if no other thread does; returns whether it did.
+    private func tryEnterThreadGate() -> Bool {
+        inUse.withLock { busy in
             if busy { return false }
             busy = true
             return true
-        }) {
+        }
+    }
+
+    /// Waits (until `deadline`) for no other thread of this process to hold this instance.
+    private func enterThreadGate(deadline: ContinuousClock.Instant, timeout: Duration) throws {
+        var pause = Duration.microseconds(20)
+        while !tryEnterThreadGate() {
             if ContinuousClock.now >= deadline {
                 throw CofferError(
                     .busy, "another thread of this process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s)",

@@ -595,7 +595,7 @@ package import Foundation
         let grew = try ensureCapacity(needed)
         do {
             if let tail = mappedTail(covering: needed) {
-                if coffer_guarded_copy(tail + Int(start), frames.baseAddress, frames.count) != 0 {
+                if coffer_guarded_append(tail + Int(start), frames.baseAddress, frames.count) != 0 {
                     tailUnavailable = true
                     self.tail = nil
                     // The blocks past the new end are gone, and with them perhaps records
@@ -667,22 +667,35 @@ package import Foundation
     /// shared journal, while no other journal watches the file (see ``watch(_:)``; other
     /// processes read the appends through the page cache, which the mapping shares). The blocks
     /// are written zeros (``ensureCapacity(_:)``), so a store needs no new block; a file another
-    /// program truncates meanwhile is caught (`SIGBUS` in the copy) and reported. Remapped when
+    /// program truncates meanwhile is caught (`SIGBUS` in the copy) and reported. A kill can stop
+    /// the copy at any instruction, not only between system calls: `coffer_guarded_append`
+    /// writes each frame's header last, in one store, so a stopped copy looks torn (a zero
+    /// header) by the format's own rule, as a power loss does. Remapped when
     /// the file grows or is replaced (a compaction, here or by another process).
     func mappedTail(covering needed: Int64) -> UnsafeMutableRawPointer? {
         guard options.mapsAppends, options.durability != .immediate, !tailUnavailable else { return nil }
         if !options.exclusive {
             guard let control, control.watchers == (watching ? 1 : 0) else { return nil }
         }
-        if let tail, tail.inode == identity.inode, Int64(tail.mapping.length) >= needed { return tail.mapping.base }
+        // The mapping reaches past the file's end (64 MiB, or twice what is needed), so the file
+        // growing does not mean mapping it again: pages past the end are never touched (appends
+        // land below `allocatedSize`, in written blocks), and become the file's as it grows.
+        if let tail, tail.inode == identity.inode, Int64(tail.mapping.length) >= needed, needed <= allocatedSize {
+            return tail.mapping.base
+        }
         tail = nil
-        guard let mapping = fs.mapForAppends(fd, length: Int(allocatedSize), path: path) else {
+        guard needed <= allocatedSize else { return nil }
+        let reserve = (max(2 * needed, Self.mappingReserve) + 4095) / 4096 * 4096
+        guard let mapping = fs.mapForAppends(fd, length: Int(reserve), path: path) else {
             tailUnavailable = true
             return nil
         }
         tail = (mapping, identity.inode)
-        return Int64(mapping.length) >= needed ? mapping.base : nil
+        return mapping.base
     }
+
+    /// The least a journal maps for appends (address space only: pages are touched as appended).
+    static let mappingReserve: Int64 = 64 << 20
 
     /// Makes every append durable now (fdatasync). Does nothing when nothing is pending.
     package func flush() throws {

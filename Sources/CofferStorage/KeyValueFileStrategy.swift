@@ -368,7 +368,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
                 shift += 7
             }
             guard length <= raw.count - i else { return nil }
-            guard let key = String(validating: UnsafeRawBufferPointer(rebasing: raw[i..<(i + length)]), as: UTF8.self)
+            guard let key = UTF8Text.decode(UnsafeRawBufferPointer(rebasing: raw[i..<(i + length)]))
             else { return nil }
             let valueStart = i + length
             if op == 2 && valueStart != raw.count { return nil }

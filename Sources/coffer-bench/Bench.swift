@@ -114,7 +114,8 @@ struct BenchSuite {
         "cli.run.overhead", "peer.env.true",
     ] + keyNames
 
-    /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes).
+    /// Names to run, for profiling one benchmark: `COFFER_BENCH_FILTER=vault.write,kdf.` (prefixes;
+    /// a name ending in `$` is matched whole: `vault.write$` leaves out `vault.write.durable`).
     static var filter: [String]? {
         ProcessInfo.processInfo.environment["COFFER_BENCH_FILTER"].map { $0.split(separator: ",").map(String.init) }
     }
@@ -138,7 +139,9 @@ struct BenchSuite {
             (Self.keyNames, keysScaling),
         ]
         let filter = Self.filter
-        func wanted(_ name: String) -> Bool { filter.map { $0.contains { name.hasPrefix($0) } } ?? true }
+        func wanted(_ name: String) -> Bool {
+            filter.map { $0.contains { $0.hasSuffix("$") ? name == $0.dropLast() : name.hasPrefix($0) } } ?? true
+        }
         // cli.run.overhead starts the `coffer` beside this program: look for it before minutes
         // of other benchmarks, not after.
         if wanted("cli.run.overhead") { _ = try cofferExecutable() }

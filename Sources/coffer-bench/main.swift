@@ -25,7 +25,8 @@ struct CofferBenchCommand: ParsableCommand {
             overhead and Argon2id unlocks, next to peers measured in the same run. Works in a new \
             temporary directory. `cli.run.overhead` runs the `coffer` built beside this program.
 
-            COFFER_BENCH_FILTER=vault.write,kdf. runs only the names with those prefixes; \
+            COFFER_BENCH_FILTER=vault.write,kdf. runs only the names with those prefixes \
+            (vault.write$: that name alone); \
             COFFER_BENCH_KEYS_CURVE=1 measures the keys.* rows at 1k, 10k, 100k and 1M live entries.
             """,
         subcommands: [SuiteCommand.self, BenchPostgresCommand.self, BenchChangeWriterCommand.self],

@@ -1,5 +1,5 @@
-// The key-value file strategy: writes (coalesced and durable), reads and opens, at 10, 1,000 and
-// 100,000 keys. A write appends one record, so its cost must not grow with the suite.
+// The key-value file strategy: writes (coalesced, durable, and coalesced on a suite opened
+// exclusively), reads and opens, at 10, 1,000 and 100,000 keys. A write appends one record, so its cost must not grow with the suite.
 
 import Benchmark
 import BenchSupport
@@ -12,7 +12,9 @@ let benchmarks: @Sendable () -> Void = {
 
     for count in scalingSizes {
         let size = sizeLabel(count)
-        for (mode, durability) in [("coalesced", Durability.coalesced), ("durable", .immediate)] {
+        for (mode, durability, exclusive) in [
+            ("coalesced", Durability.coalesced, false), ("durable", .immediate, false), ("exclusive", .coalesced, true),
+        ] {
             var store: KeyValueFileStrategy?
             var next: UInt64 = 0
             Benchmark(
@@ -28,7 +30,8 @@ let benchmarks: @Sendable () -> Void = {
             } setup: {
                 do {
                     store = try makeKeyValueSuite(
-                        in: scratch.url, suite: "write-\(mode)-\(count)", count: count, durability: durability)
+                        in: scratch.url, suite: "write-\(mode)-\(count)", count: count, durability: durability,
+                        exclusive: exclusive)
                 } catch { fixtureFailed("key-value suite of \(count)", error) }
             } teardown: {
                 try? store?.flush()

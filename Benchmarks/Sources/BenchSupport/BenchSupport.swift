@@ -103,10 +103,10 @@ public final class ScratchDirectory: Sendable {
 public func eightBytes(_ value: UInt64) -> Data { withUnsafeBytes(of: value) { Data($0) } }
 
 /// A key-value suite holding `count` keys `item-0…` of 8 bytes, written in commits of 1,000.
-public func makeKeyValueSuite(in directory: URL, suite: String, count: Int, durability: Durability)
+public func makeKeyValueSuite(in directory: URL, suite: String, count: Int, durability: Durability, exclusive: Bool = false)
     throws -> KeyValueFileStrategy
 {
-    let store = try KeyValueFileStrategy(directory: directory, suite: suite, durability: durability)
+    let store = try KeyValueFileStrategy(directory: directory, suite: suite, durability: durability, exclusive: exclusive)
     for start in stride(from: 0, to: count, by: 1000) {
         try store.saveBatch((start..<min(count, start + 1000)).map { ("item-\($0)", eightBytes(UInt64($0))) })
     }

@@ -40,16 +40,27 @@ static inline void coffer_shared_decrement(void *word) {
 /// several hosts share (NFS, …), where a shared mapping is not kept in step between processes.
 int coffer_file_system_type(int fd, uint64_t *type);
 
-/// Copies `count` bytes from `source` to `destination`, an address inside a shared file mapping,
-/// and survives the file having been truncated under the mapping by another process: the store
-/// into a page past the file's end raises SIGBUS, which a handler installed once
-/// (`coffer_install_bus_guard`) turns into a return of -1 from this call, on this thread only.
-/// 0 on success. A SIGBUS anywhere else goes to the handler that was installed before, or kills
-/// the process as it would have.
-int coffer_guarded_copy(void *destination, const void *source, size_t count);
+/// Copies one commit's frames (`count` bytes laid out as the journal writes them: a 12-byte
+/// header whose first word's low 30 bits are the payload's length, then the payload) to
+/// `destination` inside a shared file mapping, where the bytes are zero and the 4 bytes before
+/// are the journal's (its header or the last commit). It survives the file having been
+/// truncated under the mapping by another process: the store into a page past the file's end
+/// raises SIGBUS, which a handler installed once (`coffer_install_bus_guard`) turns into a
+/// return of -1 from this call, on this thread only. A SIGBUS anywhere else goes to the
+/// handler that was installed before, or kills the process as it would have.
+///
+/// A kill can stop a copy between any two instructions, so the order makes every stop look as
+/// the journal's format calls torn: each frame's payload first, then its 12 header bytes in one
+/// 16-byte store (with the 4 bytes before them, stored unchanged), which no kill can split. A
+/// stop leaves every frame before whole and the next one's header all zero. 0 on success, -1
+/// on SIGBUS, -2 where this build has no single 16-byte store (nothing is copied).
+int coffer_guarded_append(void *destination, const void *frames, size_t count);
 
-/// Installs the SIGBUS handler behind `coffer_guarded_copy` (once per process; later calls do
-/// nothing). 0 on success, else -1 with errno set: then no guarded copy may be attempted.
+/// Whether `coffer_guarded_append` can copy in this build (a 16-byte store exists).
+int coffer_guarded_append_supported(void);
+
+/// Installs the SIGBUS handler behind `coffer_guarded_append` (once per process; later calls
+/// do nothing). 0 on success, else -1 with errno set: then no guarded append may be attempted.
 int coffer_install_bus_guard(void);
 
 #endif

@@ -280,6 +280,8 @@ package struct LiveFileSystem: FileSystem {
     package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
+        // The usual case, a free lock, reads no clock.
+        if flock(fd, operation) == 0 { return }
         var clock = timespec()
         clock_gettime(CLOCK_MONOTONIC, &clock)
         let start = Double(clock.tv_sec) + Double(clock.tv_nsec) / 1e9
@@ -330,8 +332,8 @@ package struct LiveFileSystem: FileSystem {
     package func mapForAppends(_ fd: Int32, length: Int, path: String) -> (any SharedMapping)? {
         #if os(Linux)
         var type: UInt64 = 0
-        guard length > 0, coffer_file_system_type(fd, &type) == 0, Self.appendMappingFileSystems.contains(type),
-            coffer_install_bus_guard() == 0
+        guard length > 0, coffer_guarded_append_supported() != 0, coffer_file_system_type(fd, &type) == 0,
+            Self.appendMappingFileSystems.contains(type), coffer_install_bus_guard() == 0
         else { return nil }
         let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
         guard let address, address != UnsafeMutableRawPointer(bitPattern: -1) else { return nil }

@@ -1,4 +1,5 @@
 public import Foundation
+import CofferCore
 
 /// An item's attributes: everything but the secret. Safe to list and print.
 public struct VaultItem: Sendable, Hashable, Codable, CustomStringConvertible {
@@ -215,28 +216,9 @@ package enum VaultRecordBody: Equatable {
         }
     }
 
-    /// The UTF-8 text in `range` of `bytes`, or `nil` when it is not valid UTF-8. ASCII (the usual
-    /// case) is recognised eight bytes at a time and needs no further validation; anything else
-    /// goes through the standard library's validating initialiser.
+    /// The UTF-8 text in `range` of `bytes`, or `nil` when it is not valid UTF-8 (``UTF8Text``).
     static func text(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> String? {
-        let field = UnsafeRawBufferPointer(rebasing: bytes[range])
-        let units = field.assumingMemoryBound(to: UInt8.self)
-        if isASCII(field) { return String(decoding: units, as: UTF8.self) }
-        return String(validating: units, as: UTF8.self)
-    }
-
-    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var bits: UInt64 = 0
-        var offset = 0
-        while bytes.count - offset >= 8 {
-            bits |= bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            offset += 8
-        }
-        while offset < bytes.count {
-            bits |= UInt64(bytes[offset])
-            offset += 1
-        }
-        return bits & 0x8080_8080_8080_8080 == 0
+        UTF8Text.decode(UnsafeRawBufferPointer(rebasing: bytes[range]))
     }
 }
 

@@ -43,6 +43,10 @@ let package = Package(
         .systemLibrary(
             name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]),
+        // libsodium itself, for the raw-AEAD peer (Coffer's own wrapper is not public API).
+        .systemLibrary(
+            name: "CSodiumPeer", path: "Sources/CSodiumPeer", pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]),
         .target(
             name: "BenchSupport",
             dependencies: [.product(name: "Coffer", package: cofferPackage), .product(name: "Benchmark", package: "benchmark")],
@@ -52,6 +56,6 @@ let package = Package(
         suite("Vault"),
         suite("State"),
         suite("Keys"),
-        suite("Peers", ["CSQLite", "CLMDB"]),
+        suite("Peers", ["CSQLite", "CLMDB", "CSodiumPeer"]),
     ]
 )

@@ -6,6 +6,7 @@ import Benchmark
 import BenchSupport
 import CLMDB
 import CSQLite
+import CSodiumPeer
 import Coffer
 import CofferCrypto
 import Foundation
@@ -145,11 +146,12 @@ let benchmarks: @Sendable () -> Void = {
 
     // MARK: Raw libsodium
 
-    let key: SecureBytes
-    do { key = try SecureBytes.random(count: 32) } catch { fixtureFailed("a random key", error) }
+    var key = [UInt8](repeating: 0, count: Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES))
+    guard sodium_init() >= 0 else { fixtureFailed("libsodium", CocoaError(.featureUnsupported)) }
+    randombytes_buf(&key, key.count)
     let plaintext = [UInt8]((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
-    var output = [UInt8](repeating: 0, count: (1 << 20) + XChaCha20Poly1305.tagLength)
-    var nonce = [UInt8](repeating: 0, count: XChaCha20Poly1305.nonceLength)
+    var output = [UInt8](repeating: 0, count: (1 << 20) + Int(crypto_aead_xchacha20poly1305_ietf_ABYTES))
+    var nonce = [UInt8](repeating: 0, count: Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES))
     var counter: UInt64 = 0
     Benchmark(
         "peer.libsodium.seal.1MiB",
@@ -158,15 +160,11 @@ let benchmarks: @Sendable () -> Void = {
         for _ in benchmark.scaledIterations {
             counter &+= 1
             withUnsafeBytes(of: counter) { nonce.replaceSubrange(0..<8, with: $0) }
-            try plaintext.withUnsafeBytes { message in
-                try nonce.withUnsafeBytes { nonceBytes in
-                    try output.withUnsafeMutableBytes { out in
-                        try XChaCha20Poly1305.seal(
-                            message, key: key, nonce: nonceBytes,
-                            associatedData: UnsafeRawBufferPointer(start: nil, count: 0), into: out)
-                    }
-                }
-            }
+            var written: UInt64 = 0
+            guard
+                crypto_aead_xchacha20poly1305_ietf_encrypt(
+                    &output, &written, plaintext, UInt64(plaintext.count), nil, 0, nil, nonce, key) == 0
+            else { fatalError("libsodium refused to seal") }
             blackHole(output[0])
         }
     }

@@ -27,8 +27,12 @@ int coffer_file_system_type(int fd, uint64_t *type) {
 #include <signal.h>
 #include <string.h>
 
-// The jump buffer of the guarded append running on this thread, or NULL: set only around the copy.
-static __thread sigjmp_buf *volatile guarded_copy_target = NULL;
+// The guarded append running on this thread: its jump buffer (NULL outside a copy) and the
+// addresses it stores to. Initial-exec TLS: read from the handler without __tls_get_addr.
+#define COFFER_TLS static __thread __attribute__((tls_model("initial-exec")))
+COFFER_TLS sigjmp_buf *volatile guarded_copy_target = NULL;
+COFFER_TLS unsigned char *volatile guarded_copy_start = NULL;
+COFFER_TLS unsigned char *volatile guarded_copy_end = NULL;
 static struct sigaction previous_bus_action;
 static pthread_once_t bus_guard_once = PTHREAD_ONCE_INIT;
 static int bus_guard_status = -1;
@@ -36,9 +40,12 @@ static int bus_guard_errno = 0;
 
 static void bus_handler(int signal_number, siginfo_t *info, void *context) {
     sigjmp_buf *target = guarded_copy_target;
-    if (target != NULL) {
+    unsigned char *address = (unsigned char *)info->si_addr;
+    // Ours only when the kernel raised it for an access by the copy (a page of the mapping past
+    // the file's end), not when a process sent SIGBUS (si_code <= 0) or another access faulted.
+    if (target != NULL && info->si_code > 0 && address >= guarded_copy_start && address < guarded_copy_end) {
         guarded_copy_target = NULL;
-        // The copy was a plain memcpy with nothing to unwind; SA_NODEFER left SIGBUS unblocked,
+        // The copy was plain stores with nothing to unwind; SA_NODEFER left SIGBUS unblocked,
         // so no signal mask needs restoring (sigsetjmp saved none: no system call per copy).
         siglongjmp(*target, 1);
     }
@@ -48,13 +55,18 @@ static void bus_handler(int signal_number, siginfo_t *info, void *context) {
             previous_bus_action.sa_sigaction(signal_number, info, context);
             return;
         }
-    } else if (previous_bus_action.sa_handler != SIG_DFL && previous_bus_action.sa_handler != SIG_IGN) {
+    } else if (previous_bus_action.sa_handler == SIG_IGN) {
+        // Sent by a process and ignored before: still ignored. A fault cannot be ignored.
+        if (info->si_code <= 0) return;
+    } else if (previous_bus_action.sa_handler != SIG_DFL) {
         previous_bus_action.sa_handler(signal_number);
         return;
     }
-    // The default action: returning re-runs the faulting access, which now kills the process
-    // (with a core dump where allowed) as if no handler had been installed.
+    // The default action, now: terminate (with a core dump where allowed), as without this
+    // handler. Raised rather than returned into, so that a SIGBUS another process sent is not
+    // swallowed. Nothing else of the process's handlers is touched, since it dies here.
     signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
 }
 
 static void install_bus_guard_once(void) {
@@ -72,8 +84,19 @@ static void install_bus_guard_once(void) {
 
 int coffer_install_bus_guard(void) {
     pthread_once(&bus_guard_once, install_bus_guard_once);
-    if (bus_guard_status != 0) errno = bus_guard_errno;
-    return bus_guard_status;
+    if (bus_guard_status != 0) {
+        errno = bus_guard_errno;
+        return -1;
+    }
+    // A handler the host installed since (a crash reporter) replaced this one: say so, so that
+    // no mapping is used from now on.
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) != 0) return -1;
+    if (!(current.sa_flags & SA_SIGINFO) || current.sa_sigaction != bus_handler) {
+        errno = EBUSY;
+        return -1;
+    }
+    return 0;
 }
 
 #if defined(__x86_64__)
@@ -94,31 +117,87 @@ static inline void store16(unsigned char *destination, const unsigned char *sour
 
 int coffer_guarded_append_supported(void) { return COFFER_HAS_STORE16; }
 
-int coffer_guarded_append(void *destination, const void *frames, size_t count) {
+// A 16-byte store is one instruction, which a kill cannot split, but one that crosses a page may
+// fault on the second page after storing into the first: every store here stays inside one
+// 4 KiB block (a page, or a part of a larger page).
+#define COFFER_BLOCK 4096u
+
+static inline size_t frame_length(const unsigned char *header) {
+    uint32_t word;  // little-endian in the journal
+    memcpy(&word, header, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    word = __builtin_bswap32(word);
+#endif
+    return (size_t)(word & 0x3FFFFFFFu);
+}
+
+// Where the 16-byte store that writes the header at `header` starts: inside the header's block,
+// covering the 12 bytes, and below `limit` (the file's end). `header` is the header's address.
+// Returns NULL when no such store exists: the header crosses a block (handled apart) or the file
+// ends too close after it.
+static inline unsigned char *header_store(unsigned char *header, const unsigned char *limit) {
+    uintptr_t at = (uintptr_t)header;
+    uintptr_t block = at & ~(uintptr_t)(COFFER_BLOCK - 1);
+    if (at + 12 > block + COFFER_BLOCK) return NULL;
+    uintptr_t start = at - 4 >= block && at >= 4 ? at - 4 : block;
+    if (start + 16 > block + COFFER_BLOCK || start + 16 > (uintptr_t)limit) return NULL;
+    return (unsigned char *)start;
+}
+
+int coffer_guarded_append(void *destination, const void *frames, size_t count, const void *limit) {
 #if COFFER_HAS_STORE16
+    unsigned char *out = (unsigned char *)destination;
+    const unsigned char *in = (const unsigned char *)frames;
+    const unsigned char *end = (const unsigned char *)limit;
+    // First, without storing anything: every header can be stored whole as the format needs.
+    for (size_t at = 0; count - at >= 12;) {
+        size_t length = frame_length(in + at);
+        if (length > count - at - 12) return -3;
+        unsigned char *header = out + at;
+        uintptr_t block_end = ((uintptr_t)header & ~(uintptr_t)(COFFER_BLOCK - 1)) + COFFER_BLOCK;
+        if ((uintptr_t)header + 12 > block_end) {
+            // Crossing: its part in the second block is stored last, in one store there.
+            if (block_end + 16 > (uintptr_t)end) return -3;
+        } else if (header_store(header, end) == NULL) {
+            return -3;
+        }
+        at += 12 + length;
+    }
     sigjmp_buf target;
     if (sigsetjmp(target, 0) != 0) {
         return -1;
     }
+    guarded_copy_start = out >= (unsigned char *)16 ? out - 16 : out;
+    guarded_copy_end = out + count + 16;
     guarded_copy_target = &target;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    unsigned char *out = (unsigned char *)destination;
-    const unsigned char *in = (const unsigned char *)frames;
     size_t at = 0;
     while (count - at >= 12) {
-        uint32_t word;  // little-endian in the journal
-        memcpy(&word, in + at, 4);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        word = __builtin_bswap32(word);
-#endif
-        size_t length = (size_t)(word & 0x3FFFFFFFu);
-        if (length > count - at - 12) break;  // not a frame: never happens for the journal's own
-        memcpy(out + at + 12, in + at + 12, length);
+        size_t length = frame_length(in + at);
+        unsigned char *header = out + at;
+        // The payload first: while the header is zero, a stop leaves a frame that looks torn.
+        memcpy(header + 12, in + at + 12, length);
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
         unsigned char block[16];
-        memcpy(block, out + at - 4, 4);
-        memcpy(block + 4, in + at, 12);
-        store16(out + at - 4, block);
+        uintptr_t block_end = ((uintptr_t)header & ~(uintptr_t)(COFFER_BLOCK - 1)) + COFFER_BLOCK;
+        if ((uintptr_t)header + 12 > block_end) {
+            // The header crosses a 4 KiB (so also a 512-byte) boundary b: its part before b
+            // first, then its part after b in one store inside the next block. A stop between
+            // leaves [b, header + 12) zero, which FORMAT.md's rule 1 calls torn.
+            unsigned char *boundary = (unsigned char *)block_end;
+            size_t before = (size_t)(boundary - header);
+            memcpy(header, in + at, before);
+            __atomic_signal_fence(__ATOMIC_SEQ_CST);
+            memcpy(block, boundary, 16);
+            memcpy(block, in + at + before, 12 - before);
+            store16(boundary, block);
+        } else {
+            unsigned char *start = header_store(header, end);
+            size_t offset = (size_t)(header - start);
+            memcpy(block, start, 16);
+            memcpy(block + offset, in + at, 12);
+            store16(start, block);
+        }
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
         at += 12 + length;
     }
@@ -128,6 +207,7 @@ int coffer_guarded_append(void *destination, const void *frames, size_t count) {
     (void)destination;
     (void)frames;
     (void)count;
+    (void)limit;
     return -2;
 #endif
 }

@@ -65,8 +65,9 @@ package protocol FileSystem: Sendable {
     /// `pwrite` each, or
     /// `nil` where that is not safe: where a store into a written block could still need a
     /// new one (copy-on-write file systems: btrfs, XFS with reflinks, ZFS, bcachefs; overlayfs),
-    /// a full disk would kill the process with `SIGBUS` instead of failing a call. `nil` by
-    /// default; see CofferJournal's `Journal` for who uses it.
+    /// a full disk would fault the store (`SIGBUS`) instead of failing a call with `ENOSPC`.
+    /// `nil` by default, and where Coffer's `SIGBUS` handler is not (or no longer) the
+    /// process's; see CofferJournal's `Journal` for who uses it.
     func mapForAppends(_ fd: Int32, length: Int, path: String) -> (any SharedMapping)?
     /// The path with every symbolic link resolved (`realpath`); for a path that does not exist
     /// yet, its directory resolved and its last component kept. Two paths to one file resolve

@@ -27,7 +27,7 @@ package final class FileLock: Sendable {
     private let identity: (device: UInt64, inode: UInt64)?
     /// When `path` was last found to name the file locked here (see ``checkStillNamed()``).
     /// Touched only holding the lock and the thread gate, so by one thread at a time.
-    private let pathCheckedAt = Locked<ContinuousClock.Instant>(.now)
+    private let pathCheckedAt = Locked<ContinuousClock.Instant>(.now - FileLock.pathCheckInterval)
     /// How long a lock trusts that its file, still linked, is still the one at `path`.
     static let pathCheckInterval = Duration.seconds(1)
 
@@ -127,7 +127,7 @@ package final class FileLock: Sendable {
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     package func withLock<T>(exclusive: Bool = true, timeout: Duration, _ body: () throws -> T) throws -> T {
-        // The usual case, no other thread here, reads no clock: the whole timeout is left.
+        // The usual case, no other thread here, needs no deadline: the whole timeout is left.
         var remaining = min(max(.zero, timeout), Self.maximumTimeout)
         if !tryEnterThreadGate() {
             let deadline = Self.deadline(after: timeout)

@@ -34,6 +34,7 @@ extension Journal {
         fd = newFD
         do {
             let records = try readAllLocked()
+            tail = nil  // it maps the old file
             fs.close(saved.0)
             identityCheckedAt = .now
             return JournalChanges(reset: true, records: records)

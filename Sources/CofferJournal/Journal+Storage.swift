@@ -1,6 +1,7 @@
 // Journal: the file underneath — space, zeros, syncs, rewriting (compaction), the control page.
 import CofferCore
 import CofferRuntime
+import CSharedWord
 import Foundation
 
 extension Journal {
@@ -37,6 +38,7 @@ extension Journal {
 
     func syncData(metadata: Bool) throws {
         if let syncFailure { throw syncFailure }
+        if tail != nil { try checkMappedFile() }
         do {
             if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
         } catch var error as CofferError {
@@ -48,6 +50,29 @@ extension Journal {
             throw error
         }
         hasUnsyncedWrites = false
+    }
+
+    /// Before a sync of appends stored through the mapping: the file still holds them (a store
+    /// past the end of a file another program cut short, inside its last page, is dropped
+    /// without a fault), and Coffer's `SIGBUS` handler is still the process's (a handler the
+    /// host installed since would let a truncation kill the process). Otherwise the mapping is
+    /// given up; a file cut short fails with `.corrupted`, and nothing more is written.
+    func checkMappedFile() throws {
+        if coffer_install_bus_guard() != 0 {
+            tail = nil
+            tailUnavailable = true
+        }
+        let size = try fs.fstat(fd).size
+        guard size < dataEnd else { return }
+        tail = nil
+        tailUnavailable = true
+        let error = CofferError(
+            .corrupted,
+            "the store file was truncated by another program while this store had it open (it holds \(size) bytes, "
+                + "its records reach byte \(dataEnd)); nothing more is written to it: open it again to see what it holds",
+            path: path, offset: size)
+        syncFailure = error
+        throw error
     }
 
     /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
@@ -106,6 +131,7 @@ extension Journal {
         control?.distrust()  // until settled below: a process that dies here leaves it distrusted
         try DurableIO.atomicReplace(path, with: image, fileSystem: fs)
         let newFD = try fs.open(path, create: false, exclusive: false, mode: DurableIO.fileMode)
+        tail = nil
         fs.close(fd)
         fd = newFD
         identity = try fs.fstat(fd)

@@ -36,9 +36,10 @@ package import Foundation
     /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
     /// fails with ``CofferError/Code/busy``.
     package var exclusive: Bool = false
-    /// Whether an exclusive, coalesced journal may append by storing into a mapping of its file
-    /// instead of a `pwrite` (see ``FileSystem/mapForAppends(_:length:path:)``, which decides
-    /// where). On by default; tests turn it off to compare the two paths.
+    /// Whether a coalesced journal may append by storing into a mapping of its file instead of a
+    /// `pwrite` (see `Journal.mappedTail(covering:)` for when, and
+    /// ``FileSystem/mapForAppends(_:length:path:)`` for where). On by default; tests turn it off
+    /// to compare the two paths.
     package var mapsAppends = true
     /// How long a shared journal trusts the lock file's control page alone before it checks
     /// again that its path still names the file it has open. Coffer's own compactions are seen
@@ -137,8 +138,8 @@ package import Foundation
     /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
     /// write and flush fails too, until the store is reopened (and reread from the disk).
     var syncFailure: CofferError?
-    /// The journal file mapped for appends (see ``mappedTail(covering:)``), the inode it maps.
-    var tail: (mapping: any SharedMapping, inode: UInt64)?
+    /// The journal file mapped for appends (see ``mappedTail(covering:)``), and the file it maps.
+    var tail: (mapping: any SharedMapping, device: UInt64, inode: UInt64)?
     /// Whether this file system never maps for appends: asked once, not at every append.
     var tailUnavailable = false
     /// How many commits were stored into the mapping rather than written (for tests).
@@ -595,7 +596,12 @@ package import Foundation
         let grew = try ensureCapacity(needed)
         do {
             if let tail = mappedTail(covering: needed) {
-                if coffer_guarded_append(tail + Int(start), frames.baseAddress, frames.count) != 0 {
+                let copied = coffer_guarded_append(
+                    tail + Int(start), frames.baseAddress, frames.count, tail + Int(allocatedSize))
+                if copied == -2 || copied == -3 {
+                    // No safe way to store a header here: written, which the mapping sees too.
+                    try fs.writeAll(fd, frames, at: start, path: path)
+                } else if copied != 0 {
                     tailUnavailable = true
                     self.tail = nil
                     // The blocks past the new end are gone, and with them perhaps records
@@ -608,8 +614,9 @@ package import Foundation
                         path: path, offset: start)
                     syncFailure = error
                     throw error
+                } else {
+                    mappedCommits &+= 1
                 }
-                mappedCommits &+= 1
             } else {
                 try fs.writeAll(fd, frames, at: start, path: path)
             }
@@ -675,12 +682,14 @@ package import Foundation
     func mappedTail(covering needed: Int64) -> UnsafeMutableRawPointer? {
         guard options.mapsAppends, options.durability != .immediate, !tailUnavailable else { return nil }
         if !options.exclusive {
-            guard let control, control.watchers == (watching ? 1 : 0) else { return nil }
+            guard let control, control.allowsMappedAppends(watchingHere: watching) else { return nil }
         }
         // The mapping reaches past the file's end (64 MiB, or twice what is needed), so the file
         // growing does not mean mapping it again: pages past the end are never touched (appends
         // land below `allocatedSize`, in written blocks), and become the file's as it grows.
-        if let tail, tail.inode == identity.inode, Int64(tail.mapping.length) >= needed, needed <= allocatedSize {
+        if let tail, tail.inode == identity.inode, tail.device == identity.device, Int64(tail.mapping.length) >= needed,
+            needed <= allocatedSize
+        {
             return tail.mapping.base
         }
         tail = nil
@@ -690,7 +699,7 @@ package import Foundation
             tailUnavailable = true
             return nil
         }
-        tail = (mapping, identity.inode)
+        tail = (mapping, identity.device, identity.inode)
         return mapping.base
     }
 

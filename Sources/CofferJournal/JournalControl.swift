@@ -25,6 +25,7 @@ import CSharedWord
 /// | 4 | 1 from just before an append's first write until the data end is stored |
 /// | 5, 6 | device and inode of the journal file the page was last settled for |
 /// | 7 | how many open journals, in every process, watch the file for other writers' changes |
+/// | 8 | nonzero once a page of version 1 was found here: a process of that version may watch without counting |
 ///
 /// The protocol, all under the store's `flock` unless noted:
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
@@ -49,7 +50,9 @@ import CSharedWord
 ///   subtracts it when it stops or closes. A shared writer appends by storing into a mapping of
 ///   the file only while no journal but itself watches; otherwise it writes, so every watch
 ///   sees the append. A process that dies watching leaves the count raised: writers then write,
-///   as before mappings, until the page is set up again.
+///   as before mappings, for as long as the lock file lives (slower, never wrong). A page of
+///   version 1 (whose processes never count their watches, and set the page up as version 1
+///   again, zeroing words 0–6 only) sets word 8, which keeps every writer writing from then on.
 ///
 /// A page whose magic or version is wrong (a new lock file, garbage, another byte order) is
 /// set up again with a random even generation, which no process remembers.
@@ -132,7 +135,11 @@ final class JournalControl: @unchecked Sendable {
     /// process remembers), the magic stored last.
     private func setUpIfNeeded() {
         guard !isSetUp else { return }
-        for word in 0..<8 { store(word, 0) }
+        // Version 1's processes watch without counting (word 7 is unknown to them).
+        if load(0) == Self.magic && load(1) == 1 { store(8, 1) }
+        // Word 7 is kept: journals of this version that watch stay counted (a new lock file
+        // holds zeros; a garbled page's count only keeps writers writing).
+        for word in 0..<7 { store(word, 0) }
         store(1, Self.version)
         store(2, UInt64.random(in: 0...UInt64.max) & ~1)
         store(0, Self.magic)
@@ -140,6 +147,13 @@ final class JournalControl: @unchecked Sendable {
 
     /// How many journals watch the file (word 7); 0 on a page not set up.
     var watchers: UInt64 { isSetUp ? load(7) : 0 }
+
+    /// Whether a shared writer may store its appends into a mapping: the page is this version's,
+    /// no process of version 1 was seen on it (word 8), and no journal watches the file but
+    /// (when `watchingHere`) the writer's own.
+    func allowsMappedAppends(watchingHere: Bool) -> Bool {
+        isSetUp && load(8) == 0 && load(7) == (watchingHere ? 1 : 0)
+    }
 
     /// Under the lock: one more journal watches the file.
     func addWatcher() {

@@ -25,8 +25,10 @@ public final class TemporaryDirectory: Sendable {
 
     /// Creates the directory with `mkdtemp`, which makes it `0700` whatever the umask.
     /// - Throws: ``CofferError`` with code ``CofferError/Code/io`` when it cannot be created.
-    public init(prefix: String = "coffer-test") throws {
-        let base = FileManager.default.temporaryDirectory.path
+    /// - Parameter base: the directory to make it in; the system's temporary directory unless
+    ///   given (`/dev/shm`, for a test that needs tmpfs).
+    public init(prefix: String = "coffer-test", in base: String? = nil) throws {
+        let base = base ?? FileManager.default.temporaryDirectory.path
         var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
         let created = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
         guard let created else {

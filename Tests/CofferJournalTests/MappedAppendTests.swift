@@ -13,15 +13,8 @@ import Testing
 struct MappedAppendTests {
     /// A directory on tmpfs (`/dev/shm`), where mapping for appends is always allowed, so the
     /// mapped path is the one under test on any machine.
-    final class ShmDirectory {
-        let path: String
-        init() throws {
-            var template = Array("/dev/shm/coffer-mapped-XXXXXX".utf8CString)
-            let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap { mkdtemp($0) } }
-            guard let created else { throw CofferError.io("mkdtemp", path: "/dev/shm", errno: errno) }
-            path = String(cString: created)
-        }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
+    func shmDirectory() throws -> TemporaryDirectory {
+        try TemporaryDirectory(prefix: "coffer-mapped", in: "/dev/shm")
     }
 
     func options(mapped: Bool) -> JournalOptions {
@@ -50,7 +43,7 @@ struct MappedAppendTests {
     }
 
     @Test func theMappedAndTheWrittenFileAreTheSameBytes() throws {
-        let shm = try ShmDirectory()
+        let shm = try shmDirectory()
         var images: [Data] = []
         for mapped in [true, false] {
             let path = shm.path + "/j-\(mapped)"
@@ -72,7 +65,7 @@ struct MappedAppendTests {
     }
 
     @Test func aFileTruncatedUnderTheMappingFailsTheWriteAndTheProcessLives() throws {
-        let shm = try ShmDirectory()
+        let shm = try shmDirectory()
         let path = shm.path + "/j"
         let (journal, _) = try Journal.open(
             path: path, options: options(mapped: true), fileSystem: LiveFileSystem(), create: .openOrCreate)
@@ -95,8 +88,60 @@ struct MappedAppendTests {
         }
     }
 
+    /// Headers that cross a 4 KiB boundary, and headers in a block's first 4 bytes (the store
+    /// then starts at the block, not 4 bytes before the header): the same bytes as written.
+    @Test func headersAtBlockBoundariesAreTheSameBytes() throws {
+        let shm = try shmDirectory()
+        var images: [Data] = []
+        for mapped in [true, false] {
+            let path = shm.path + "/edges-\(mapped)"
+            let (journal, _) = try Journal.open(
+                path: path, options: options(mapped: mapped), fileSystem: LiveFileSystem(), create: .openOrCreate)
+            var expected: [Data] = []
+            // For each distance d of the next header from the next 4 KiB boundary, a record that
+            // lands it there: d in 1...11 crosses the boundary, d = 0 and d = -1...-3 start the
+            // header at or just past it.
+            for (i, d) in [6, 1, 11, 0, -1, -3, 5, 8].enumerated() {
+                let end = Int(journal.dataEnd)
+                let boundary = (end / 4096 + 2) * 4096
+                let count = boundary - d - end - Journal.frameHeaderSize
+                let payload = Data(repeating: UInt8(0x30 + i), count: count)
+                _ = try journal.withWriteLock { _ in try journal.append([payload]) }
+                let tail = Data("after-\(i)".utf8)
+                _ = try journal.withWriteLock { _ in try journal.append([tail]) }
+                expected += [payload, tail]
+            }
+            #expect(mapped ? journal.mappedCommits == 16 : journal.mappedCommits == 0)
+            try journal.close()
+            images.append(try Data(contentsOf: URL(fileURLWithPath: path)))
+            let (again, records) = try Journal.open(
+                path: path, options: options(mapped: mapped), fileSystem: LiveFileSystem(), create: .openExisting)
+            #expect(records.map(\.payload) == expected)
+            try again.close()
+        }
+        #expect(images[0] == images[1])
+    }
+
+    /// A file cut inside its last page, past the last record: the stores past the new end raise
+    /// no fault (the kernel drops them), so the flush checks the size before it syncs.
+    @Test func aFileCutShortInsideItsLastPageFailsTheFlush() throws {
+        let shm = try shmDirectory()
+        let path = shm.path + "/cut"
+        let (journal, _) = try Journal.open(
+            path: path, options: options(mapped: true), fileSystem: LiveFileSystem(), create: .openOrCreate)
+        _ = try journal.withWriteLock { _ in try journal.append([Data("kept".utf8)]) }
+        #expect(truncate(path, off_t(journal.dataEnd + 5)) == 0)
+        _ = try journal.withWriteLock { _ in try journal.append([Data(repeating: 7, count: 40)]) }
+        let error = #expect(throws: CofferError.self) { try journal.flush() }
+        #expect(error?.code == .corrupted && error?.message.contains("truncated") == true, "\(String(describing: error))")
+        #expect(throws: CofferError.self) {
+            _ = try journal.withWriteLock { _ in try journal.append([Data("more".utf8)]) }
+        }
+        _ = try? journal.close()
+    }
+
     @Test func aDurableJournalWritesEachAppend() throws {
-        let shm = try ShmDirectory()
+        let shm = try shmDirectory()
         var durable = options(mapped: true)
         durable.durability = .immediate
         let (journal, _) = try Journal.open(
@@ -109,7 +154,7 @@ struct MappedAppendTests {
     /// Two journals on one file stand for two processes. A file watch sees writes, not stores
     /// into a mapping: while another journal watches, a shared writer writes.
     @Test func aSharedWriterStoresOnlyWhileNoOtherJournalWatches() throws {
-        let shm = try ShmDirectory()
+        let shm = try shmDirectory()
         var shared = options(mapped: true)
         shared.exclusive = false
         let path = shm.path + "/shared"

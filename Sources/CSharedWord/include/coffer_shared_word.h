@@ -42,25 +42,32 @@ int coffer_file_system_type(int fd, uint64_t *type);
 
 /// Copies one commit's frames (`count` bytes laid out as the journal writes them: a 12-byte
 /// header whose first word's low 30 bits are the payload's length, then the payload) to
-/// `destination` inside a shared file mapping, where the bytes are zero and the 4 bytes before
-/// are the journal's (its header or the last commit). It survives the file having been
-/// truncated under the mapping by another process: the store into a page past the file's end
-/// raises SIGBUS, which a handler installed once (`coffer_install_bus_guard`) turns into a
-/// return of -1 from this call, on this thread only. A SIGBUS anywhere else goes to the
-/// handler that was installed before, or kills the process as it would have.
+/// `destination` inside a shared file mapping, where the bytes are zero; `limit` is the file's
+/// end in the mapping, and the bytes before `destination` are the journal's.
 ///
 /// A kill can stop a copy between any two instructions, so the order makes every stop look as
 /// the journal's format calls torn: each frame's payload first, then its 12 header bytes in one
-/// 16-byte store (with the 4 bytes before them, stored unchanged), which no kill can split. A
-/// stop leaves every frame before whole and the next one's header all zero. 0 on success, -1
-/// on SIGBUS, -2 where this build has no single 16-byte store (nothing is copied).
-int coffer_guarded_append(void *destination, const void *frames, size_t count);
+/// 16-byte store inside one 4 KiB block (with bytes around them stored unchanged), which no kill
+/// splits; a header that crosses a block is stored in two parts, the part past the boundary last.
+/// A stop leaves every frame before whole and the next one's header zero, or zero past a sector
+/// boundary.
+///
+/// It survives the file having been truncated under the mapping by another process: the store
+/// into a page past the file's end raises SIGBUS, which a handler installed once
+/// (`coffer_install_bus_guard`) turns into a return of -1 from this call, on this thread only.
+/// Returns 0 on success; -1 on that SIGBUS; -2 where this build has no single 16-byte store;
+/// -3 when a header could not be stored so (the file ends too close after it): for -2 and -3
+/// nothing was copied, and the caller writes the commit instead.
+int coffer_guarded_append(void *destination, const void *frames, size_t count, const void *limit);
 
 /// Whether `coffer_guarded_append` can copy in this build (a 16-byte store exists).
 int coffer_guarded_append_supported(void);
 
-/// Installs the SIGBUS handler behind `coffer_guarded_append` (once per process; later calls
-/// do nothing). 0 on success, else -1 with errno set: then no guarded append may be attempted.
+/// Installs the SIGBUS handler behind `coffer_guarded_append` (once per process) and checks that
+/// it is still the process's: 0 when it is, else -1 with errno set (EBUSY: a handler installed
+/// later replaced it). Only a SIGBUS the kernel raises for the copy's own stores is taken; any
+/// other goes to the handler installed before, or to the default action. No guarded append may
+/// be attempted unless this returned 0.
 int coffer_install_bus_guard(void);
 
 #endif

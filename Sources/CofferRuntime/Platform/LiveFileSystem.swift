@@ -280,7 +280,7 @@ package struct LiveFileSystem: FileSystem {
     package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
         let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
-        // The usual case, a free lock, reads no clock.
+        // The usual case, a free lock, needs no clock.
         if flock(fd, operation) == 0 { return }
         var clock = timespec()
         clock_gettime(CLOCK_MONOTONIC, &clock)

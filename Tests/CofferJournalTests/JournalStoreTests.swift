@@ -138,14 +138,15 @@ struct JournalStoreTests {
         #expect(union(Array(told.all.prefix(before)))?.contains("own") == false)
     }
 
-    @Test("The compaction rule: a write compacts exactly when more than 64 KiB and more than the live records are superseded")
+    @Test("The compaction rule: a write compacts exactly when more than 256 KiB and more than the live records are superseded")
     func compactionRule() throws {
         let scratch = try Scratch()
         let store = try NotesIndex.open(scratch.url.appendingPathComponent("notes").path)
         try store.set("kept", Array(repeating: 7, count: 3000))
         let value = Array(repeating: UInt8(9), count: 1000)
         var compactions = 0
-        for _ in 0..<300 {
+        // Enough 1 KB writes for three compactions at the rule's minimum.
+        for _ in 0..<(3 * JournalCompaction.minimumGarbage / 1000 + 100) {
             let (used, live, rewrites) = try store.withIndex {
                 (Int($0.journal.dataEnd - $0.journal.dataStart), $0.liveBytes, $0.rewrites)
             }
@@ -153,7 +154,7 @@ struct JournalStoreTests {
             let replaced = try store.withIndex { $0.values["k"]?.size ?? 0 }
             // After this write's append: the file holds `record` more, the live records `record - replaced` more.
             let garbage = used + record - (live + record - replaced)
-            let expected = garbage > 64 * 1024 && garbage > live + record - replaced
+            let expected = garbage > JournalCompaction.minimumGarbage && garbage > live + record - replaced
             try store.set("k", value)
             let (after, rewritesAfter, worth) = try store.withIndex {
                 (Int($0.journal.dataEnd - $0.journal.dataStart), $0.rewrites, $0.compactionIsWorthIt)
@@ -174,13 +175,14 @@ struct JournalStoreTests {
         let suite = try KeyValueFileStrategy(directory: scratch.url, suite: "rule")
         try suite.save(Data(repeating: 7, count: 3000), for: "kept")
         var compactions = 0
-        for _ in 0..<300 {
+        // Enough 1 KB writes for three compactions at the rule's minimum.
+        for _ in 0..<(3 * JournalCompaction.minimumGarbage / 1000 + 100) {
             let (used, live, recordOfK) = try suite.store.withIndex {
                 (Int($0.journal.dataEnd - $0.journal.dataStart), $0.liveBytes, $0.index[ExactKey("k")]?.recordSize ?? 0)
             }
             let record = try KeyValueFileStrategy.encode(key: "k", value: Data(count: 1000)).count + Journal.frameHeaderSize
             let garbage = used + record - (live + record - recordOfK)
-            let expected = garbage > 64 * 1024 && garbage > live + record - recordOfK
+            let expected = garbage > JournalCompaction.minimumGarbage && garbage > live + record - recordOfK
             try suite.save(Data(repeating: 9, count: 1000), for: "k")
             let (after, worth) = try suite.store.withIndex {
                 (Int($0.journal.dataEnd - $0.journal.dataStart), $0.compactionIsWorthIt)

@@ -103,7 +103,8 @@ struct JournalStoreParityTests {
         write: () throws -> Void, facts: () throws -> (used: Int, live: Int, replaced: Int, worth: Bool)
     ) throws -> Int {
         var compactions = 0
-        for _ in 0..<300 {
+        // Enough writes of about 1 KB for three compactions at the rule's minimum.
+        for _ in 0..<(3 * JournalCompaction.minimumGarbage / 1000 + 100) {
             let before = try facts()
             // Each write's record is as large as the one it replaces: the live bytes stay.
             let garbage = before.used + before.replaced - before.live

@@ -52,9 +52,9 @@ extension Journal {
         hasUnsyncedWrites = false
     }
 
-    /// Before a sync of appends stored through the mapping: the file still holds them (a store
-    /// past the end of a file another program cut short, inside its last page, is dropped
-    /// without a fault), and Coffer's `SIGBUS` handler is still the process's (a handler the
+    /// Before a sync of appends stored through the mapping: the file is not shorter than Coffer
+    /// made it (a store past the end of a file another program cut short, inside its last page,
+    /// is dropped without a fault), and Coffer's `SIGBUS` handler is still the process's (a handler the
     /// host installed since would let a truncation kill the process). Otherwise the mapping is
     /// given up; a file cut short fails with `.corrupted`, and nothing more is written.
     func checkMappedFile() throws {
@@ -63,13 +63,13 @@ extension Journal {
             tailUnavailable = true
         }
         let size = try fs.fstat(fd).size
-        guard size < dataEnd else { return }
+        guard size < allocatedSize else { return }
         tail = nil
         tailUnavailable = true
         let error = CofferError(
             .corrupted,
             "the store file was truncated by another program while this store had it open (it holds \(size) bytes, "
-                + "its records reach byte \(dataEnd)); nothing more is written to it: open it again to see what it holds",
+                + "\(allocatedSize) were written); nothing more is written to it: open it again to see what it holds",
             path: path, offset: size)
         syncFailure = error
         throw error
@@ -91,6 +91,22 @@ extension Journal {
     func ensureCapacity(_ needed: Int64) throws -> Bool {
         if needed <= allocatedSize { return false }
         let current = try fs.fstat(fd).size
+        if current < allocatedSize {
+            // Coffer never shrinks a journal it has open (a compaction makes a new file): another
+            // program cut it short. Growing it again would put zeros where acknowledged records
+            // were, and a store into a mapping past the cut inside its last page is dropped
+            // without a fault, so nothing more is written.
+            tail = nil
+            tailUnavailable = true
+            let error = CofferError(
+                .corrupted,
+                "the store file was truncated by another program while this store had it open (it holds \(current) "
+                    + "bytes, \(allocatedSize) were written); nothing more is written to it: open it again to see what "
+                    + "it holds",
+                path: path, offset: current)
+            syncFailure = error
+            throw error
+        }
         if current >= needed {
             allocatedSize = current
             return false

@@ -317,6 +317,8 @@ package import Foundation
             }
             if readOnly == nil { try removeStaleTemporaryFiles(of: path, fs: fs) }
             let existing = try fs.stat(path)
+            // A page set up now for a store that already exists may have lost watchers' counts.
+            control?.createdWithStore = existing == nil
             switch (existing, create) {
             case (nil, .openExisting):
                 throw CofferError(.notFound, "no store file exists here", path: path, errno: ENOENT_)
@@ -681,9 +683,9 @@ package import Foundation
     /// the file grows or is replaced (a compaction, here or by another process).
     func mappedTail(covering needed: Int64) -> UnsafeMutableRawPointer? {
         guard options.mapsAppends, options.durability != .immediate, !tailUnavailable else { return nil }
-        if !options.exclusive {
-            guard let control, control.allowsMappedAppends(watchingHere: watching) else { return nil }
-        }
+        // An exclusive journal asks too: a process that opened the store before it may still be
+        // watching (its writes now wait for the lock, its watch does not).
+        guard let control, control.allowsMappedAppends(watchingHere: watching) else { return nil }
         // The mapping reaches past the file's end (64 MiB, or twice what is needed), so the file
         // growing does not mean mapping it again: pages past the end are never touched (appends
         // land below `allocatedSize`, in written blocks), and become the file's as it grows.

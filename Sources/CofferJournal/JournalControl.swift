@@ -25,7 +25,7 @@ import CSharedWord
 /// | 4 | 1 from just before an append's first write until the data end is stored |
 /// | 5, 6 | device and inode of the journal file the page was last settled for |
 /// | 7 | how many open journals, in every process, watch the file for other writers' changes |
-/// | 8 | nonzero once a page of version 1 was found here: a process of that version may watch without counting |
+/// | 8 | nonzero once the page was set up other than with its store (a page of version 1, whose processes watch without counting; a page zeroed, garbled or lost while the store existed): counts may be missing, so nobody maps |
 ///
 /// The protocol, all under the store's `flock` unless noted:
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
@@ -50,9 +50,11 @@ import CSharedWord
 ///   subtracts it when it stops or closes. A shared writer appends by storing into a mapping of
 ///   the file only while no journal but itself watches; otherwise it writes, so every watch
 ///   sees the append. A process that dies watching leaves the count raised: writers then write,
-///   as before mappings, for as long as the lock file lives (slower, never wrong). A page of
-///   version 1 (whose processes never count their watches, and set the page up as version 1
-///   again, zeroing words 0–6 only) sets word 8, which keeps every writer writing from then on.
+///   as before mappings, for as long as the lock file lives (slower, never wrong). A page set
+///   up other than by the opener that creates the store — a page of version 1 (whose processes
+///   never count their watches), one zeroed or garbled while the store is in use, a lock file
+///   removed and made again, a page lost to a power loss — sets word 8, which keeps every
+///   writer writing from then on: the counts may be missing.
 ///
 /// A page whose magic or version is wrong (a new lock file, garbage, another byte order) is
 /// set up again with a random even generation, which no process remembers.
@@ -66,6 +68,12 @@ final class JournalControl: @unchecked Sendable {
     static let version: UInt64 = 2
 
     private let mapping: any SharedMapping
+
+    /// Whether this page belongs to a store being created by this opener: its first set-up loses
+    /// no watcher's count. Any other set-up (a page zeroed or garbled while the store is in
+    /// use, a lock file removed and made again, a power loss) may have lost counts, so it sets
+    /// word 8 and no writer stores into a mapping for the life of the lock file.
+    var createdWithStore = false
 
     init(mapping: any SharedMapping) {
         precondition(mapping.length >= Self.length)
@@ -135,8 +143,10 @@ final class JournalControl: @unchecked Sendable {
     /// process remembers), the magic stored last.
     private func setUpIfNeeded() {
         guard !isSetUp else { return }
-        // Version 1's processes watch without counting (word 7 is unknown to them).
-        if load(0) == Self.magic && load(1) == 1 { store(8, 1) }
+        // Version 1's processes watch without counting (word 7 is unknown to them), and a page
+        // set up again may have lost this version's counts: see `createdWithStore`.
+        if !createdWithStore || (load(0) == Self.magic && load(1) == 1) { store(8, 1) }
+        createdWithStore = false
         // Word 7 is kept: journals of this version that watch stay counted (a new lock file
         // holds zeros; a garbled page's count only keeps writers writing).
         for word in 0..<7 { store(word, 0) }

@@ -140,6 +140,62 @@ struct MappedAppendTests {
         _ = try? journal.close()
     }
 
+    /// A cut below the data end inside the last page: stores past it are dropped without a
+    /// fault, so the write that would grow the file again (zeros over acknowledged records)
+    /// refuses instead, and nothing more is written.
+    @Test func aFileCutBelowItsRecordsIsNeverGrownAgain() throws {
+        let shm = try shmDirectory()
+        let path = shm.path + "/cut-below"
+        let (journal, _) = try Journal.open(
+            path: path, options: options(mapped: true), fileSystem: LiveFileSystem(), create: .openOrCreate)
+        for i in 0..<20 { _ = try journal.withWriteLock { _ in try journal.append([Data("record-\(i)".utf8)]) } }
+        #expect(truncate(path, off_t(journal.dataEnd - 30)) == 0)
+        var refused: CofferError?
+        for _ in 0..<2000 where refused == nil {
+            do {
+                _ = try journal.withWriteLock { _ in try journal.append([Data(repeating: 7, count: 100)]) }
+            } catch let error as CofferError {
+                refused = error
+            }
+        }
+        #expect(refused?.code == .corrupted && refused?.message.contains("truncated") == true, "\(String(describing: refused))")
+        // The file was not grown again over the cut.
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int ?? 0 < Int(journal.dataEnd))
+        _ = try? journal.close()
+    }
+
+    /// A control page zeroed while a journal watches has lost its count, and so has a lock file
+    /// removed and made again for a store that exists: from then on appends are written, never
+    /// stored, so every watch sees them.
+    @Test(arguments: ["zeroed", "removed"])
+    func aPageThatMayHaveLostCountsStopsTheMapping(_ how: String) throws {
+        let shm = try shmDirectory()
+        var shared = options(mapped: true)
+        shared.exclusive = false
+        let path = shm.path + "/lost"
+        let (writer, _) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openOrCreate)
+        _ = try writer.withWriteLock { _ in try writer.append([Data("first".utf8)]) }
+        #expect(writer.mappedCommits == 1)
+        let (watcher, _) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openExisting)
+        watcher.watch(true)
+        if how == "zeroed" {
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + ".lock"))
+            try handle.write(contentsOf: Data(count: 4096))
+            try handle.close()
+            _ = try writer.withWriteLock { _ in try writer.append([Data("after".utf8)]) }
+            #expect(writer.mappedCommits == 1, "stored into the mapping while a watch may be uncounted")
+        } else {
+            #expect(unlink(path + ".lock") == 0)
+            try writer.close()
+            let (next, _) = try Journal.open(path: path, options: shared, fileSystem: LiveFileSystem(), create: .openExisting)
+            _ = try next.withWriteLock { _ in try next.append([Data("after".utf8)]) }
+            #expect(next.mappedCommits == 0, "stored into the mapping of a store whose lock file was made again")
+            try next.close()
+        }
+        try watcher.close()
+        if how == "zeroed" { try writer.close() }
+    }
+
     @Test func aDurableJournalWritesEachAppend() throws {
         let shm = try shmDirectory()
         var durable = options(mapped: true)

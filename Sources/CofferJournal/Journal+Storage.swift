@@ -63,16 +63,23 @@ extension Journal {
             tailUnavailable = true
         }
         let size = try fs.fstat(fd).size
-        guard size < allocatedSize else { return }
+        if size < allocatedSize { throw stopAfterTruncation(size: size, offset: size) }
+    }
+
+    /// Another program cut the file short under this journal: the mapping is given up and every
+    /// later write and flush fails with the returned error (the file is left for a person to
+    /// look at; writing on, or compacting from the index, would hide what was lost).
+    func stopAfterTruncation(size: Int64?, offset: Int64) -> CofferError {
         tail = nil
         tailUnavailable = true
+        let holds = size.map { " (it holds \($0) bytes, \(allocatedSize) were written)" } ?? ""
         let error = CofferError(
             .corrupted,
-            "the store file was truncated by another program while this store had it open (it holds \(size) bytes, "
-                + "\(allocatedSize) were written); nothing more is written to it: open it again to see what it holds",
-            path: path, offset: size)
+            "the store file was truncated by another program while this store had it open\(holds); nothing more is "
+                + "written to it: open it again to see what it holds",
+            path: path, offset: offset)
         syncFailure = error
-        throw error
+        return error
     }
 
     /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
@@ -96,16 +103,7 @@ extension Journal {
             // program cut it short. Growing it again would put zeros where acknowledged records
             // were, and a store into a mapping past the cut inside its last page is dropped
             // without a fault, so nothing more is written.
-            tail = nil
-            tailUnavailable = true
-            let error = CofferError(
-                .corrupted,
-                "the store file was truncated by another program while this store had it open (it holds \(current) "
-                    + "bytes, \(allocatedSize) were written); nothing more is written to it: open it again to see what "
-                    + "it holds",
-                path: path, offset: current)
-            syncFailure = error
-            throw error
+            throw stopAfterTruncation(size: current, offset: current)
         }
         if current >= needed {
             allocatedSize = current

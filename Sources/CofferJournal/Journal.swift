@@ -604,18 +604,9 @@ package import Foundation
                     // No safe way to store a header here: written, which the mapping sees too.
                     try fs.writeAll(fd, frames, at: start, path: path)
                 } else if copied != 0 {
-                    tailUnavailable = true
-                    self.tail = nil
-                    // The blocks past the new end are gone, and with them perhaps records
-                    // acknowledged before: writing on (or compacting from the index) would hide
-                    // that. The file stays as it is for a person to look at.
-                    let error = CofferError(
-                        .corrupted,
-                        "the store file was truncated by another program while this store had it open; nothing more "
-                            + "is written to it: open it again to see what it holds",
-                        path: path, offset: start)
-                    syncFailure = error
-                    throw error
+                    // A store faulted past the new end: the blocks there are gone, and with them
+                    // perhaps records acknowledged before.
+                    throw stopAfterTruncation(size: nil, offset: start)
                 } else {
                     mappedCommits &+= 1
                 }

@@ -10,7 +10,7 @@ import Testing
 /// allowed, and none is left behind).
 @Suite("A vault file mounted on its own")
 struct BindMountTests {
-    @Test("is refused with a clear error, and the vault through its own name keeps every item", .timeLimit(.minutes(5)))
+    @Test("is refused with a clear error, and the vault through its own name keeps every item", .timeLimit(.minutes(10)))
     func singleFileBindMountIsRefused() throws {
         let box = try Sandbox()
         try box.initVault()

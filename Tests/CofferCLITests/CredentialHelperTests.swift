@@ -74,7 +74,7 @@ struct HelperBox {
 
 @Suite("git-credential-coffer: git's credential helper protocol")
 struct GitCredentialHelperTests {
-    @Test("git credential approve/fill/reject through the helper: users apart, useHttpPath, erase by host", .timeLimit(.minutes(5)))
+    @Test("git credential approve/fill/reject through the helper: users apart, useHttpPath, erase by host", .timeLimit(.minutes(10)))
     func gitRoundTrip() throws {
         let helper = try HelperBox()
         for (user, password) in [("alice", "pw-alice-1"), ("bob", "pw-bob-2")] {
@@ -108,7 +108,7 @@ struct GitCredentialHelperTests {
         #expect(gone.status != 0 && !gone.out.contains("pw-alice"), "\(gone)")
     }
 
-    @Test("The helper's options in credential.helper ('coffer --vault … --passphrase-file …') choose and unlock the vault", .timeLimit(.minutes(5)))
+    @Test("The helper's options in credential.helper ('coffer --vault … --passphrase-file …') choose and unlock the vault", .timeLimit(.minutes(10)))
     func helperOptions() throws {
         let helper = try HelperBox()
         let configured = "credential.helper=coffer --vault \(helper.box.vault) --passphrase-file \(helper.box.passphraseFile)"
@@ -120,7 +120,7 @@ struct GitCredentialHelperTests {
         #expect(filled.status == 0 && filled.out.contains("username=u\npassword=pw-options\n"), "\(filled)")
     }
 
-    @Test("A locked vault with no terminal and nothing to unlock it: get answers nothing at once, store changes nothing", .timeLimit(.minutes(5)))
+    @Test("A locked vault with no terminal and nothing to unlock it: get answers nothing at once, store changes nothing", .timeLimit(.minutes(10)))
     func lockedAnswersNothing() throws {
         let helper = try HelperBox()
         try helper.box.set("git:https://locked.test", "u", Array("pw-locked".utf8))
@@ -135,7 +135,7 @@ struct GitCredentialHelperTests {
         #expect(try helper.items() == [["git:https://locked.test", "u"]])
     }
 
-    @Test("password_expiry_utc and oauth_refresh_token are kept and returned; an empty user name and password too", .timeLimit(.minutes(5)))
+    @Test("password_expiry_utc and oauth_refresh_token are kept and returned; an empty user name and password too", .timeLimit(.minutes(10)))
     func extraAttributes() throws {
         let helper = try HelperBox()
         let request = "protocol=https\nhost=oauth.test\nusername=o\npassword=pw-oauth\npassword_expiry_utc=1999999999\noauth_refresh_token=rt-secret\nwwwauth[]=Basic\n"
@@ -155,7 +155,7 @@ struct GitCredentialHelperTests {
         #expect(try helper.items().contains(["git:https://sso.test", "%"]))
     }
 
-    @Test("An item not written by the helper cannot add lines to git's answer: only the password and the kept attributes", .timeLimit(.minutes(5)))
+    @Test("An item not written by the helper cannot add lines to git's answer: only the password and the kept attributes", .timeLimit(.minutes(10)))
     func answerCarriesNoInjectedLines() throws {
         let helper = try HelperBox()
         // A secret with lines git would obey (quit, another host) besides a kept attribute.
@@ -173,7 +173,7 @@ struct GitCredentialHelperTests {
         #expect(filled.status == 0 && filled.out.contains("host=inject.test\n") && !filled.out.contains("evil"), "\(filled)")
     }
 
-    @Test("User names compare by their bytes, a url= is refused, a stored CRLF line answers without its CR", .timeLimit(.minutes(5)))
+    @Test("User names compare by their bytes, a url= is refused, a stored CRLF line answers without its CR", .timeLimit(.minutes(10)))
     func bytesURLAndCR() throws {
         let helper = try HelperBox()
         // josé with U+00E9, then asked for as e + U+0301: another user, as git compares.
@@ -196,7 +196,7 @@ struct GitCredentialHelperTests {
         #expect(get.status == 0 && get.out == "username=u\npassword=pw-crlf\n", "\(get)")
     }
 
-    @Test("GIT_TERMINAL_PROMPT=0: a locked vault with a terminal is not asked for, get answers nothing at once", .timeLimit(.minutes(5)))
+    @Test("GIT_TERMINAL_PROMPT=0: a locked vault with a terminal is not asked for, get answers nothing at once", .timeLimit(.minutes(10)))
     func noPromptUnderGitTerminalPromptZero() throws {
         let helper = try HelperBox()
         let terminal = try PseudoTerminal()
@@ -214,7 +214,7 @@ struct GitCredentialHelperTests {
         #expect(terminal.transcript.firstRange(of: Array("Passphrase".utf8)) == nil, "a prompt reached the terminal")
     }
 
-    @Test("erase with a password removes only the items holding it", .timeLimit(.minutes(5)))
+    @Test("erase with a password removes only the items holding it", .timeLimit(.minutes(10)))
     func eraseMatchesPassword() throws {
         let helper = try HelperBox()
         for user in ["a", "b"] {
@@ -227,7 +227,7 @@ struct GitCredentialHelperTests {
         #expect(try helper.items() == [["git:https://e.test", "a"]])
     }
 
-    @Test("Bad requests (no '=', a NUL byte, not UTF-8, too large, no protocol, store without a password) get a clear error and change nothing", .timeLimit(.minutes(5)))
+    @Test("Bad requests (no '=', a NUL byte, not UTF-8, too large, no protocol, store without a password) get a clear error and change nothing", .timeLimit(.minutes(10)))
     func badRequests() throws {
         let helper = try HelperBox()
         try helper.box.set("git:https://keep.test", "u", Array("pw-keep".utf8))
@@ -273,7 +273,7 @@ struct GitCredentialHelperTests {
 struct DockerCredentialHelperTests {
     static let missing = "credentials not found in native keychain\n"
 
-    @Test("store, get, list, a second login replacing the first, erase; a missing login answers docker's exact message", .timeLimit(.minutes(5)))
+    @Test("store, get, list, a second login replacing the first, erase; a missing login answers docker's exact message", .timeLimit(.minutes(10)))
     func dockerRoundTrip() throws {
         let helper = try HelperBox()
         let url = "https://registry.example.com/v1/"
@@ -304,7 +304,7 @@ struct DockerCredentialHelperTests {
         #expect(locked.status == 1 && locked.out == Self.missing, "\(locked)")
     }
 
-    @Test("A server URL with spaces around it is stored as get and erase read it; a user name with a control character is refused; get and list agree on the latest login", .timeLimit(.minutes(5)))
+    @Test("A server URL with spaces around it is stored as get and erase read it; a user name with a control character is refused; get and list agree on the latest login", .timeLimit(.minutes(10)))
     func trimmedURLsControlNamesAndLatestLogin() throws {
         let helper = try HelperBox()
         let spaced = #"{"ServerURL": "  https://spaced.test  ", "Username": "u", "Secret": "s-1"}"#
@@ -330,7 +330,7 @@ struct DockerCredentialHelperTests {
         #expect(list.status == 0 && list.out.contains(#""https://race.test":"newer""#), "\(list)")
     }
 
-    @Test("Bad requests (not JSON, missing fields, a NUL byte, too large, a URL of two lines) get a clear error and change nothing", .timeLimit(.minutes(5)))
+    @Test("Bad requests (not JSON, missing fields, a NUL byte, too large, a URL of two lines) get a clear error and change nothing", .timeLimit(.minutes(10)))
     func badRequests() throws {
         let helper = try HelperBox()
         let keep = #"{"ServerURL":"keep.test","Username":"u","Secret":"tok-keep"}"#

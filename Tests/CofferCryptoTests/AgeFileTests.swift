@@ -311,7 +311,7 @@ struct AgeFileTests {
 
     @Test(
         "The age tool opens what AgeFile seals, and AgeFile opens what age seals (binary and armored)",
-        .timeLimit(.minutes(5)))
+        .timeLimit(.minutes(10)))
     func ageInterop() throws {
         #expect(FileManager.default.isExecutableFile(atPath: Self.agePath), "age must be installed at \(Self.agePath)")
         try Self.withDirectory { directory in

@@ -275,7 +275,7 @@ struct DotEnvTests {
         }
     }
 
-    @Test("read: a file of exactly maximumSize bytes is read; one byte more is refused", .timeLimit(.minutes(5)))
+    @Test("read: a file of exactly maximumSize bytes is read; one byte more is refused", .timeLimit(.minutes(10)))
     func sizeLimit() throws {
         #expect(DotEnv.maximumSize == 16 * 1024 * 1024)
         try withTemporaryDirectory { directory in

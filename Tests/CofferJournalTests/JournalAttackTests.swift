@@ -52,7 +52,7 @@ struct JournalAttackTests {
         }
     }
 
-    @Test("overlapping crafted frames are judged in bounded time, as damage", .timeLimit(.minutes(3)))
+    @Test("overlapping crafted frames are judged in bounded time, as damage", .timeLimit(.minutes(10)))
     func overlappingFramesAreJudgedQuickly() {
         for (_, scan) in Self.scans(Self.overlappingFrames(count: 16 << 20)) {
             #expect(scan.records.isEmpty)
@@ -77,7 +77,7 @@ struct JournalAttackTests {
         return bytes
     }
 
-    @Test("invalid frames claiming the rest of the file between intact ones: bounded, damage", .timeLimit(.minutes(3)))
+    @Test("invalid frames claiming the rest of the file between intact ones: bounded, damage", .timeLimit(.minutes(10)))
     func alternatingFramesAreBounded() {
         for (salvage, scan) in Self.scans(Self.alternatingFrames(count: 16 << 20)) {
             #expect(scan.damage.first == 0, "the first invalid frame is damage (salvage: \(salvage))")
@@ -107,7 +107,7 @@ struct JournalAttackTests {
         return (path, image)
     }
 
-    @Test("opening a store whose tail holds crafted frames refuses it, in bounded time", .timeLimit(.minutes(3)))
+    @Test("opening a store whose tail holds crafted frames refuses it, in bounded time", .timeLimit(.minutes(10)))
     func openRefusesCraftedTailQuickly() throws {
         let dir = try Scratch("crafted")
         let (path, image) = try storeWithTail(Self.overlappingFrames(count: 16 << 20), in: dir)
@@ -116,7 +116,7 @@ struct JournalAttackTests {
         #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == image)
     }
 
-    @Test("salvage refuses a file it could not examine within its bound, and changes nothing", .timeLimit(.minutes(3)))
+    @Test("salvage refuses a file it could not examine within its bound, and changes nothing", .timeLimit(.minutes(10)))
     func salvageRefusesAnExhaustedScan() throws {
         let dir = try Scratch("crafted-salvage")
         let (path, image) = try storeWithTail(Self.alternatingFrames(count: 16 << 20), in: dir)

@@ -62,7 +62,7 @@ struct ExampleServiceTests {
     }
 
     @Test("every route answers; values survive a restart; SIGTERM flushes and exits 0; no token in the output",
-        .timeLimit(.minutes(5)))
+        .timeLimit(.minutes(10)))
     func serviceRoundTrip() async throws {
         let cluster = try PostgresTestCluster.shared
         let directory = try TemporaryDirectory(prefix: "coffer-example-service")

@@ -285,7 +285,7 @@ struct EngineAttackTests {
 
     // MARK: - A full disk
 
-    @Test(.timeLimit(.minutes(3)))
+    @Test(.timeLimit(.minutes(10)))
     func aFullDiskFailsWritesAndCompactionsClearlyAndLosesNothing() throws {
         let disk = try SmallDisk("kv-full", kilobytes: 256)
         let store = try suite(disk.path)
@@ -326,7 +326,7 @@ struct EngineAttackTests {
         #expect(try last.get(String.self, for: "after") == "after")
     }
 
-    @Test(.timeLimit(.minutes(3)))
+    @Test(.timeLimit(.minutes(10)))
     func aFullDiskAtOpenFailsClearlyAndNeverCreatesAnEmptyStore() throws {
         let disk = try SmallDisk("kv-full-open", kilobytes: 64)
         try disk.fill()
@@ -341,7 +341,7 @@ struct EngineAttackTests {
 
     // MARK: - Racing writers and compactors
 
-    @Test(.timeLimit(.minutes(5)))
+    @Test(.timeLimit(.minutes(10)))
     func writersAndTwoCompactorsRacingLoseNothing() throws {
         let dir = try Scratch("kv-race")
         let stores = try (0..<4).map { _ in try suite(dir.path, lockTimeout: .seconds(60)) }
@@ -372,7 +372,7 @@ struct EngineAttackTests {
         #expect(try reopened.keys().count == 600)
     }
 
-    @Test(.timeLimit(.minutes(5)))
+    @Test(.timeLimit(.minutes(10)))
     func anotherProcessWritingWhileThisOneCompactsLosesNothing() async throws {
         let dir = try Scratch("kv-race-process")
         let store = try suite(dir.path, "race", lockTimeout: .seconds(60))

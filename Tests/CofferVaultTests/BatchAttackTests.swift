@@ -42,7 +42,7 @@ struct BatchAttackTests {
         }
     }
 
-    @Test(.timeLimit(.minutes(3)))
+    @Test(.timeLimit(.minutes(10)))
     func aFullDiskFailsABatchWholeAndLosesNothingAcknowledged() throws {
         let disk = try SmallDisk("vault-full", kilobytes: 512)
         let url = URL(fileURLWithPath: disk.path + "/v.coffer")
@@ -146,7 +146,7 @@ struct BatchAttackTests {
         try Self.expectWhole(try Vault.open(at: url, unlock: try Self.key(4)), batches: [0], count: 10)
     }
 
-    @Test(.timeLimit(.minutes(5)))
+    @Test(.timeLimit(.minutes(10)))
     func batchesRacingAnotherInstancesCompactionsLoseNothing() throws {
         let dir = try Scratch("vault-race")
         let url = dir.url("v.coffer")

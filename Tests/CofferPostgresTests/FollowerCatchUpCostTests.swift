@@ -97,8 +97,11 @@ struct FollowerCatchUpCostTests {
         // A transaction with an id, left open: it holds every snapshot's `xmin` at its id.
         let entered = Protected(false)
         let release = Protected(false)
-        let held = Task {
+        // Started on Coffer's pool so that its blocking transform holds no cooperative thread
+        // (see `FollowingTests.commitsOutOfOrder`).
+        let held = Task(executorPreference: BlockingPool.jobs) {
             try await holder.update("held") { (n: Int?) -> Int? in
+                #expect(BlockingPool.isCurrentThread, "the blocking transform holds a cooperative thread")
                 entered.withLock { $0 = true }
                 let deadline = Date() + 100
                 while !release.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }

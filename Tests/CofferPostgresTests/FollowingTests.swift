@@ -56,8 +56,13 @@ struct FollowingTests {
         // The slow writer's transaction has its id (its row is locked) and waits inside `update`…
         let entered = Protected(false)
         let release = Protected(false)
-        let slowWrite = Task {
+        // Its transform blocks until the test lets it go: run from Coffer's own pool, the
+        // transform is moved to a growing pool (as a caller on that pool gets), so it never holds
+        // one of the cooperative threads this test's own waits need (2 on a 2-core machine; with
+        // another test's transform holding the other, every await of the process stalled).
+        let slowWrite = Task(executorPreference: BlockingPool.jobs) {
             try await slow.update("a") { (n: Int?) -> Int? in
+                #expect(BlockingPool.isCurrentThread, "the blocking transform holds a cooperative thread")
                 entered.withLock { $0 = true }
                 while !release.withLock({ $0 }) { Thread.sleep(forTimeInterval: 0.01) }
                 return 1

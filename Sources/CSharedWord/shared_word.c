@@ -99,6 +99,25 @@ int coffer_install_bus_guard(void) {
     return 0;
 }
 
+// One 64-bit load from a shared mapping of a file another program may have truncated: 0 and the
+// word in `*value`, or -1 when the page is gone (SIGBUS, caught as the copies' faults are). The
+// bus guard must be installed (`coffer_install_bus_guard`).
+int coffer_guarded_load(const void *address, uint64_t *value) {
+    sigjmp_buf target;
+    if (sigsetjmp(target, 0) != 0) {
+        return -1;
+    }
+    guarded_copy_start = (unsigned char *)address;
+    guarded_copy_end = (unsigned char *)address + 8;
+    guarded_copy_target = &target;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    uint64_t word = __atomic_load_n((const uint64_t *)address, __ATOMIC_ACQUIRE);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    guarded_copy_target = NULL;
+    *value = word;
+    return 0;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define COFFER_HAS_STORE16 1

@@ -83,14 +83,49 @@ extension Journal {
     }
 
     /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
-    func markCoalescedWriters(fileHeader: [UInt8]) throws {
-        var header = fileHeader
-        header[16] |= Journal.coalescedWritersFlag
+    func markCoalescedWriters() throws {
+        try setHeaderFlags(Journal.coalescedWritersFlag)
+        try fs.fdatasync(fd)
+        coalescedWriters = true
+    }
+
+    /// Sets the lock-file-made-again flag in the file header (FORMAT.md, "Writing"). Not synced: it
+    /// speaks to processes running now, which read it through the page cache.
+    func markLockFileMadeAgain() throws {
+        try setHeaderFlags(Journal.lockFileMadeAgainFlag)
+    }
+
+    /// Rewrites the 32-byte file header in place with `flags` added to byte 16 and its CRC
+    /// updated (one write inside the first sector), from the header as the file holds it now.
+    private func setHeaderFlags(_ flags: UInt8) throws {
+        var header = [UInt8](repeating: 0, count: Journal.fileHeaderSize)
+        let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
+        guard n == header.count else {
+            throw CofferError(.corrupted, "the file ends inside its header", path: path, offset: Int64(n))
+        }
+        guard header[16] & flags != flags else { return }
+        header[16] |= flags
         let crc = CRC32C.checksum(Array(header[0..<28]))
         withUnsafeBytes(of: crc.littleEndian) { header.replaceSubrange(28..<32, with: $0) }
         try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: 0, path: path) }
-        try fs.fdatasync(fd)
-        coalescedWriters = true
+    }
+
+    /// Whether no opener has marked the file as having a new lock file (``markLockFileMadeAgain``)
+    /// since this process last caught up with it, as far as the mapping of the file shows: then
+    /// a lock file removed under this process harms nothing yet (nobody locks another), and the
+    /// write lock may skip its `fstat` of the lock file. Only while the mapping is of the file
+    /// open here and the control page vouches that no process of this lock file replaced it
+    /// since: a file replaced by another lock file's process was marked before (its opener marks
+    /// the file current when it opened, and this process caught up with that file, or with one
+    /// this lock file's processes made later). The load is guarded: a file cut short by another
+    /// program faults here as in the copy, and then the `fstat` runs.
+    var noOtherLockFileMade: Bool {
+        guard let tail, !tailUnavailable, tail.device == identity.device, tail.inode == identity.inode,
+            let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity)
+        else { return false }
+        var word: UInt64 = 0
+        guard coffer_guarded_load(tail.mapping.base + 16, &word) == 0 else { return false }
+        return UInt8(truncatingIfNeeded: UInt64(littleEndian: word)) & Journal.lockFileMadeAgainFlag == 0
     }
 
     /// Grows the file with written zeros so appends land in allocated blocks and fdatasync need

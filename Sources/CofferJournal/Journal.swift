@@ -100,6 +100,10 @@ package import Foundation
     static let lengthMask: UInt32 = 0x3FFF_FFFF
     /// File header byte 16, bit 0: coalesced writers use this file (see ``scanFrames``).
     static let coalescedWritersFlag: UInt8 = 0x01
+    /// File header byte 16, bit 1: a lock file was made for this file while it existed (by an
+    /// opener that found the control page not set up in its lock file), so processes that opened
+    /// it before may hold a lock file no longer at the path (see ``noOtherLockFileMade``).
+    static let lockFileMadeAgainFlag: UInt8 = 0x02
 
     /// The journal file.
     @usableFromInline package let path: String
@@ -310,7 +314,9 @@ package import Foundation
             var control: JournalControl?
             if readOnly == nil {
                 do {
-                    control = try lock.mapShared(length: JournalControl.length).map(JournalControl.init(mapping:))
+                    if let lockFile = lock.identity, let mapping = try lock.mapShared(length: JournalControl.length) {
+                        control = JournalControl(mapping: mapping, lockFile: lockFile)
+                    }
                 } catch let error as CofferError where FileLock.allowsReadOnly(error) {
                     readOnly = error  // a full disk: the page cannot be written
                 }
@@ -363,6 +369,9 @@ package import Foundation
                         path: path))
             }
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
+            // An existing store whose lock file's page is not set up there: the lock file may have
+            // been made since others opened the store (the old one removed or replaced).
+            let lockFileIsNew = existing != nil && readOnly == nil && control.map { !$0.isSetUp } == true
             do {
                 let status = try fs.fstat(fd)
                 let image = try readImage(fd, size: status.size, fs: fs, path: path)
@@ -396,6 +405,7 @@ package import Foundation
                                 + "\(scan.records.count) intact record(s) precede it and \(after); nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
+                    if lockFileIsNew { try journal.markLockFileMadeAgain() }
                     let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)
                     try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
@@ -413,13 +423,16 @@ package import Foundation
                     // A torn tail is left as it is (the scan stopped before it); so is the flag.
                     return (journal, scan.records)
                 }
+                // Before this opener's first change to the file, so processes that opened it
+                // under another lock file see the mark before they could write over that change.
+                if lockFileIsNew { try journal.markLockFileMadeAgain() }
                 if scan.garbageEnd > scan.end {
                     // A torn tail from a crash mid-append: wipe it so later scans stop at the end.
                     try journal.zero(from: Int64(scan.end), to: Int64(scan.garbageEnd))
                     try fs.fdatasync(fd)
                 }
                 if options.durability != .immediate && !header.coalescedWriters {
-                    try journal.markCoalescedWriters(fileHeader: Array(image.prefix(fileHeaderSize)))
+                    try journal.markCoalescedWriters()
                 }
                 journal.settleControl()
                 return (journal, scan.records)
@@ -487,7 +500,7 @@ package import Foundation
             try wipePending()
             return try body(JournalChanges(reset: false, records: []))
         }
-        return try lock.withLock(timeout: options.lockTimeout) {
+        return try lock.withLock(timeout: options.lockTimeout, unlinkHarmless: { noOtherLockFileMade }) {
             try wipePending()
             let changes: JournalChanges
             if let control = currentControl {

@@ -26,6 +26,7 @@ import CSharedWord
 /// | 5, 6 | device and inode of the journal file the page was last settled for |
 /// | 7 | how many open journals, in every process, watch the file for other writers' changes |
 /// | 8 | nonzero once the page was set up other than with its store (a page of version 1, whose processes watch without counting; a page zeroed, garbled or lost while the store existed): counts may be missing, so nobody maps |
+/// | 9, 10 | device and inode of the lock file the page was set up in: a page copied into another lock file (a restored backup, `cp` then `mv` over the path) is not set up there |
 ///
 /// The protocol, all under the store's `flock` unless noted:
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
@@ -63,11 +64,14 @@ final class JournalControl: @unchecked Sendable {
     static let length = 4096
     /// "COFFERLK" read as a little-endian word.
     static let magic: UInt64 = 0x4B4C_5245_4646_4F43
-    /// 2: word 7 (watchers) added. A page of version 1 is set up again, so every process on a
-    /// store must run a version that knows the word, or its watches could miss appends.
-    static let version: UInt64 = 2
+    /// 2: word 7 (watchers) added. 3: words 9 and 10 (the lock file's own identity). A page of
+    /// an earlier version is set up again, so every process on a store must run one version, or
+    /// its watches could miss appends.
+    static let version: UInt64 = 3
 
     private let mapping: any SharedMapping
+    /// The lock file's device and inode (words 9 and 10 of a page set up in it).
+    private let lockFile: (device: UInt64, inode: UInt64)
 
     /// Whether this page belongs to a store being created by this opener: its first set-up loses
     /// no watcher's count. Any other set-up (a page zeroed or garbled while the store is in
@@ -75,15 +79,21 @@ final class JournalControl: @unchecked Sendable {
     /// word 8 and no writer stores into a mapping for the life of the lock file.
     var createdWithStore = false
 
-    init(mapping: any SharedMapping) {
+    init(mapping: any SharedMapping, lockFile: (device: UInt64, inode: UInt64)) {
         precondition(mapping.length >= Self.length)
         self.mapping = mapping
+        self.lockFile = lockFile
     }
 
     private func load(_ word: Int) -> UInt64 { coffer_shared_load(mapping.base + word * 8) }
     private func store(_ word: Int, _ value: UInt64) { coffer_shared_store(mapping.base + word * 8, value) }
 
-    private var isSetUp: Bool { load(0) == Self.magic && load(1) == Self.version }
+    /// Whether the page was set up, by this version, in this lock file. An opener of an existing
+    /// store that finds it not set up marks the journal file (`Journal.markLockFileMadeAgain`):
+    /// the lock file may be one made since other processes opened the store.
+    var isSetUp: Bool {
+        load(0) == Self.magic && load(1) == Self.version && load(9) == lockFile.device && load(10) == lockFile.inode
+    }
 
     /// The generation a reader may trust, or `nil` while the page is not set up or the
     /// generation is odd.
@@ -145,11 +155,13 @@ final class JournalControl: @unchecked Sendable {
         guard !isSetUp else { return }
         // Version 1's processes watch without counting (word 7 is unknown to them), and a page
         // set up again may have lost this version's counts: see `createdWithStore`.
-        if !createdWithStore || (load(0) == Self.magic && load(1) == 1) { store(8, 1) }
+        if !createdWithStore || (load(0) == Self.magic && load(1) < Self.version) { store(8, 1) }
         createdWithStore = false
         // Word 7 is kept: journals of this version that watch stay counted (a new lock file
         // holds zeros; a garbled page's count only keeps writers writing).
         for word in 0..<7 { store(word, 0) }
+        store(9, lockFile.device)
+        store(10, lockFile.inode)
         store(1, Self.version)
         store(2, UInt64.random(in: 0...UInt64.max) & ~1)
         store(0, Self.magic)

@@ -63,6 +63,10 @@ int coffer_guarded_append(void *destination, const void *frames, size_t count, c
 /// Whether `coffer_guarded_append` can copy in this build (a 16-byte store exists).
 int coffer_guarded_append_supported(void);
 
+/// One 64-bit load (acquire) from a shared mapping of a file another program may truncate: 0, or
+/// -1 when the page is past the file's end (the SIGBUS caught as for `coffer_guarded_append`).
+int coffer_guarded_load(const void *address, uint64_t *value);
+
 /// Installs the SIGBUS handler behind `coffer_guarded_append` (once per process) and checks that
 /// it is still the process's: 0 when it is, else -1 with errno set (EBUSY: a handler installed
 /// later replaced it). Only a SIGBUS the kernel raises for the copy's own stores is taken; any

@@ -28,12 +28,14 @@ package final class FileLock: Sendable {
     package let identity: (device: UInt64, inode: UInt64)?
     /// When `path` was last found to name the file locked here (see ``checkStillNamed()``).
     /// Touched only holding the lock and the thread gate, so by one thread at a time.
-    private let pathCheckedAt = Locked<ContinuousClock.Instant>(.now - FileLock.pathCheckInterval)
+    /// (``CoarseClock`` nanoseconds; `Int64.min`: never.)
+    private let pathCheckedAt = Atomic<Int64>(.min)
     /// How many write locks checked the lock file's link count with an `fstat` (for tests: a
     /// journal's caught-up writer skips it while its file shows no new lock file).
     let linkChecks = Atomic<Int>(0)
     /// How long a lock trusts that its file, still linked, is still the one at `path`.
     static let pathCheckInterval = Duration.seconds(1)
+    private static let pathCheckNanoseconds = pathCheckInterval.coarseNanoseconds
 
     /// Opens (creating `0600` if needed) the lock file at `path`.
     ///
@@ -172,8 +174,9 @@ package final class FileLock: Sendable {
     /// `unlinkHarmless` sees no such mark, the `fstat` is skipped (0.44 µs of a 3 µs write).
     private func checkStillNamed(unlinkHarmless: () -> Bool = { false }) throws {
         guard let identity else { return }
-        let now = ContinuousClock.now
-        if now - pathCheckedAt.withLock({ $0 }) < Self.pathCheckInterval {
+        let now = CoarseClock.nanoseconds
+        let checkedAt = pathCheckedAt.load(ordering: .relaxed)
+        if checkedAt != .min, now &- checkedAt < Self.pathCheckNanoseconds {
             if unlinkHarmless() { return }
             linkChecks.add(1, ordering: .relaxed)
             if try fileSystem.fstat(fd).linkCount > 0 { return }
@@ -183,7 +186,7 @@ package final class FileLock: Sendable {
         guard let current, current.device == identity.device, current.inode == identity.inode else {
             throw replacedError(current == nil ? "removed" : "replaced")
         }
-        pathCheckedAt.withLock { $0 = now }
+        pathCheckedAt.store(now, ordering: .relaxed)
     }
 
     private func replacedError(_ how: String) -> CofferError {

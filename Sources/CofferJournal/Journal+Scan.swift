@@ -22,7 +22,7 @@ extension Journal {
                         + "ended at byte \(dataEnd)); nothing was written: open it again to see what it still holds",
                     path: path, offset: current.size)
             }
-            identityCheckedAt = .now
+            identityCheckedAt = CoarseClock.nanoseconds
             return nil
         }
         let newFD =
@@ -36,7 +36,7 @@ extension Journal {
             let records = try readAllLocked()
             tail = nil  // it maps the old file
             fs.close(saved.0)
-            identityCheckedAt = .now
+            identityCheckedAt = CoarseClock.nanoseconds
             return JournalChanges(reset: true, records: records)
         } catch {
             fs.close(newFD)

@@ -190,7 +190,7 @@ extension Journal {
             $0 + Int64($1.count + Journal.frameHeaderSize)
         }
         hasUnsyncedWrites = false
-        identityCheckedAt = .now
+        identityCheckedAt = CoarseClock.nanoseconds
         settleControl()
     }
 
@@ -215,7 +215,7 @@ extension Journal {
 
     /// Whether the path was checked recently enough to skip checking it now.
     var identityIsFresh: Bool {
-        ContinuousClock.now - identityCheckedAt < options.identityCheckInterval
+        identityCheckedAt != .min && CoarseClock.nanoseconds &- identityCheckedAt < identityCheckNanoseconds
     }
 
     /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).

@@ -119,7 +119,10 @@ package import Foundation
     /// When the path was last checked to still name the file open here. A process that only
     /// trusts the control page still checks it every `options.identityCheckInterval` (1 s by
     /// default), so a store file replaced or removed by hand (not through Coffer) is noticed.
-    var identityCheckedAt: ContinuousClock.Instant
+    /// ``CoarseClock`` nanoseconds; `Int64.min`: check at the next call.
+    var identityCheckedAt: Int64
+    /// `options.identityCheckInterval` in nanoseconds (read on every write).
+    let identityCheckNanoseconds: Int64
     var fd: Int32
     var identity: FileStatus
     /// The owner's header area as last read or written.
@@ -165,7 +168,8 @@ package import Foundation
         self.fs = fs
         self.lock = lock
         self.control = control
-        self.identityCheckedAt = .now
+        self.identityCheckedAt = CoarseClock.nanoseconds
+        self.identityCheckNanoseconds = options.identityCheckInterval.coarseNanoseconds
         self.fd = fd
         self.identity = identity
         self.headerArea = headerArea
@@ -470,7 +474,7 @@ package import Foundation
         } catch {
             // The path no longer names a readable store (removed by hand, say): every later
             // call checks it again instead of trusting the control page, so it keeps saying so.
-            identityCheckedAt = .now - options.identityCheckInterval - .seconds(1)
+            identityCheckedAt = .min
             throw error
         }
         // Learn the generation only if no replacement began while the path was checked.

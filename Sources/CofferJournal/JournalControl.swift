@@ -70,6 +70,9 @@ final class JournalControl: @unchecked Sendable {
     static let version: UInt64 = 3
 
     private let mapping: any SharedMapping
+    /// `mapping.base`, kept: the page is read a dozen times per write, and each read through the
+    /// existential was a call.
+    private let base: UnsafeMutableRawPointer
     /// The lock file's device and inode (words 9 and 10 of a page set up in it).
     private let lockFile: (device: UInt64, inode: UInt64)
 
@@ -82,11 +85,12 @@ final class JournalControl: @unchecked Sendable {
     init(mapping: any SharedMapping, lockFile: (device: UInt64, inode: UInt64)) {
         precondition(mapping.length >= Self.length)
         self.mapping = mapping
+        self.base = mapping.base
         self.lockFile = lockFile
     }
 
-    private func load(_ word: Int) -> UInt64 { coffer_shared_load(mapping.base + word * 8) }
-    private func store(_ word: Int, _ value: UInt64) { coffer_shared_store(mapping.base + word * 8, value) }
+    private func load(_ word: Int) -> UInt64 { coffer_shared_load(base + word * 8) }
+    private func store(_ word: Int, _ value: UInt64) { coffer_shared_store(base + word * 8, value) }
 
     /// Whether the page was set up, by this version, in this lock file. An opener of an existing
     /// store that finds it not set up marks the journal file (`Journal.markLockFileMadeAgain`):
@@ -180,13 +184,13 @@ final class JournalControl: @unchecked Sendable {
     /// Under the lock: one more journal watches the file.
     func addWatcher() {
         setUpIfNeeded()
-        coffer_shared_increment(mapping.base + 7 * 8)
+        coffer_shared_increment(base + 7 * 8)
     }
 
     /// One journal fewer watches the file (never below 0: the page may have been set up again).
     func removeWatcher() {
         guard isSetUp else { return }
-        coffer_shared_decrement(mapping.base + 7 * 8)
+        coffer_shared_decrement(base + 7 * 8)
     }
 
     /// Under the lock, before an append's first write.

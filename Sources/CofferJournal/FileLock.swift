@@ -189,6 +189,14 @@ package final class FileLock: Sendable {
         pathCheckedAt.store(now, ordering: .relaxed)
     }
 
+    /// Throws unless the lock file still has a name (an `fstat`): for a journal that skipped the
+    /// check at the lock and then switched files in the same hold. Call holding the lock.
+    package func checkLinked() throws {
+        guard identity != nil else { return }
+        linkChecks.add(1, ordering: .relaxed)
+        if try fileSystem.fstat(fd).linkCount == 0 { throw replacedError("removed or replaced") }
+    }
+
     private func replacedError(_ how: String) -> CofferError {
         CofferError(
             .io,

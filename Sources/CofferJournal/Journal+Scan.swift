@@ -35,6 +35,7 @@ extension Journal {
         do {
             let records = try readAllLocked()
             tail = nil  // it maps the old file
+            lockCheckedForFile = false
             fs.close(saved.0)
             identityCheckedAt = CoarseClock.nanoseconds
             return JournalChanges(reset: true, records: records)

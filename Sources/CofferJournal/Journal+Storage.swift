@@ -89,20 +89,21 @@ extension Journal {
         coalescedWriters = true
     }
 
-    /// Sets the lock-file-made-again flag in the file header (FORMAT.md, "Writing"). Not synced: it
-    /// speaks to processes running now, which read it through the page cache.
-    func markLockFileMadeAgain() throws {
-        try setHeaderFlags(Journal.lockFileMadeAgainFlag)
-    }
-
     /// Rewrites the 32-byte file header in place with `flags` added to byte 16 and its CRC
     /// updated (one write inside the first sector), from the header as the file holds it now.
+    /// A header that is not a Coffer header with a valid CRC is left alone (the open reports it).
+    /// Bit 1, "lock file made again" (FORMAT.md, "Writing"), is not synced: it speaks to processes
+    /// running now, which read it through the page cache.
     private func setHeaderFlags(_ flags: UInt8) throws {
+        try Journal.setHeaderFlags(flags, fd: fd, fs: fs, path: path)
+    }
+
+    static func setHeaderFlags(_ flags: UInt8, fd: Int32, fs: any FileSystem, path: String) throws {
         var header = [UInt8](repeating: 0, count: Journal.fileHeaderSize)
         let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
-        guard n == header.count else {
-            throw CofferError(.corrupted, "the file ends inside its header", path: path, offset: Int64(n))
-        }
+        guard n == header.count, Array(header[0..<8]) == magic,
+            CRC32C.checksum(Array(header[0..<28])) == readLE(header, 28, as: UInt32.self)
+        else { return }
         guard header[16] & flags != flags else { return }
         header[16] |= flags
         let crc = CRC32C.checksum(Array(header[0..<28]))
@@ -110,18 +111,17 @@ extension Journal {
         try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: 0, path: path) }
     }
 
-    /// Whether no opener has marked the file as having a new lock file (``markLockFileMadeAgain``)
-    /// since this process last caught up with it, as far as the mapping of the file shows: then
-    /// a lock file removed under this process harms nothing yet (nobody locks another), and the
-    /// write lock may skip its `fstat` of the lock file. Only while the mapping is of the file
-    /// open here and the control page vouches that no process of this lock file replaced it
-    /// since: a file replaced by another lock file's process was marked before (its opener marks
-    /// the file current when it opened, and this process caught up with that file, or with one
-    /// this lock file's processes made later). The load is guarded: a file cut short by another
+    /// Whether the write lock may skip its `fstat` of the lock file: a removed lock file harms
+    /// nothing until another opener makes a new one, and that opener sets header flag bit 1 of
+    /// the file current then, before it reads it. So the skip needs: a real check passed since
+    /// this journal last switched files (``lockCheckedForFile``: a file it moved to may be one
+    /// another lock file's process made, unmarked); the mapping is of the file open here; the
+    /// control page vouches that no process of this lock file replaced it since; and the bit,
+    /// read through the mapping, is clear. The load is guarded: a file cut short by another
     /// program faults here as in the copy, and then the `fstat` runs.
     var noOtherLockFileMade: Bool {
-        guard let tail, !tailUnavailable, tail.device == identity.device, tail.inode == identity.inode,
-            let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity)
+        guard lockCheckedForFile, let tail, !tailUnavailable, tail.device == identity.device,
+            tail.inode == identity.inode, let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity)
         else { return false }
         var word: UInt64 = 0
         guard coffer_guarded_load(tail.mapping.base + 16, &word) == 0 else { return false }
@@ -184,6 +184,7 @@ extension Journal {
         fs.close(fd)
         fd = newFD
         identity = try fs.fstat(fd)
+        lockCheckedForFile = false
         headerArea = area
         allocatedSize = Int64(image.count)
         dataEnd = Int64(Journal.fileHeaderSize + area.count) + payloads.reduce(0) {

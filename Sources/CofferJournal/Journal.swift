@@ -116,6 +116,10 @@ package import Foundation
     /// The control page's generation when this process last caught up under it (shared mode),
     /// or `nil` when it must catch up the slow way first.
     var knownGeneration: UInt64?
+    /// Whether a write lock found the lock file linked since this journal last switched files
+    /// (opened, reopened after another process's compaction, or compacted here): until then the
+    /// write lock never skips that check (see ``noOtherLockFileMade``).
+    var lockCheckedForFile = false
     /// When the path was last checked to still name the file open here. A process that only
     /// trusts the control page still checks it every `options.identityCheckInterval` (1 s by
     /// default), so a store file replaced or removed by hand (not through Coffer) is noticed.
@@ -375,8 +379,14 @@ package import Foundation
             var owner: Journal?  // once it exists, it owns the descriptor (and may have replaced it)
             // An existing store whose lock file's page is not set up there: the lock file may have
             // been made since others opened the store (the old one removed or replaced).
-            let lockFileIsNew = existing != nil && readOnly == nil && control.map { !$0.isSetUp } == true
+            // Or a page set up other than by the store's creator (word 8): a read-only opener may
+            // have set up a new lock file's page without marking (it writes nothing).
+            let lockFileIsNew = existing != nil && readOnly == nil && control.map { !$0.isSetUp || $0.isOlder } == true
             do {
+                // First, before this opener reads the file: a process that opened the store under
+                // another lock file sees the mark before it could append anything this opener's
+                // view (its scan, its torn-tail wipe, its first append) would miss.
+                if lockFileIsNew { try setHeaderFlags(lockFileMadeAgainFlag, fd: fd, fs: fs, path: path) }
                 let status = try fs.fstat(fd)
                 let image = try readImage(fd, size: status.size, fs: fs, path: path)
                 let header = try parseFileHeader(
@@ -409,7 +419,6 @@ package import Foundation
                                 + "\(scan.records.count) intact record(s) precede it and \(after); nothing was changed",
                             path: path, offset: Int64(damaged))
                     }
-                    if lockFileIsNew { try journal.markLockFileMadeAgain() }
                     let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)
                     try DurableIO.atomicReplace(aside, with: image, fileSystem: fs)
                     try journal.rewriteLocked(payloads: scan.records.map(\.payload), headerArea: nil)
@@ -427,9 +436,6 @@ package import Foundation
                     // A torn tail is left as it is (the scan stopped before it); so is the flag.
                     return (journal, scan.records)
                 }
-                // Before this opener's first change to the file, so processes that opened it
-                // under another lock file see the mark before they could write over that change.
-                if lockFileIsNew { try journal.markLockFileMadeAgain() }
                 if scan.garbageEnd > scan.end {
                     // A torn tail from a crash mid-append: wipe it so later scans stop at the end.
                     try journal.zero(from: Int64(scan.end), to: Int64(scan.garbageEnd))
@@ -504,7 +510,16 @@ package import Foundation
             try wipePending()
             return try body(JournalChanges(reset: false, records: []))
         }
-        return try lock.withLock(timeout: options.lockTimeout, unlinkHarmless: { noOtherLockFileMade }) {
+        var skipped = false
+        return try lock.withLock(
+            timeout: options.lockTimeout,
+            unlinkHarmless: {
+                skipped = noOtherLockFileMade
+                return skipped
+            }
+        ) {
+            // Not skipped: the lock file was just found linked, for the file open here.
+            if !skipped { lockCheckedForFile = true }
             try wipePending()
             let changes: JournalChanges
             if let control = currentControl {
@@ -516,6 +531,12 @@ package import Foundation
                 changes = JournalChanges(reset: false, records: try readForward(repair: true))
             } else {
                 changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: true))
+                // Another file now: the skip above spoke of the old one (another lock file's
+                // opener marks the file current when it opened, which may be this one unmarked).
+                if !lockCheckedForFile {
+                    try lock.checkLinked()
+                    lockCheckedForFile = true
+                }
             }
             settleControl()
             return try body(changes)

@@ -19,7 +19,7 @@ import CSharedWord
 /// | word | meaning |
 /// |---|---|
 /// | 0 | magic `COFFERLK` (stored last when the page is set up) |
-/// | 1 | layout version, 1 |
+/// | 1 | layout version, 3 |
 /// | 2 | generation: odd while the page cannot be trusted (a file is being replaced, an exclusive opener holds the store, or either died doing so); even and unchanged while the journal file stays the same file |
 /// | 3 | the journal's data end after the last committed append |
 /// | 4 | 1 from just before an append's first write until the data end is stored |
@@ -57,8 +57,9 @@ import CSharedWord
 ///   removed and made again, a page lost to a power loss — sets word 8, which keeps every
 ///   writer writing from then on: the counts may be missing.
 ///
-/// A page whose magic or version is wrong (a new lock file, garbage, another byte order) is
-/// set up again with a random even generation, which no process remembers.
+/// A page whose magic or version is wrong (a new lock file, garbage, another byte order), or
+/// that names another lock file (words 9 and 10: a copy), is set up again with a random even
+/// generation, which no process remembers.
 final class JournalControl: @unchecked Sendable {
     /// Bytes mapped: one page.
     static let length = 4096
@@ -93,7 +94,7 @@ final class JournalControl: @unchecked Sendable {
     private func store(_ word: Int, _ value: UInt64) { coffer_shared_store(base + word * 8, value) }
 
     /// Whether the page was set up, by this version, in this lock file. An opener of an existing
-    /// store that finds it not set up marks the journal file (`Journal.markLockFileMadeAgain`):
+    /// store that finds it not set up marks the journal file (header flag bit 1, `Journal.lockFileMadeAgainFlag`):
     /// the lock file may be one made since other processes opened the store.
     var isSetUp: Bool {
         load(0) == Self.magic && load(1) == Self.version && load(9) == lockFile.device && load(10) == lockFile.inode
@@ -171,6 +172,8 @@ final class JournalControl: @unchecked Sendable {
         store(0, Self.magic)
     }
 
+    /// Whether the page was ever set up other than by its store's creator (word 8).
+    var isOlder: Bool { isSetUp && load(8) != 0 }
     /// How many journals watch the file (word 7); 0 on a page not set up.
     var watchers: UInt64 { isSetUp ? load(7) : 0 }
 

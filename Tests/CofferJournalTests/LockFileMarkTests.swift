@@ -129,6 +129,7 @@ struct LockFileMarkTests {
         let first = try open(path)
         #expect(append(first, "a0"))
         #expect(append(first, "a1"))
+        #expect(first.mappedCommits > 0, "the writer does not have the file mapped: nothing under test")
         #expect(truncate(path, 0) == 0)
         #expect(throws: CofferError.self) { _ = try first.withWriteLock { _ in try first.append([Data("a2".utf8)]) } }
         try? first.close()
@@ -150,5 +151,72 @@ struct LockFileMarkTests {
         #expect(append(second, "b1"))
         try second.close()
         #expect(try payloads(path) == ["a0", "b1"])
+    }
+
+    /// After the journal moves to another file (its own compaction, or another process's),
+    /// the next write lock checks the lock file for real: the new file may be one another lock
+    /// file's process made, which nobody marked.
+    @Test func aFileSwitchMakesTheNextWriteCheckTheLockFile() throws {
+        let shm = try TemporaryDirectory(prefix: "coffer-lockmark", in: "/dev/shm")
+        let path = shm.path + "/j"
+        let first = try open(path)
+        let other = try open(path)
+        for i in 0..<3 { #expect(append(first, "a\(i)")) }
+        func checks() -> Int { first.lock.linkChecks.load(ordering: .relaxed) }
+        // Its own compaction.
+        try first.withWriteLock { _ in try first.rewrite(payloads: [Data("a0".utf8)]) }
+        var before = checks()
+        #expect(append(first, "a3"))
+        #expect(checks() == before + 1, "the first write after a compaction here skipped the check")
+        before = checks()
+        #expect(append(first, "a4"))
+        #expect(append(first, "a5"))
+        #expect(checks() == before, "checked again though nothing changed")
+        // Another process's compaction: this journal reopens inside its next write lock.
+        try other.withWriteLock { _ in try other.rewrite(payloads: [Data("b0".utf8)]) }
+        before = checks()
+        #expect(append(first, "a6"))
+        #expect(checks() >= before + 1, "the write that moved to the other's file skipped the check")
+        try first.close()
+        try other.close()
+    }
+
+    /// A page set up other than by its store's creator (word 8) may be a new lock file's set up
+    /// by an opener that writes nothing (read-only): a writable opener marks then too.
+    @Test func aPageSetUpByAnotherOpenerIsMarkedByTheNextWriter() throws {
+        let shm = try TemporaryDirectory(prefix: "coffer-lockmark", in: "/dev/shm")
+        let path = shm.path + "/j"
+        try open(path).close()
+        #expect(try headerFlags(path) & Journal.lockFileMadeAgainFlag == 0)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + ".lock"))
+        try handle.seek(toOffset: 8 * 8)
+        try handle.write(contentsOf: withUnsafeBytes(of: UInt64(1)) { Data($0) })
+        try handle.close()
+        let next = try open(path)
+        #expect(try headerFlags(path) & Journal.lockFileMadeAgainFlag != 0)
+        try next.close()
+    }
+
+    /// The mark comes before the opener reads the file: a store it then refuses (damaged, strict)
+    /// is marked all the same, and its records are as they were.
+    @Test func theNewLockFilesOpenerMarksBeforeItReads() throws {
+        let shm = try TemporaryDirectory(prefix: "coffer-lockmark", in: "/dev/shm")
+        let path = shm.path + "/j"
+        let first = try open(path)
+        for i in 0..<4 { #expect(append(first, "record \(i)")) }
+        try first.close()
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let damaged = 32 + 12 + 2  // a payload byte of the first record: intact ones follow
+        bytes[damaged] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: path))
+        #expect(unlink(path + ".lock") == 0)
+        var strict = shared()
+        strict.exclusive = false
+        #expect(throws: CofferError.self) {
+            try Journal.open(path: path, options: strict, fileSystem: LiveFileSystem(), create: .openExisting)
+        }
+        let after = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(after[16] & Journal.lockFileMadeAgainFlag != 0)
+        #expect(after[32...] == bytes[32...], "the refused store's records changed")
     }
 }

@@ -84,31 +84,41 @@ extension Journal {
 
     /// Sets the coalesced-writers flag in the file header (once in a file's life), durably.
     func markCoalescedWriters() throws {
-        try setHeaderFlags(Journal.coalescedWritersFlag)
+        guard try setHeaderFlags(Journal.coalescedWritersFlag) else {
+            throw CofferError(.corrupted, "the file header changed while it was being read", path: path, offset: 0)
+        }
         try fs.fdatasync(fd)
         coalescedWriters = true
     }
 
     /// Rewrites the 32-byte file header in place with `flags` added to byte 16 and its CRC
     /// updated (one write inside the first sector), from the header as the file holds it now.
-    /// A header that is not a Coffer header with a valid CRC is left alone (the open reports it).
-    /// Bit 1, "lock file made again" (FORMAT.md, "Writing"), is not synced: it speaks to processes
-    /// running now, which read it through the page cache.
-    private func setHeaderFlags(_ flags: UInt8) throws {
-        try Journal.setHeaderFlags(flags, fd: fd, fs: fs, path: path)
+    /// A header this open would refuse (magic, CRC, version, application, header area size) is
+    /// left alone, and `false` returned: the open reports it. Bit 1, "lock file made again"
+    /// (FORMAT.md, "Writing"), is not synced: it speaks to processes running now, which read it
+    /// through the page cache.
+    private func setHeaderFlags(_ flags: UInt8) throws -> Bool {
+        try Journal.setHeaderFlags(flags, fd: fd, fs: fs, path: path, options: options)
     }
 
-    static func setHeaderFlags(_ flags: UInt8, fd: Int32, fs: any FileSystem, path: String) throws {
+    @discardableResult
+    static func setHeaderFlags(
+        _ flags: UInt8, fd: Int32, fs: any FileSystem, path: String, options: JournalOptions
+    ) throws -> Bool {
         var header = [UInt8](repeating: 0, count: Journal.fileHeaderSize)
         let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
         guard n == header.count, Array(header[0..<8]) == magic,
-            CRC32C.checksum(Array(header[0..<28])) == readLE(header, 28, as: UInt32.self)
-        else { return }
-        guard header[16] & flags != flags else { return }
+            CRC32C.checksum(Array(header[0..<28])) == readLE(header, 28, as: UInt32.self),
+            readLE(header, 8, as: UInt16.self) == formatVersion,
+            readLE(header, 10, as: UInt16.self) == options.application,
+            Int(readLE(header, 12, as: UInt32.self)) == options.headerAreaSize
+        else { return false }
+        guard header[16] & flags != flags else { return true }
         header[16] |= flags
         let crc = CRC32C.checksum(Array(header[0..<28]))
         withUnsafeBytes(of: crc.littleEndian) { header.replaceSubrange(28..<32, with: $0) }
         try header.withUnsafeBytes { try fs.writeAll(fd, $0, at: 0, path: path) }
+        return true
     }
 
     /// Whether the write lock may skip its `fstat` of the lock file: a removed lock file harms

@@ -386,7 +386,7 @@ package import Foundation
                 // First, before this opener reads the file: a process that opened the store under
                 // another lock file sees the mark before it could append anything this opener's
                 // view (its scan, its torn-tail wipe, its first append) would miss.
-                if lockFileIsNew { try setHeaderFlags(lockFileMadeAgainFlag, fd: fd, fs: fs, path: path) }
+                if lockFileIsNew { try setHeaderFlags(lockFileMadeAgainFlag, fd: fd, fs: fs, path: path, options: options) }
                 let status = try fs.fstat(fd)
                 let image = try readImage(fd, size: status.size, fs: fs, path: path)
                 let header = try parseFileHeader(
@@ -416,7 +416,7 @@ package import Foundation
                         throw CofferError(
                             .corrupted,
                             "record at byte \(damaged) is damaged (it fails its checksum and is not a torn write); "
-                                + "\(scan.records.count) intact record(s) precede it and \(after); nothing was changed",
+                                + "\(scan.records.count) intact record(s) precede it and \(after); no record was changed",
                             path: path, offset: Int64(damaged))
                     }
                     let aside = try DurableIO.damagedCopyPath(for: path, fileSystem: fs)
@@ -530,13 +530,12 @@ package import Foundation
                 }
                 changes = JournalChanges(reset: false, records: try readForward(repair: true))
             } else {
+                // This may move to another file, which another lock file's process may have made
+                // (its opener marked the file current when it opened, perhaps not that one): the
+                // skip spoke of the file open now, so check first, before anything changes here.
+                if skipped { try lock.checkLinked() }
                 changes = try reopenIfReplaced() ?? JournalChanges(reset: false, records: try readForward(repair: true))
-                // Another file now: the skip above spoke of the old one (another lock file's
-                // opener marks the file current when it opened, which may be this one unmarked).
-                if !lockCheckedForFile {
-                    try lock.checkLinked()
-                    lockCheckedForFile = true
-                }
+                lockCheckedForFile = true  // found linked in this hold, at the lock or just above
             }
             settleControl()
             return try body(changes)

@@ -219,4 +219,28 @@ struct LockFileMarkTests {
         #expect(after[16] & Journal.lockFileMadeAgainFlag != 0)
         #expect(after[32...] == bytes[32...], "the refused store's records changed")
     }
+
+    /// A store file and its lock file replaced by hand (a directory restored by `mv`): a write
+    /// lock that skipped its check and then finds another file at the path checks the lock file
+    /// before it moves there, so a refused write leaves the journal on the file it knew (moving
+    /// first and then refusing left the store's index without the new file's reset).
+    @Test func aSkippedCheckIsMadeBeforeMovingToAnotherFile() throws {
+        let shm = try TemporaryDirectory(prefix: "coffer-lockmark", in: "/dev/shm")
+        let path = shm.path + "/j"
+        var options = shared()
+        options.identityCheckInterval = .milliseconds(20)
+        let first = try Journal.open(path: path, options: options, fileSystem: LiveFileSystem(), create: .openOrCreate).journal
+        #expect(append(first, "a0"))
+        #expect(append(first, "a1"))
+        let before = first.identity
+        let copy = shm.path + "/restored"
+        try Data(contentsOf: URL(fileURLWithPath: path)).write(to: URL(fileURLWithPath: copy))
+        #expect(chmod(copy, 0o600) == 0)
+        #expect(rename(copy, path) == 0)
+        #expect(unlink(path + ".lock") == 0)
+        Thread.sleep(forTimeInterval: 0.05)  // past the identity check's interval, not the lock's
+        #expect(!append(first, "a2"), "wrote after its lock file was removed")
+        #expect(first.identity.inode == before.inode, "moved to the restored file, then refused")
+        try? first.close()
+    }
 }

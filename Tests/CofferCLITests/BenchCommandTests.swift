@@ -36,7 +36,10 @@ struct BenchCommandTests {
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
         let run = try box.run(
             arguments + ["--quick", "--json", "--svg", chart], environment: ["TMPDIR": scratch], vault: false,
-            passphraseFile: false, program: program)
+            passphraseFile: false, program: program,
+            // A hang guard: the whole quick suite of a debug build, which on 2 busy cores took
+            // over 30 s beside the PostgreSQL test process.
+            timeout: 300)
         #expect(run.status == Exit.ok, "\(run)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout)) as? [String: Any], "\(run)")
         let results = try #require(object["results"] as? [[String: Any]], "\(run)")

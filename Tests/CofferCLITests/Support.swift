@@ -310,12 +310,12 @@ final class Sandbox {
     func run(
         _ arguments: [String], rawArguments: [[UInt8]]? = nil, stdin: [UInt8]? = nil,
         environment: [String: String] = [:], vault: Bool = true, passphraseFile: Bool = true,
-        program: String = cofferPath, sourceLocation: SourceLocation = #_sourceLocation
+        program: String = cofferPath, timeout: Double = 30, sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Run {
         let run = try start(
             arguments, rawArguments: rawArguments, stdin: stdin, environment: environment, vault: vault,
             passphraseFile: passphraseFile, program: program
-        ).wait()
+        ).wait(timeout: timeout)
         return expectClean(run, program: program, sourceLocation: sourceLocation)
     }
 

@@ -243,4 +243,46 @@ struct LockFileMarkTests {
         #expect(first.identity.inode == before.inode, "moved to the restored file, then refused")
         try? first.close()
     }
+
+    /// Every kind of opener that can write marks: one that salvages a damaged store (before it
+    /// reads, so the copy it sets aside holds the mark), an exclusive one, and one that finds a
+    /// page of an earlier version.
+    @Test(arguments: ["salvage", "exclusive", "earlier page"])
+    func everyWritingOpenerMarks(_ how: String) throws {
+        let shm = try TemporaryDirectory(prefix: "coffer-lockmark", in: "/dev/shm")
+        let path = shm.path + "/j"
+        let first = try open(path)
+        for i in 0..<4 { #expect(append(first, "record \(i)")) }
+        try first.close()
+        var options = shared()
+        var recovery = JournalRecovery.strict
+        switch how {
+        case "salvage":
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            bytes[32 + 12 + 2] ^= 0xFF  // a payload byte of the first record: intact ones follow
+            try bytes.write(to: URL(fileURLWithPath: path))
+            #expect(unlink(path + ".lock") == 0)
+            recovery = .salvage
+        case "exclusive":
+            #expect(unlink(path + ".lock") == 0)
+            options.exclusive = true
+        default:
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + ".lock"))
+            try handle.seek(toOffset: 8)
+            try handle.write(contentsOf: withUnsafeBytes(of: UInt64(2)) { Data($0) })  // word 1: version 2
+            try handle.close()
+        }
+        let opened = try Journal.open(
+            path: path, options: options, fileSystem: LiveFileSystem(), create: .openExisting, recovery: recovery)
+        if how == "salvage" {
+            let aside = try FileManager.default.contentsOfDirectory(atPath: shm.path).filter { $0.contains(".damaged-") }
+            #expect(aside.count == 1)
+            let copy = try Data(contentsOf: URL(fileURLWithPath: shm.path + "/" + (aside.first ?? "")))
+            #expect(copy[16] & Journal.lockFileMadeAgainFlag != 0, "salvage read the file before marking it")
+            #expect(opened.records.count == 3)
+        } else {
+            #expect(try headerFlags(path) & Journal.lockFileMadeAgainFlag != 0)
+        }
+        try opened.journal.close()
+    }
 }

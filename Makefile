@@ -94,11 +94,13 @@ test-fast: deps
 ## lock failures or expects a guard-page SIGSEGV measures TSan there, not Coffer (and its memory
 ## scan child hangs under TSan). Those run in `make test`. So does the `coffer bench` output
 ## check: its child is single-threaded timing loops, which TSan would only slow past the
-## child's 30 s limit.
+## child's hang guard. And the test that cuts a mapped store file to nothing: under TSan the
+## SIGBUS of the guarded load of its header is not handed to Coffer's handler (the process dies
+## of it; the same test passes in `make test`).
 test-tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(STRICT) $(IMPORT_CHECK)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
-		--skip MemoryHygieneTests --skip BenchCommandTests
+		--skip MemoryHygieneTests --skip BenchCommandTests --skip aFileCutToNothingUnderTheMappingFailsTheWriteNotTheProcess
 
 ## The main job: a guided tour on a temporary vault (no set-up, no prompt): `coffer-demo`, a
 ## developer tool (not installed) that runs the `coffer` built beside it.

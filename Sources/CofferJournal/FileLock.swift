@@ -177,10 +177,8 @@ package final class FileLock: Sendable {
         let now = CoarseClock.nanoseconds
         let checkedAt = pathCheckedAt.load(ordering: .relaxed)
         if checkedAt != .min, now &- checkedAt < Self.pathCheckNanoseconds {
-            if unlinkHarmless() { return }
-            linkChecks.add(1, ordering: .relaxed)
-            if try fileSystem.fstat(fd).linkCount > 0 { return }
-            throw replacedError("removed or replaced")
+            if !unlinkHarmless() { try checkLinked() }
+            return
         }
         let current = try fileSystem.stat(path)
         guard let current, current.device == identity.device, current.inode == identity.inode else {
@@ -189,8 +187,9 @@ package final class FileLock: Sendable {
         pathCheckedAt.store(now, ordering: .relaxed)
     }
 
-    /// Throws unless the lock file still has a name (an `fstat`): for a journal that skipped the
-    /// check at the lock and then switched files in the same hold. Call holding the lock.
+    /// Throws unless the lock file still has a name (an `fstat`): at each write lock unless the
+    /// caller vouches, and for a journal that skipped that and then moves to another file in the
+    /// same hold. Call holding the lock.
     package func checkLinked() throws {
         guard identity != nil else { return }
         linkChecks.add(1, ordering: .relaxed)

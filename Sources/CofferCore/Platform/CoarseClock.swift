@@ -28,8 +28,8 @@ extension Duration {
     /// This duration in whole nanoseconds, saturated to `Int64` (a negative one is 0), for
     /// comparing with ``CoarseClock`` differences.
     package var coarseNanoseconds: Int64 {
+        guard self > .zero else { return 0 }
         let (seconds, attoseconds) = components
-        guard seconds >= 0 else { return 0 }
         guard seconds < Int64.max / 1_000_000_000 - 1 else { return Int64.max }
         return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }

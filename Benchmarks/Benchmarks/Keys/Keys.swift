@@ -1,5 +1,5 @@
 // Keys chosen at run time (`StoredMap`): what a key costs must not grow with the number of keys
-// alive. The same operations as `coffer bench`'s `keys.*` rows (Sources/coffer/BenchKeys.swift):
+// alive. The same operations as `coffer-bench`'s `keys.*` rows (Sources/coffer-bench/BenchKeys.swift):
 // every entry is `StoredMap<Int?>.entry(_:)` of a map over one key-value suite, `.coalesced`,
 // that keeps no entries itself (`keepsRecent: 0`); a live entry is written, so it is loaded and
 // follows changes made elsewhere.

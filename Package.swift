@@ -10,7 +10,7 @@ import PackageDescription
 //     executor the async strategies' synchronous calls run on; Locked re-exported from CofferSync)
 //   CofferRuntime (the runtime, as NIOPosix is NIOCore's: LiveFileSystem, DurableIO, FileWatcher
 //     and its inotify thread, DeadlineTimer, ProcessHardening, signals; no public API but
-//     ProcessHardening, which Coffer exports by name; Coffer does not re-export the module)
+//     ProcessHardening, the one public type, which Coffer's re-export of the module shows users)
 //   CofferJournal (the storage engine: journal, control page, file lock, CRC-32C; `package` API only)
 //     → CCRC32C, CSharedWord
 //   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type)
@@ -96,7 +96,8 @@ let package = Package(
         .target(name: "CKeyring"),
         .target(name: "CofferCore", dependencies: ["CofferSync"], swiftSettings: strictSettings),
         // The runtime over the vocabulary (as NIOPosix over NIOCore): the kernel's file system,
-        // durable writes, the directory watcher, deadlines, process hardening. Not re-exported by Coffer.
+        // durable writes, the directory watcher, deadlines, process hardening. Coffer re-exports it for
+        // ProcessHardening, its only public type.
         .target(name: "CofferRuntime", dependencies: ["CofferCore", "CSharedWord"], swiftSettings: strictSettings),
         .target(
             name: "CofferJournal", dependencies: ["CofferCore", "CofferRuntime", "CCRC32C", "CSharedWord"],

@@ -228,6 +228,10 @@ package final class WhileBlocked<Value>: @unchecked Sendable {
 
 /// The writes to remote stores (``AsyncPersistenceStrategy``) that `@Stored` setters started and
 /// that are still on their way: a graceful shutdown waits for them before the process exits.
+///
+/// Public because a program that runs no `CofferService` (a command-line tool, a job) has no
+/// other single call that waits for every property's background write before `main` returns;
+/// `try await $x.flush()` waits for one property's.
 public enum RemoteWrites: Sendable {
     private static let running = Locked(0)
 

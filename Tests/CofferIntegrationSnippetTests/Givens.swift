@@ -38,5 +38,7 @@ extension README_md {
 #if Postgres
     extension RotatingFleetKeys_md {
         static var settings: PostgresConfiguration { given() }
+        static var vault: PostgresVault { given() }
+        static var leaver: X25519Recipient { given() }
     }
 #endif

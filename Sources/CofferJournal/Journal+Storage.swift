@@ -39,6 +39,7 @@ extension Journal {
     func syncData(metadata: Bool) throws {
         if let syncFailure { throw syncFailure }
         if tail != nil { try checkMappedFile() }
+        try checkHeaderStillThere()
         do {
             if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
         } catch var error as CofferError {
@@ -64,6 +65,20 @@ extension Journal {
         }
         let size = try fs.fstat(fd).size
         if size < allocatedSize { throw stopAfterTruncation(size: size, offset: size) }
+    }
+
+    /// The file still begins with a journal's magic (one `pread` of 8 bytes, before every sync
+    /// and after every growth). Coffer never writes anything else there, but a file another
+    /// program cut to nothing and this journal then wrote past the cut (a growth's zeros, an
+    /// append) is a sparse file as long as this journal made it, whose first bytes read as
+    /// zeros: no size check tells it, and every write after the cut would be acknowledged into
+    /// a file no open accepts.
+    func checkHeaderStillThere() throws {
+        var first: UInt64 = 0
+        let count = try withUnsafeMutableBytes(of: &first) { try fs.readFully(fd, into: $0, at: 0) }
+        if count != MemoryLayout<UInt64>.size || first != Journal.magicWord {
+            throw stopAfterTruncation(size: nil, offset: 0)
+        }
     }
 
     /// Another program cut the file short under this journal: the mapping is given up and every
@@ -163,6 +178,9 @@ extension Journal {
             try zeros.withUnsafeBytes { try fs.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<chunk]), at: offset, path: path) }
             offset += Int64(chunk)
         }
+        // A cut between the size read above and these writes leaves zeros where the records
+        // were, and a file as long as the target: only its first bytes tell.
+        try checkHeaderStillThere()
         allocatedSize = target
         return true
     }

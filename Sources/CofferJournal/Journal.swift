@@ -90,6 +90,8 @@ package import Foundation
     /// Size of a frame's header.
     package static let frameHeaderSize = 12
     static let magic: [UInt8] = Array("COFFERJL".utf8)
+    /// The magic as the first 8 bytes of the file load (native byte order).
+    static let magicWord: UInt64 = magic.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
     /// The journal format version this code writes and reads.
     package static let formatVersion: UInt16 = 1
     /// Frame word bit 31: more frames of this commit follow.

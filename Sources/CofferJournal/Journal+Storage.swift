@@ -39,8 +39,10 @@ extension Journal {
     func syncData(metadata: Bool) throws {
         if let syncFailure { throw syncFailure }
         if tail != nil { try checkMappedFile() }
-        try checkHeaderStillThere()
         do {
+            // Inside: a read of the header that fails stops the journal like a failed sync
+            // (an immediate append is already in the file, so its write is never taken back).
+            try checkHeaderStillThere()
             if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
         } catch var error as CofferError {
             // After a failed fsync the kernel may have dropped the dirty pages: the pending

@@ -163,10 +163,14 @@ package final class HelperChild: @unchecked Sendable {
     }
 
     /// The next line of the child's output that this method has not returned yet (without its
-    /// newline), waiting for it; `nil` once the output has ended.
-    package func readLine() -> String? {
-        condition.withLock {
-            while linesRead == completeLines.count, !outputEnded { condition.wait() }
+    /// newline), waiting for it; `nil` once the output has ended, or when `seconds` (a generous
+    /// bound, never asserted as a speed) pass without one, so a test fails instead of hanging.
+    package func readLine(seconds: Double = 600) -> String? {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        return condition.withLock {
+            while linesRead == completeLines.count, !outputEnded {
+                if !condition.wait(until: deadline) { break }
+            }
             guard linesRead < completeLines.count else { return nil }
             linesRead += 1
             return completeLines[linesRead - 1]
@@ -180,14 +184,30 @@ package final class HelperChild: @unchecked Sendable {
 
     /// Closes the child's standard input, waits for it to exit and for the end of its output,
     /// and returns its exit status (the signal's number when one ended it).
+    ///
+    /// Bounded (a generous bound, never asserted as a speed): a child that outlives it is
+    /// terminated, and `-1` is returned when its exit or the end of its output is still not
+    /// seen, so a test fails instead of hanging. (Foundation learns of an exit from a socket
+    /// the child holds: a process that inherited that socket by chance kept it open, and
+    /// `waitUntilExit()` never returned, the child a zombie.)
     @discardableResult
-    package func wait() -> Int32 {
+    package func wait(seconds: Double = 600) -> Int32 {
         try? input.close()
-        process.waitUntilExit()
-        condition.withLock {
-            while !outputEnded || !errorsEnded { condition.wait() }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while process.isRunning, Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            process.terminate()
+            let grace = Date(timeIntervalSinceNow: 10)
+            while process.isRunning, Date() < grace { usleep(10_000) }
+            if process.isRunning { return -1 }
         }
-        return process.terminationStatus
+        let ended = condition.withLock { () -> Bool in
+            while !outputEnded || !errorsEnded {
+                if !condition.wait(until: deadline) { return outputEnded && errorsEnded }
+            }
+            return true
+        }
+        return ended ? process.terminationStatus : -1
     }
 
     /// Every line the child has written so far, the ones ``readLine()`` returned included.
@@ -224,9 +244,17 @@ package final class HelperChild: @unchecked Sendable {
         try? input.close()
         let deadline = ContinuousClock.now + .seconds(seconds)
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-        if process.isRunning { process.terminate() }
-        while condition.withLock({ !outputEnded || !errorsEnded }) { try await Task.sleep(for: .milliseconds(10)) }
-        process.waitUntilExit()
+        if process.isRunning {
+            process.terminate()
+            let grace = ContinuousClock.now + .seconds(10)
+            while process.isRunning, ContinuousClock.now < grace { try await Task.sleep(for: .milliseconds(10)) }
+            if process.isRunning { return -1 }  // its exit not seen (see ``wait(seconds:)``)
+        }
+        let outputDeadline = ContinuousClock.now + .seconds(seconds)
+        while condition.withLock({ !outputEnded || !errorsEnded }) {
+            if ContinuousClock.now >= outputDeadline { return -1 }
+            try await Task.sleep(for: .milliseconds(10))
+        }
         return process.terminationStatus
     }
 
@@ -244,7 +272,8 @@ package final class HelperChild: @unchecked Sendable {
             standardError: standardError)
         if !input.isEmpty { try child.input.write(contentsOf: input) }
         let status = child.wait()
-        return Finished(
-            reason: child.process.terminationReason, status: status, output: child.output, errors: child.standardError)
+        // A child whose exit was never seen (`-1`) has no termination reason to read.
+        let reason: Process.TerminationReason = child.process.isRunning ? .uncaughtSignal : child.process.terminationReason
+        return Finished(reason: reason, status: status, output: child.output, errors: child.standardError)
     }
 }

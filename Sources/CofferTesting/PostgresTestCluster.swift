@@ -199,6 +199,17 @@ public final class PostgresTestCluster: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o666)
         posix_spawn_file_actions_addopen(&actions, 2, errors, O_WRONLY | O_CREAT | O_APPEND, 0o666)
+        // Nothing of this process but 0-2 reaches the child. A watcher lives as long as the test
+        // process, and any descriptor it inherits by chance stays open as long: Foundation's
+        // Process learns that its child exited when a socket the child holds closes, so a watcher
+        // started by one test while another thread was starting a child kept that child's socket
+        // open, and the test waited for the child's exit for good (a clean-clone run hung so, the
+        // child a zombie). glibc's closefrom action (2.34 and later; Swift's Glibc module does
+        // not declare it) closes every descriptor from 3 up in the child.
+        typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+        if let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") {
+            _ = unsafeBitCast(symbol, to: AddCloseFrom.self)(&actions, 3)
+        }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }

@@ -5,7 +5,7 @@ A document must stand alone: everything it points at is in the repository, under
 uses. Checked in every Markdown file (README.md, docs/*.md, the DocC articles, ...):
 
 - a relative link `[text](path#anchor)`, `[text]: path`, or DocC `<doc:Article>`: the file or
-  directory exists, inside the repository (`../shared/DESIGN.md` is outside it), and the anchor
+  directory exists, inside the repository (`../notes/DESIGN.md` is outside it), and the anchor
   is the GitHub anchor of one of its headings;
 - a path in backticks or in the prose (`Sources/CofferVault/Vault.swift`, docs/FORMAT.md,
   `vault/` beside the document, a bare `Keychain.swift` or `*Command*.swift` in backticks): it
@@ -293,7 +293,7 @@ class Checker:
             if resolved is None or (token.startswith("../") and self.inside("", token) is None
                                     and not self.exists(resolved)):
                 # A path in the prose is read from the repository's root as often as from the
-                # document's folder: `../shared/DESIGN.md` leaves the repository either way.
+                # document's folder: `../notes/DESIGN.md` leaves the repository either way.
                 self.report(source, text, offset, f"{token}: outside the repository")
             elif not self.exists(resolved):
                 self.report(source, text, offset, f"{token}: no such file or directory")
@@ -475,14 +475,14 @@ PLANTED = {
         "[gone](docs/GONE.md) [anchor](#nowhere) `Sources/Nope.swift` see \"No such heading\";\n"
         "docs/FORMAT.md, \"Control page\"; docs/FORMAT.md §9; fixed in issue 6 (see #34).\n"
         "The issue-15 round; mutex (issue: \u2248 19 ns). The issue: (a) 2 reads; a non-issue (it is 3 ms).\n"
-        "[design](../shared/DESIGN.md)\n"
+        "[design](../notes/DESIGN.md)\n"
     ),
     "SECURITY.md": "# Security\n\n## Rotation and revocation\n",
     "docs/FORMAT.md": (
         "# Formats\n\n## 1. The journal\n\n- **Control page.** A page.\n\n"
         "## 2. The vault\n\n### Key slot (128 bytes)\n"
     ),
-    "docs/ARCHITECTURE.md": "# Architecture\n\nThe design: [design](../shared/DESIGN.md), `../shared/DESIGN.md`.\n",
+    "docs/ARCHITECTURE.md": "# Architecture\n\nThe design: [design](../notes/DESIGN.md), `../notes/DESIGN.md`.\n",
     "Sources/Demo.swift": (
         "/// Rotation (docs/SECURITY.md, \"Rotation\"); fixes (issue 13).\n"
         "/// Slots: SECURITY.md, \"Rotation\".\n"
@@ -499,11 +499,11 @@ EXPECTED = [
     "README.md:13: docs/FORMAT.md has no section 9",
     "README.md:13: tracker number 'issue 6': say what it means instead",
     "README.md:13: tracker number '#34': say what it means instead",
-    "docs/ARCHITECTURE.md:3: link ../shared/DESIGN.md: no such file or directory",
+    "docs/ARCHITECTURE.md:3: link ../notes/DESIGN.md: no such file or directory",
     "README.md:14: tracker number 'issue-15': say what it means instead",
     "README.md:14: tracker number '(issue: \u2248 19 ns)': say what it means instead",
-    "README.md:15: link ../shared/DESIGN.md: outside the repository",
-    "docs/ARCHITECTURE.md:3: ../shared/DESIGN.md: outside the repository",
+    "README.md:15: link ../notes/DESIGN.md: outside the repository",
+    "docs/ARCHITECTURE.md:3: ../notes/DESIGN.md: outside the repository",
     "Sources/Demo.swift:1: docs/SECURITY.md: no such document",
     "Sources/Demo.swift:1: tracker number 'issue 13': say what it means instead",
     'Sources/Demo.swift:2: SECURITY.md has no heading "Rotation"',

@@ -33,6 +33,19 @@ extension Journal {
     }
 
     static func parseFileHeader(_ bytes: [UInt8], options: JournalOptions, path: String) throws -> FileHeader {
+        let areaSize = try checkFileHeader(bytes, options: options, path: path)
+        guard bytes.count >= fileHeaderSize + areaSize else {
+            throw CofferError(.corrupted, "the file ends inside its header area", path: path, offset: Int64(bytes.count))
+        }
+        return FileHeader(
+            dataStart: fileHeaderSize + areaSize,
+            headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]),
+            coalescedWriters: bytes[16] & coalescedWritersFlag != 0)
+    }
+
+    /// The checks of the 32-byte file header, in order (magic, CRC, version, application, header
+    /// area size), without its area; returns the area's size.
+    static func checkFileHeader(_ bytes: [UInt8], options: JournalOptions, path: String) throws -> Int {
         guard bytes.count >= fileHeaderSize else {
             throw CofferError(
                 .corrupted, "the file is \(bytes.count) bytes, shorter than a Coffer file header", path: path, offset: 0)
@@ -63,13 +76,7 @@ extension Journal {
                 .corrupted, "the header area is \(areaSize) bytes, expected \(options.headerAreaSize)", path: path,
                 offset: 12)
         }
-        guard bytes.count >= fileHeaderSize + areaSize else {
-            throw CofferError(.corrupted, "the file ends inside its header area", path: path, offset: Int64(bytes.count))
-        }
-        return FileHeader(
-            dataStart: fileHeaderSize + areaSize,
-            headerArea: Array(bytes[fileHeaderSize..<(fileHeaderSize + areaSize)]),
-            coalescedWriters: bytes[16] & coalescedWritersFlag != 0)
+        return areaSize
     }
 
     struct FrameHeader {

@@ -124,12 +124,7 @@ extension Journal {
     ) throws -> Bool {
         var header = [UInt8](repeating: 0, count: Journal.fileHeaderSize)
         let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
-        guard n == header.count, Array(header[0..<8]) == magic,
-            CRC32C.checksum(Array(header[0..<28])) == readLE(header, 28, as: UInt32.self),
-            readLE(header, 8, as: UInt16.self) == formatVersion,
-            readLE(header, 10, as: UInt16.self) == options.application,
-            Int(readLE(header, 12, as: UInt32.self)) == options.headerAreaSize
-        else { return false }
+        guard n == header.count, (try? checkFileHeader(header, options: options, path: path)) != nil else { return false }
         guard header[16] & flags != flags else { return true }
         header[16] |= flags
         let crc = CRC32C.checksum(Array(header[0..<28]))

@@ -50,13 +50,13 @@ enum FuzzTarget: String, CaseIterable {
             scan.garbageEnd <= count
         else { fatalError("scan bounds: end \(scan.end) garbageEnd \(scan.garbageEnd) count \(count)") }
         var last: Int64 = -1
-        for record in scan.records {
-            guard record.offset > last, record.offset + 12 + Int64(record.payload.count) <= Int64(count),
-                !record.payload.isEmpty
-            else { fatalError("record out of order or out of bounds at \(record.offset)") }
-            last = record.offset
+        for frame in scan.frames {
+            guard frame.offset > last, frame.start == Int(frame.offset) + 12, frame.start + frame.count <= count,
+                frame.count > 0
+            else { fatalError("record out of order or out of bounds at \(frame.offset)") }
+            last = frame.offset
         }
-        if !salvage, let first = scan.damage.first, let lastRecord = scan.records.last,
+        if !salvage, let first = scan.damage.first, let lastRecord = scan.frames.last,
             lastRecord.offset >= Int64(first)
         {
             fatalError("strict scan kept a record after the damage at \(first)")

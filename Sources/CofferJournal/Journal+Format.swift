@@ -1,6 +1,6 @@
 // Journal: the file format as pure functions (bytes in, values out), and little-endian helpers.
 import CofferCore
-package import Foundation
+import Foundation
 
 extension Journal {
     static func fileImage(
@@ -136,7 +136,8 @@ extension Journal {
 
     /// The result of scanning frames in a byte image.
     package struct Scan {
-        package var records: [JournalRecord] = []
+        /// Where the intact records lie in the bytes scanned (``JournalRecords``' frames).
+        package var frames: [JournalFrame] = []
         /// Offset just past the last committed frame (relative to the image).
         package var end: Int
         /// Offset just past the last non-zero byte of a torn tail (== end when clean).
@@ -178,17 +179,14 @@ extension Journal {
     /// bounded (``searchBudget(_:)``); when it runs out, the frame is damage, nothing after it is
     /// kept, and the scan says so (``Scan/exhausted``).
     ///
-    /// With `source` (the `Data` whose bytes `bytes` are), each record's payload is a slice of it
-    /// sharing its storage, instead of a copy: one allocation for the whole file, not two per
-    /// record (the owner copies what it keeps).
+    /// The records are not copied: ``Scan/frames`` says where each lies in `bytes` (with
+    /// ``JournalRecords`` over the `Data` that holds them, the owner reads them in place).
     package static func scanFrames(
-        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false,
-        source: Data? = nil
+        _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool = false
     ) -> Scan {
         var budget = Budget(left: searchBudget(bytes.count))
         var scan = scanFrames(
-            bytes, from: start, maxPayload: maxPayload, salvage: salvage, lenientTail: lenientTail, source: source,
-            budget: &budget)
+            bytes, from: start, maxPayload: maxPayload, salvage: salvage, lenientTail: lenientTail, budget: &budget)
         scan.exhausted = budget.ranOut
         return scan
     }
@@ -213,40 +211,41 @@ extension Journal {
 
     private static func scanFrames(
         _ bytes: UnsafeRawBufferPointer, from start: Int, maxPayload: Int, salvage: Bool, lenientTail: Bool,
-        source: Data?, budget: inout Budget
+        budget: inout Budget
     ) -> Scan {
         var scan = Scan(end: start, garbageEnd: start)
         var offset = start
-        var group: [JournalRecord] = []
+        // The frames of the commit being read are appended as they come; `committed` of them
+        // belong to whole commits.
+        var committed = 0
         var groupStart = start
+        var group: Bool { scan.frames.count > committed }
         let count = bytes.count
         while true {
             if offset >= count || (count - offset < frameHeaderSize) {
-                if group.isEmpty && isZero(bytes, from: offset) { break }
+                if !group && isZero(bytes, from: offset) { break }
             } else if let frame = intactFrame(bytes, at: offset, maxPayload: maxPayload, budget: &budget) {
                 let body = offset + frameHeaderSize
                 let next = body + frame.length
-                if frame.continues == group.isEmpty {
+                if frame.continues != group {
                     // Out of commit order: a continuation with no start, or a start inside a commit.
                     if judge() { break } else { continue }
                 }
-                let payload =
-                    source.map { $0[($0.startIndex + body)..<($0.startIndex + next)] } ?? Data(bytes[body..<next])
-                group.append(JournalRecord(offset: Int64(offset), payload: payload))
+                scan.frames.append(JournalFrame(offset: Int64(offset), start: body, count: frame.length))
                 offset = next
                 if !frame.continued {
-                    scan.records += group
-                    group.removeAll()
+                    committed = scan.frames.count
                     groupStart = offset
                     scan.end = offset
                     scan.garbageEnd = offset
                 }
                 continue
-            } else if group.isEmpty && isZero(bytes, from: offset) {
+            } else if !group && isZero(bytes, from: offset) {
                 break
             }
             if judge() { break }
         }
+        scan.frames.removeSubrange(committed...)
         return scan
 
         /// Judges the invalid frame at `offset` (its commit began at `groupStart`). Returns
@@ -260,7 +259,7 @@ extension Journal {
                 return true
             }
             scan.damage.append(groupStart)
-            group.removeAll()
+            scan.frames.removeSubrange(committed...)
             guard case .at(let next) = search else {
                 // Damage in the last commit (not a torn write): salvage drops it.
                 scan.end = groupStart
@@ -269,9 +268,8 @@ extension Journal {
             }
             if !salvage {
                 scan.intactAfterDamage = scanFrames(
-                    bytes, from: next, maxPayload: maxPayload, salvage: true, lenientTail: false, source: nil,
-                    budget: &budget
-                ).records.count
+                    bytes, from: next, maxPayload: maxPayload, salvage: true, lenientTail: false, budget: &budget
+                ).frames.count
                 scan.end = groupStart
                 scan.garbageEnd = groupStart
                 return true

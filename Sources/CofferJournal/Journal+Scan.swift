@@ -47,7 +47,7 @@ extension Journal {
     }
 
     /// Rereads the whole current file: header area and every committed record.
-    func readAllLocked() throws -> [JournalRecord] {
+    func readAllLocked() throws -> JournalRecords {
         let status = try fs.fstat(fd)
         identity = status
         let image = try Journal.readImage(fd, size: status.size, fs: fs, path: path)
@@ -58,57 +58,69 @@ extension Journal {
         let scan = image.withUnsafeBytes {
             Journal.scanFrames(
                 $0, from: header.dataStart, maxPayload: options.maxPayload, salvage: false,
-                lenientTail: header.coalescedWriters, source: image)
+                lenientTail: header.coalescedWriters)
         }
         if let damaged = scan.damage.first {
             throw CofferError(.corrupted, "record at byte \(damaged) fails its checksum", path: path, offset: Int64(damaged))
         }
         dataEnd = Int64(scan.end)
         allocatedSize = Int64(image.count)
-        return scan.records
+        return JournalRecords(bytes: image, frames: scan.frames)
     }
 
     /// Reads committed frames from `dataEnd` on. With `repair` (write lock held) an invalid frame
     /// is judged: a torn tail is wiped; damage followed by intact records throws.
     /// `dataEnd` moves only when this returns: after a failure the commits read so far are
     /// read again by the next call (the caller never saw them).
-    func readForward(repair: Bool) throws -> [JournalRecord] {
-        var records: [JournalRecord] = []
-        var group: [JournalRecord] = []
+    func readForward(repair: Bool) throws -> JournalRecords {
+        // The payloads are read one after another into `bytes`; `committed` frames (and
+        // `committedBytes` bytes) belong to whole commits, the rest to the commit being read.
+        var bytes = Data()
+        var frames: [JournalFrame] = []
+        var committed = 0
+        var committedBytes = 0
         var end = dataEnd  // just past the last whole commit read
         var offset = dataEnd
         var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
+        func wholeCommits() -> JournalRecords {
+            frames.removeSubrange(committed...)
+            bytes.count = committedBytes
+            return JournalRecords(bytes: bytes, frames: frames)
+        }
         while true {
+            let inCommit = frames.count > committed
             let n = try header.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: offset) }
-            if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && group.isEmpty) { break }
+            if n == 0 || (n == header.count && header.allSatisfy({ $0 == 0 }) && !inCommit) { break }
             // A frame whose "continues" flag contradicts its place is invalid, as in scanFrames.
             guard n == header.count, let frame = Journal.parseFrameHeader(header, maxPayload: options.maxPayload),
-                frame.continues != group.isEmpty
+                frame.continues == inCommit
             else {
                 try judgeTail(from: end, repair: repair)
                 dataEnd = end
-                return records
+                return wholeCommits()
             }
-            var payload = Data(count: frame.length)
-            let got = try payload.withUnsafeMutableBytes {
-                try fs.readFully(fd, into: $0, at: offset + Int64(Journal.frameHeaderSize))
+            let start = bytes.count
+            bytes.count += frame.length
+            let crcOK = try bytes.withUnsafeMutableBytes {
+                let payload = UnsafeMutableRawBufferPointer(rebasing: $0[start...])
+                let got = try fs.readFully(fd, into: payload, at: offset + Int64(Journal.frameHeaderSize))
+                return got == frame.length && CRC32C.checksum(UnsafeRawBufferPointer(payload)) == frame.payloadCRC
             }
-            let crcOK = got == frame.length && payload.withUnsafeBytes { CRC32C.checksum($0) } == frame.payloadCRC
             guard crcOK else {
                 try judgeTail(from: end, repair: repair)
                 dataEnd = end
-                return records
+                return wholeCommits()
             }
-            group.append(JournalRecord(offset: offset, payload: payload))
+            frames.append(JournalFrame(offset: offset, start: start, count: frame.length))
             offset += Int64(Journal.frameHeaderSize + frame.length)
             if !frame.continued {
-                records += group
-                group.removeAll()
+                committed = frames.count
+                committedBytes = bytes.count
                 end = offset
             }
         }
         dataEnd = end
-        return records
+        return wholeCommits()
     }
 
     /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the

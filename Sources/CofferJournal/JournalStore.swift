@@ -48,7 +48,7 @@ import CofferRuntime
     /// of the new file, which follow, can be applied from the start.
     mutating func forgetAll() throws
     /// Applies records in order, noting each key they touch through `outside.note(_:)`.
-    mutating func apply(records: [JournalRecord]) throws
+    mutating func apply(records: JournalRecords) throws
     /// Rewrites the file with only the live records. Called holding the journal's write lock,
     /// caught up with the other writers.
     mutating func rewriteLive() throws

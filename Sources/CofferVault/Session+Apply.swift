@@ -23,7 +23,7 @@ extension Session: JournalIndex {
         liveBytes = 0
     }
 
-    mutating func apply(records: [JournalRecord]) throws {
+    mutating func apply(records: JournalRecords) throws {
         try apply(records)
     }
 
@@ -95,14 +95,14 @@ extension Session {
     /// 3. in order: the index updated, and the first failure thrown (or skipped, when salvaging)
     ///    with its offset, so what is applied before a failure is exactly what was before.
     @discardableResult
-    mutating func apply(_ records: [JournalRecord], skippingFailures: Bool = false) throws -> Int {
+    mutating func apply(_ records: JournalRecords, skippingFailures: Bool = false) throws -> Int {
         if records.isEmpty { return 0 }
         let count = records.count
         // 1. The payloads in one buffer, record i at bounds[i]..<bounds[i + 1].
         var bounds: [Int] = []
         bounds.reserveCapacity(count + 1)
         bounds.append(0)
-        for i in 0..<count { bounds.append(bounds[i] + records[i].payload.count) }
+        for i in 0..<count { bounds.append(bounds[i] + records.frames[i].count) }
         let arena = Self.copyPayloads(records, bounds: bounds)
         // 2. The chain (chains[i]: before record i) and the opens of records 0..<reached.
         let chains = UnsafeMutablePointer<ChainValue>.allocate(capacity: count + 1)
@@ -140,7 +140,7 @@ extension Session {
                 }
                 throw CofferError(
                     .corrupted, "a vault record authenticated but \(why)", path: journal.path,
-                    offset: records[i].offset)
+                    offset: records.frames[i].offset)
             case .failed(let failure):
                 guard var error = failure as? CofferError else { throw failure }
                 if skippingFailures && payload.count >= XChaCha20Poly1305.tagLength {
@@ -149,7 +149,7 @@ extension Session {
                     continue
                 }
                 error.path = journal.path
-                error.offset = records[i].offset
+                error.offset = records.frames[i].offset
                 throw error
             }
         }
@@ -175,17 +175,18 @@ extension Session {
 
     /// The payloads of records `0..<bounds.count - 1` in one buffer, record `i` at
     /// `bounds[i]..<bounds[i + 1]`.
-    private static func copyPayloads(_ records: [JournalRecord], bounds: [Int]) -> [UInt8] {
+    private static func copyPayloads(_ records: JournalRecords, bounds: [Int]) -> [UInt8] {
         let total = bounds[bounds.count - 1]
         guard total > 0 else { return [] }
-        return [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
-            let arena = UnsafeMutableRawBufferPointer(buffer)
-            for i in 0..<(bounds.count - 1) where bounds[i + 1] > bounds[i] {
-                records[i].payload.withUnsafeBytes {
-                    UnsafeMutableRawBufferPointer(rebasing: arena[bounds[i]..<bounds[i + 1]]).copyMemory(from: $0)
+        return records.withPayloads { bytes, frames in
+            [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
+                let arena = UnsafeMutableRawBufferPointer(buffer)
+                for (i, frame) in frames.enumerated() where frame.count > 0 {
+                    UnsafeMutableRawBufferPointer(rebasing: arena[bounds[i]..<bounds[i + 1]]).copyMemory(
+                        from: UnsafeRawBufferPointer(rebasing: bytes[frame.start..<(frame.start + frame.count)]))
                 }
+                initialized = total
             }
-            initialized = total
         }
     }
 

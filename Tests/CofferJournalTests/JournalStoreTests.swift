@@ -41,7 +41,7 @@ struct NotesIndex: JournalIndex {
         liveBytes = 0
     }
 
-    mutating func apply(records: [JournalRecord]) throws {
+    mutating func apply(records: JournalRecords) throws {
         for record in records {
             let bytes = [UInt8](record.payload)
             guard let zero = bytes.firstIndex(of: 0), let key = String(validating: bytes[1..<zero], as: UTF8.self) else {
@@ -178,7 +178,7 @@ struct JournalStoreTests {
         // Enough 1 KB writes for three compactions at the rule's minimum.
         for _ in 0..<(3 * JournalCompaction.minimumGarbage / 1000 + 100) {
             let (used, live, recordOfK) = try suite.store.withIndex {
-                (Int($0.journal.dataEnd - $0.journal.dataStart), $0.liveBytes, $0.index[ExactKey("k")]?.recordSize ?? 0)
+                (Int($0.journal.dataEnd - $0.journal.dataStart), $0.liveBytes, $0.recordSize(of: ExactKey("k")) ?? 0)
             }
             let record = try KeyValueFileStrategy.encode(key: "k", value: Data(count: 1000)).count + Journal.frameHeaderSize
             let garbage = used + record - (live + record - recordOfK)

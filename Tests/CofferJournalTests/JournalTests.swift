@@ -146,7 +146,7 @@ struct JournalTests {
         let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
         for cut in Int(offsets[0] + 1)..<Int(end) {
             try Data(bytes[0..<cut]).write(to: URL(fileURLWithPath: path))
-            let records: [JournalRecord]
+            let records: JournalRecords
             (journal, records) = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
             #expect(records.map(\.payload) == [Data("one".utf8)], "cut at \(cut)")
             try journal.close()

@@ -127,7 +127,7 @@ struct JournalStoreParityTests {
         try suite.save(Data(repeating: 9, count: 1000), for: "k")
         let keyValue = try Self.checkCompactionRule(write: { try suite.save(Data(repeating: 9, count: 1000), for: "k") }) {
             try suite.store.withIndex { s in
-                (Int(s.journal.dataEnd - s.journal.dataStart), s.liveBytes, s.index[ExactKey("k")]!.recordSize,
+                (Int(s.journal.dataEnd - s.journal.dataStart), s.liveBytes, s.recordSize(of: ExactKey("k"))!,
                  s.compactionIsWorthIt)
             }
         }

@@ -10,7 +10,7 @@ import Darwin
 
 /// Whether `count` bytes at `a` equal those at `b` (`memcmp`: one call, not constant-time; for
 /// names and keys, never for secrets, which CofferCrypto compares).
-func bytesEqual(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, count: Int) -> Bool {
+@usableFromInline func bytesEqual(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, count: Int) -> Bool {
     memcmp(a, b, count) == 0
 }
 

@@ -15,7 +15,8 @@ import PackageDescription
 //     → CCRC32C, CSharedWord
 //   CofferCore, CofferCrypto → CofferSync (Locked, the one lock type)
 //   CofferVault → CofferCrypto → CSodium (libsodium: the only C boundary for crypto, zeroing,
-//     constant-time comparison); CofferState → CofferCore only
+//     constant-time comparison), CRandom (the kernel's generator through the vDSO);
+//     CofferState → CofferCore only
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -87,7 +88,9 @@ let package = Package(
         ),
         // The one lock type (Locked: a Mutex that ThreadSanitizer sees), below CofferCrypto and CofferCore.
         .target(name: "CofferSync", swiftSettings: strictSettings),
-        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSync"], swiftSettings: strictSettings),
+        .target(name: "CofferCrypto", dependencies: ["CSodium", "CRandom", "CofferSync"], swiftSettings: strictSettings),
+        // Random bytes from the kernel through the vDSO's getrandom (no system call per nonce).
+        .target(name: "CRandom"),
         // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC32) and a portable fallback.
         .target(name: "CCRC32C"),
         // Atomic loads and stores of words in a shared mapping (the journal's control page).

@@ -1,7 +1,18 @@
+internal import CRandom
 internal import CSodium
 
-/// Cryptographically secure random bytes from libsodium (`randombytes_buf`: `getrandom(2)` on Linux).
+/// Cryptographically secure random bytes from the kernel: its generator through the vDSO where
+/// the kernel has one (Linux 6.11 and later: no system call, about 0.1 µs for a nonce instead
+/// of 0.6–1.2 µs), else `getrandom(2)`, else libsodium's `randombytes_buf`.
+///
+/// The vDSO's generator is the kernel's own, not a buffer of bytes drawn earlier: its state is
+/// wiped in a child after `fork` and reseeded after a VM snapshot is restored, so a nonce drawn
+/// here is as fresh as the system call's (a forked child never repeats its parent's nonces;
+/// `SecureRandomTests` checks it).
 package enum SecureRandom: Sendable {
+    /// Whether the bytes come through the vDSO (no system call).
+    package static var usesVDSO: Bool { coffer_random_uses_vdso() != 0 }
+
     /// Returns `count` random bytes; an empty array when `count <= 0`.
     ///
     /// For nonces and salts. Keys belong in guarded memory: use ``SecureBytes/random(count:)``.
@@ -27,6 +38,7 @@ package enum SecureRandom: Sendable {
         guard let start = buffer.baseAddress, buffer.count > 0 else {
             return
         }
+        if coffer_random_fill(start, buffer.count) == 0 { return }
         Sodium.initializeForNonThrowingAPI()
         randombytes_buf(start, buffer.count)
     }

@@ -101,29 +101,3 @@ struct SecureBytesTests {
         #expect(codes.count == 6)
     }
 }
-
-@Suite("SecureRandom")
-struct SecureRandomTests {
-    @Test func bytesAreRandom() {
-        let a = SecureRandom.bytes(count: 64)
-        let b = SecureRandom.bytes(count: 64)
-        #expect(a.count == 64)
-        let aIsAllZero = a.allSatisfy { $0 == 0 }
-        #expect(!aIsAllZero)
-        let same = a == b
-        #expect(!same)
-        #expect(SecureRandom.bytes(count: 0).isEmpty)
-        #expect(SecureRandom.bytes(count: -5).isEmpty)
-    }
-
-    @Test func fillOverwritesTheWholeBuffer() {
-        var buffer = [UInt8](repeating: 0, count: 1000)
-        buffer.withUnsafeMutableBytes { SecureRandom.fill($0) }
-        // Any 64-byte window staying zero has probability 2^-512.
-        let zeroWindow = stride(from: 0, to: 1000, by: 64).contains { start in
-            buffer[start..<min(start + 64, 1000)].allSatisfy { $0 == 0 }
-        }
-        #expect(!zeroWindow)
-        SecureRandom.fill(UnsafeMutableRawBufferPointer(start: nil, count: 0))
-    }
-}

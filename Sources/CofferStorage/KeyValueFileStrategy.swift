@@ -76,11 +76,120 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
             // Decoded where they were read: the name and the value are copied out of the bytes,
             // with no `Data` made per record.
             try records.withPayloads { bytes, frames in
+                if frames.count >= Suite.parallelApplyThreshold && Suite.hasTwoProcessors {
+                    try applyDecodingAhead(bytes, frames)
+                    return
+                }
                 for frame in frames {
-                    let payload = UnsafeRawBufferPointer(rebasing: bytes[frame.start..<(frame.start + frame.count)])
-                    try apply(payload, offset: frame.offset)
+                    guard let decoded = Decoded(Suite.payload(frame, in: bytes)) else {
+                        throw invalidLayout(at: frame.offset)
+                    }
+                    apply(decoded)
                 }
             }
+        }
+
+        /// The bytes of the record `frame` places in `bytes`.
+        private static func payload(_ frame: JournalFrame, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+            UnsafeRawBufferPointer(rebasing: bytes[frame.start..<(frame.start + frame.count)])
+        }
+
+        private func invalidLayout(at offset: Int64) -> CofferError {
+            CofferError(.corrupted, "a record has a valid checksum but an invalid layout", path: journal.path, offset: offset)
+        }
+
+        /// A record decoded, ready for the index.
+        private enum Decoded {
+            case set(ExactKey, Data)
+            case remove(ExactKey)
+
+            /// The record in `payload`, or `nil` when it is not a key-value record.
+            init?(_ payload: UnsafeRawBufferPointer) {
+                guard let (op, key, value) = KeyValueFileStrategy.decode(payload) else { return nil }
+                self = op == 1 ? .set(ExactKey(key), value) : .remove(ExactKey(key))
+            }
+        }
+
+        private mutating func apply(_ decoded: Decoded) {
+            switch decoded {
+            case .set(let key, let value):
+                outside.note(key)
+                indexRecord(key: key, value: value)
+            case .remove(let key):
+                outside.note(key)
+                indexRecord(key: key, value: nil)
+            }
+        }
+
+        /// Batches at least this large are applied on two threads, where there are two.
+        static let parallelApplyThreshold = 2048
+        /// With one processor (or a CPU quota of one) the second thread would only wait for the
+        /// first: apply on one thread there.
+        static let hasTwoProcessors = ProcessInfo.processInfo.activeProcessorCount >= 2
+        /// Records decoded between two publications of the decoder's progress.
+        static let decodeBlock = 128
+
+        /// ``apply(records:)`` for a large batch, on two threads: one decodes the records (names
+        /// validated and made strings, values copied), the other indexes them in order as soon
+        /// as they are published, so decoding (about a third of the work) overlaps the index's
+        /// hashing and inserting instead of preceding it. The first thread to start decodes and
+        /// never waits; the second waits (yielding) only for records not yet decoded. If Dispatch
+        /// runs both on one thread one after the other, the first decodes everything and the
+        /// second indexes it. The outcome is the serial one: records are indexed in file order,
+        /// and the first that is not a key-value record throws with those before it applied.
+        private mutating func applyDecodingAhead(
+            _ bytes: UnsafeRawBufferPointer, _ frames: UnsafeBufferPointer<JournalFrame>
+        ) throws {
+            let count = frames.count
+            let decoded = UnsafeMutablePointer<Decoded?>.allocate(capacity: count)
+            let progress = DecodeProgress()
+            // Every record is decoded (the decoder never stops), and the indexer moves out those
+            // it reaches: the rest are destroyed here.
+            var indexed = 0
+            defer {
+                (decoded + indexed).deinitialize(count: count - indexed)
+                decoded.deallocate()
+            }
+            let failedAt: Int? = withUnsafeMutablePointer(to: &self) { suite in
+                let shared = DecodeBuffers(bytes: bytes, frames: frames, decoded: decoded, suite: suite)
+                let stoppedAt = Locked<Int?>(nil)
+                let reached = Atomic<Int>(0)
+                DispatchQueue.concurrentPerform(iterations: 2) { _ in
+                    if progress.decoder.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
+                        var done = 0
+                        while done < count {
+                            let end = min(count, done + Suite.decodeBlock)
+                            for i in done..<end {
+                                (shared.decoded + i).initialize(to: Decoded(Suite.payload(shared.frames[i], in: shared.bytes)))
+                            }
+                            done = end
+                            progress.ready.store(done, ordering: .releasing)
+                        }
+                        return
+                    }
+                    var next = 0
+                    while next < count {
+                        var ready = progress.ready.load(ordering: .acquiring)
+                        while ready <= next {
+                            yieldProcessor()
+                            ready = progress.ready.load(ordering: .acquiring)
+                        }
+                        while next < ready {
+                            guard let record = (shared.decoded + next).move() else {
+                                stoppedAt.withLock { $0 = next }
+                                reached.store(next + 1, ordering: .relaxed)  // the invalid one was moved too
+                                return
+                            }
+                            shared.suite.pointee.apply(record)
+                            next += 1
+                        }
+                    }
+                    reached.store(count, ordering: .relaxed)
+                }
+                indexed = reached.load(ordering: .relaxed)
+                return stoppedAt.withLock { $0 }
+            }
+            if let failedAt { throw invalidLayout(at: frames[failedAt].offset) }
         }
 
         mutating func rewriteLive() throws {
@@ -90,18 +199,6 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
 
         static func change(_ keys: Set<ExactKey>?) -> StoreChange {
             StoreChange(keys: keys.map { Set($0.map(\.string)) })
-        }
-
-        /// Record payload: op (1 = set, 2 = remove), key length (LEB128), key (UTF-8), value.
-        private mutating func apply(_ payload: UnsafeRawBufferPointer, offset: Int64) throws {
-            guard let (op, key, value) = KeyValueFileStrategy.decode(payload) else {
-                throw CofferError(
-                    .corrupted, "a record has a valid checksum but an invalid layout", path: journal.path,
-                    offset: offset)
-            }
-            let exact = ExactKey(key)
-            outside.note(exact)
-            indexRecord(key: exact, value: op == 1 ? value : nil)
         }
 
         /// Whether a write just made should schedule the flush of a coalesced window (the first
@@ -394,6 +491,24 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         if op == 2 && valueStart != raw.count { return nil }
         return (op, key, Data(UnsafeRawBufferPointer(rebasing: raw[valueStart...])))
     }
+}
+
+/// The buffers the two threads of `KeyValueFileStrategy.Suite.applyDecodingAhead` share: the
+/// decoder reads the records and writes each `decoded` slot once, before publishing it; the
+/// indexer reads only published slots and alone changes the suite.
+private struct DecodeBuffers<Decoded, Suite>: @unchecked Sendable {
+    let bytes: UnsafeRawBufferPointer
+    let frames: UnsafeBufferPointer<JournalFrame>
+    let decoded: UnsafeMutablePointer<Decoded>
+    let suite: UnsafeMutablePointer<Suite>
+}
+
+/// The counters of `KeyValueFileStrategy.Suite.applyDecodingAhead`.
+private final class DecodeProgress: Sendable {
+    /// Whether a thread has taken the decoding.
+    let decoder = Atomic<Bool>(false)
+    /// How many records are decoded: `decoded[0..<ready]` (release/acquire).
+    let ready = Atomic<Int>(0)
 }
 
 extension Backing {

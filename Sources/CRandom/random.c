@@ -5,8 +5,10 @@
 // asks for (MAP_DROPPABLE: wiped in a child after fork, and reseeded after a VM snapshot is
 // restored), so the bytes stay as fresh as the system call's: a nonce is never repeated by a
 // forked child or a cloned VM. Each state is used by one thread at a time: a thread takes one
-// from a pool on first use and gives it back when it exits. A signal handler that interrupts
-// a request on the same thread uses the system call.
+// from a pool on first use and gives it back when it exits (and forgets it: a later draw on
+// the exiting thread takes another). A signal handler that interrupts a request on the same
+// thread uses the system call. The pool's lock is held across fork (pthread_atfork), so a
+// child never inherits it locked.
 
 #if defined(__linux__)
 #define _GNU_SOURCE
@@ -44,6 +46,8 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static void **pool;
 static size_t pool_count;
 static size_t pool_capacity;
+/// Set when a page of states could not be mapped: the system call is used from then on.
+static int mapping_failed;
 
 static __thread void *thread_state;
 static __thread volatile sig_atomic_t thread_busy;
@@ -122,6 +126,15 @@ static void give_back(void *state) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+/// The key's destructor, on the exiting thread: forget the state, then return it to the pool.
+static void release_on_exit(void *state) {
+    thread_state = NULL;
+    give_back(state);
+}
+
+static void lock_pool(void) { pthread_mutex_lock(&pool_lock); }
+static void unlock_pool(void) { pthread_mutex_unlock(&pool_lock); }
+
 static void set_up(void) {
     uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
     if (base == 0) return;
@@ -133,8 +146,9 @@ static void set_up(void) {
     // A state size of ~0 asks for the parameters of the states to map.
     if (function(NULL, 0, 0, &asked, ~(size_t)0) != 0) return;
     long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || asked.size_of_opaque_state == 0 || asked.size_of_opaque_state > (size_t)page) return;
-    if (pthread_key_create(&release_key, give_back) != 0) return;
+    if (page <= 0 || asked.size_of_opaque_state == 0 || asked.size_of_opaque_state + 63 > (size_t)page) return;
+    if (pthread_key_create(&release_key, release_on_exit) != 0) return;
+    if (pthread_atfork(lock_pool, unlock_pool, unlock_pool) != 0) return;
     params = asked;
     vgetrandom = function;
 }
@@ -145,9 +159,12 @@ static void *this_thread_state(void) {
     if (thread_state != NULL) return thread_state;
     pthread_mutex_lock(&pool_lock);
     if (pool_count == 0) {
-        // A page of states, none crossing a page boundary (the kernel requires it).
+        if (mapping_failed) goto none;
+        // A page of states, none crossing a page boundary (the kernel requires it), each on
+        // cache lines of its own (threads drawing at once do not share a line).
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        size_t per_page = page / params.size_of_opaque_state;
+        size_t stride = ((size_t)params.size_of_opaque_state + 63) & ~(size_t)63;
+        size_t per_page = page / stride;
         if (pool_capacity < per_page) {
             void **grown = realloc(pool, per_page * sizeof *pool);
             if (grown == NULL) goto none;
@@ -155,8 +172,11 @@ static void *this_thread_state(void) {
             pool_capacity = per_page;
         }
         void *mapped = mmap(NULL, page, (int)params.mmap_prot, (int)params.mmap_flags, -1, 0);
-        if (mapped == MAP_FAILED) goto none;
-        for (size_t i = 0; i < per_page; i++) pool[pool_count++] = (char *)mapped + i * params.size_of_opaque_state;
+        if (mapped == MAP_FAILED) {
+            mapping_failed = 1;
+            goto none;
+        }
+        for (size_t i = 0; i < per_page; i++) pool[pool_count++] = (char *)mapped + i * stride;
     }
     void *state = pool[--pool_count];
     pthread_mutex_unlock(&pool_lock);

@@ -58,11 +58,11 @@
                 return
             }
             // A short name (the usual case) as two words, its length in the last byte (zero
-            // until then): two inlined rounds instead of the buffered byte-wise path.
+            // until then, in either byte order): two rounds instead of the buffered byte-wise path.
             var words: (UInt64, UInt64) = (0, 0)
             withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: raw) }
             hasher.combine(words.0)
-            hasher.combine(words.1 | UInt64(raw.count) << 56)
+            hasher.combine(UInt64(littleEndian: words.1) | UInt64(raw.count) << 56)
         }
     }
 

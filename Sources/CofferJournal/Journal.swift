@@ -62,17 +62,6 @@ package import Foundation
         self.frames = frames
     }
 
-    /// The records given, their payloads copied into one buffer.
-    package init(_ records: some Sequence<JournalRecord>) {
-        var bytes = Data()
-        var frames: [JournalFrame] = []
-        for record in records {
-            frames.append(JournalFrame(offset: record.offset, start: bytes.count, count: record.payload.count))
-            bytes.append(record.payload)
-        }
-        self.init(bytes: bytes, frames: frames)
-    }
-
     @usableFromInline package var startIndex: Int { 0 }
     @usableFromInline package var endIndex: Int { frames.count }
 

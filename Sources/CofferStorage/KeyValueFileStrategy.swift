@@ -34,8 +34,9 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     static let application: UInt16 = 1
 
     /// A value in the index. The size of its record is not kept: it follows from the name and
-    /// the value (``recordSize(keyCount:valueCount:)``), and an entry of 16 bytes instead of 24
-    /// is a third less memory for the index to fill when a suite is opened.
+    /// the value (``recordSize(keyCount:valueCount:)``), and a value of 16 bytes instead of 24
+    /// makes each slot of the index (name and value) 32 bytes instead of 40, a fifth less memory
+    /// to fill when a suite is opened.
     struct Entry {
         var value: Data
     }

@@ -42,6 +42,8 @@ extension Journal {
         do {
             // Inside: a read of the header that fails stops the journal like a failed sync
             // (an immediate append is already in the file, so its write is never taken back).
+            // The mapped path checked the size above.
+            if tail == nil { try checkNotCutShort() }
             try checkHeaderStillThere()
             if metadata { try fs.fsync(fd) } else { try fs.fdatasync(fd) }
         } catch var error as CofferError {
@@ -65,6 +67,16 @@ extension Journal {
             tail = nil
             tailUnavailable = true
         }
+        try checkNotCutShort()
+    }
+
+    /// The file is not shorter than this journal made it (one `fstat`, before every sync).
+    /// Coffer never shrinks a file it has open, so a shorter one was cut by another program; an
+    /// append by `pwrite` past such a cut, inside the space already allocated, is acknowledged
+    /// and lengthens the file again, leaving zeros where records were, which the next open
+    /// takes for a torn tail and drops with every record after it. Stopping at the sync limits
+    /// what a cut loses to the window's writes, and to nothing for a durable write (it fails).
+    func checkNotCutShort() throws {
         let size = try fs.fstat(fd).size
         if size < allocatedSize { throw stopAfterTruncation(size: size, offset: size) }
     }

@@ -106,6 +106,46 @@ struct CutToNothingTests {
         #expect(throws: CofferError.self) { _ = try KeyValueFileStrategy(directory: dir.url, suite: "cut") }
     }
 
+    @Test(
+        "cut in the middle of its records, then appends by pwrite inside the allocated space: the next flush fails, and a durable write at once",
+        arguments: [false, true])
+    func cutInTheMiddleIsTheNextSyncsError(durable: Bool) throws {
+        let dir = try Scratch("kv-cut-middle")
+        // The wrapper is never armed: it only keeps appends on `pwrite` (no mapping).
+        let files = CutAfterSizeCheckFileSystem()
+        let store = try KeyValueFileStrategy(
+            directory: dir.url, suite: "cut", durability: durable ? .immediate : .coalesced, fileSystem: files)
+        for i in 0..<200 { try store.save(Data(repeating: 7, count: 100), for: "k\(i)") }
+        try store.flush()
+        // Another program cuts the file in the middle of its records (header intact).
+        let cut = store.statistics.fileBytes / 2
+        #if canImport(Glibc)
+            let fd = Glibc.open(dir.url.appendingPathComponent("cut.cofferkv").path, O_WRONLY)
+            try #require(fd >= 0)
+            #expect(Glibc.ftruncate(fd, off_t(cut)) == 0)
+            Glibc.close(fd)
+        #else
+            let handle = try FileHandle(forWritingTo: dir.url.appendingPathComponent("cut.cofferkv"))
+            try handle.truncate(atOffset: UInt64(cut))
+            try handle.close()
+        #endif
+        var refused: CofferError?
+        var acknowledged = 0
+        do {
+            try store.save(Data("after".utf8), for: "after")
+            acknowledged += 1
+            try store.flush()
+        } catch let error as CofferError {
+            refused = error
+        }
+        let error = try #require(refused, "a write and a flush after the cut both succeeded: the write is lost at the next open")
+        #expect(error.code == .corrupted)
+        #expect(error.message.contains("truncated by another program"), "\(error.message)")
+        // A durable write is synced before it returns: it is the one refused.
+        if durable { #expect(acknowledged == 0) }
+        #expect(throws: CofferError.self) { try store.save(Data("later".utf8), for: "later") }
+    }
+
     @Test("cut, then appends past the cut inside the preallocated space: the next flush fails .corrupted")
     func cutUnderAppendsIsTheFlushsError() throws {
         let dir = try Scratch("kv-cut-append")

@@ -236,6 +236,30 @@ public protocol CompareAndSwapPersistenceStrategy: PersistenceStrategy {
     func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool
 }
 
+/// A remote store that can hold one key locked against every writer, of every process, while
+/// its caller decides the key's next value: after a lost swap, `$x.update { … }` on it reads,
+/// transforms and writes in one transaction instead of retrying the swap. Waiters on the lock
+/// are served in turn (the server queues them), so every update ends in its turn however many
+/// processes contend, where retried swaps can starve the slowest of them.
+package protocol KeyLockingPersistenceStrategy: AsyncPersistenceStrategy, CompareAndSwapPersistenceStrategy {
+    /// Locks `key` against every writer and returns the lock, holding the key's value. The lock
+    /// is held until ``KeyLock/store(_:)`` or ``KeyLock/release()``, or until the store's
+    /// deadline: the caller's decision must be quick.
+    func lock(_ key: String) async throws -> any KeyLock
+}
+
+/// One key locked by ``KeyLockingPersistenceStrategy/lock(_:)``.
+package protocol KeyLock: Sendable {
+    /// The bytes stored under the key when it was locked; `nil` when it is absent.
+    var current: Data? { get }
+    /// Stores `new` (`nil` removes the key), commits and releases the lock. Throws when the
+    /// write failed (the lock was released at its deadline, the connection was lost); nothing
+    /// was stored then.
+    func store(_ new: Data?) async throws
+    /// Releases the lock and stores nothing.
+    func release() async
+}
+
 /// What changed in a store outside the instance that reports it.
 public struct StoreChange: Sendable, Hashable {
     /// The keys whose values may have changed, or `nil` when any may have (the file was replaced

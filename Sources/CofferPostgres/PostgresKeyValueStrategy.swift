@@ -34,7 +34,7 @@ import PostgresNIO
 /// try await flags.set(true, for: "new-checkout")
 /// ```
 public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeyLockingPersistenceStrategy
 {
     /// The suite: the rows of this store are those with this suite name.
     public let suite: String
@@ -182,8 +182,11 @@ public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPers
     public func update<T: Codable & Sendable>(_ key: String, _ transform: @escaping @Sendable (T?) throws -> T?) async throws {
         let encoding = valueEncoding
         try await readModifyWrite(key) { current in
-            let value = try current.map { try ValueCodec.decode(T.self, from: $0, as: encoding) }
-            return .store(try PostgresLink.callersCode { try transform(value) }.map { try ValueCodec.encode($0, as: encoding) })
+            try await PostgresLink.callersCodeOffJobs {
+                let value = try current.map { try ValueCodec.decode(T.self, from: $0, as: encoding) }
+                return .store(
+                    try PostgresLink.callersCode { try transform(value) }.map { try ValueCodec.encode($0, as: encoding) })
+            }
         }
     }
 
@@ -197,12 +200,29 @@ public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPers
         }
     }
 
+    /// Locks `key`'s row in a transaction of its own and returns once it is read; the
+    /// transaction writes what the caller then decides (``KeyLock``). After a lost swap,
+    /// `$x.update { … }` runs its transform between the two, in its caller's context, instead
+    /// of retrying the swap.
+    package func lock(_ key: String) async throws -> any KeyLock {
+        try await HeldRow.hold { offer in
+            try await self.readModifyWrite(key) { current in
+                switch try await offer(current) {
+                case .release: .keep
+                case .store(let new): current == new ? .keep : .store(new)
+                }
+            }
+        }
+    }
+
     private enum Decision: Sendable {
         case keep
         case store(Data?)
     }
 
-    private func readModifyWrite(_ key: String, _ decide: @escaping @Sendable (Data?) throws -> Decision) async throws {
+    private func readModifyWrite(_ key: String, _ decide: @escaping @Sendable (Data?) async throws -> Decision)
+        async throws
+    {
         let keyBytes = Data(key.utf8)
         let (suite, link) = (suite, link)
         let written = try await link.transaction { [sql] connection -> (UInt64?, commit: Bool) in
@@ -217,7 +237,7 @@ public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPers
             let rows = try await link.run(
                 sql.lockRow, binds, on: connection)
             let current = try rows.first.flatMap { try $0.cells[0].decode(Data?.self) }
-            guard case .store(let next) = try await PostgresLink.callersCodeOffJobs({ try decide(current) }) else {
+            guard case .store(let next) = try await decide(current) else {
                 return (nil, false)
             }
             return (try await Self.upsert(suite, key: keyBytes, value: next, sql: sql.write, on: connection, link: link), true)

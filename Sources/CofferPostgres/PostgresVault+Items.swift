@@ -194,11 +194,15 @@ extension PostgresVault {
     /// when the caller's form returns, so it never outlives it.
     func update(service: String, account: String, lent transform: WhileBlocked<(Data?) throws -> Data?>) async throws {
         try await withCurrentKeys {
-            try await self.updateOnce(service: service, account: account) { current in try transform.call { try $0(current) } }
+            try await self.updateOnce(service: service, account: account) { current in
+                try await PostgresLink.callersCodeOffJobs { try PostgresLink.callersCode { try transform.call { try $0(current) } } }
+            }
         }
     }
 
-    func updateOnce(service: String, account: String, _ transform: @escaping @Sendable (Data?) throws -> Data?)
+    /// One attempt of an update: `transform` is given the secret with the vault's version row
+    /// locked, and what it returns is written (`nil` removes; the same secret writes nothing).
+    func updateOnce(service: String, account: String, _ transform: @escaping @Sendable (Data?) async throws -> Data?)
         async throws
     {
         try checkNames(service: service, account: account)
@@ -218,9 +222,7 @@ extension PostgresVault {
                 existing = item
                 SecureMemory.zero(&secret)
             }
-            let next = try await PostgresLink.callersCodeOffJobs { [old] in
-                try PostgresLink.callersCode { try transform(old) }
-            }
+            let next = try await transform(old)
             if next == old { return (nil, false) }
             let record: [UInt8]
             if let next {

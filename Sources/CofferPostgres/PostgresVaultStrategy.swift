@@ -6,13 +6,14 @@ public import Foundation
 
 /// A ``PersistenceStrategy`` over one service of a ``PostgresVault``: each key is an account.
 /// Values are stored in plain form (a String's UTF-8), as in `VaultStrategy`, so `coffer get`
-/// prints exactly what an `@Stored` property saved. A compare-and-swap holds the vault's version
-/// row locked from the read to the write.
+/// prints exactly what an `@Stored` property saved. A compare-and-swap, and `$x.update { … }`
+/// on a property, hold the vault's version row locked from the read to the write.
 ///
 /// Every call is `async` (``AsyncPersistenceStrategy``): `@Stored` properties on it never block
 /// their caller on the network. The synchronous forms run the async ones on Coffer's threads.
 public final class PostgresVaultStrategy: AsyncPersistenceStrategy, BatchPersistenceStrategy,
-    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeychainItemsStrategy
+    CompareAndSwapPersistenceStrategy, ChangeObservingPersistenceStrategy, KeychainItemsStrategy,
+    KeyLockingPersistenceStrategy
 {
     /// The vault holding the items.
     public let vault: PostgresVault
@@ -69,6 +70,22 @@ public final class PostgresVaultStrategy: AsyncPersistenceStrategy, BatchPersist
             return new
         }
         return swapped.withLock { $0 }
+    }
+
+    /// Locks the vault's version row in a transaction of its own and returns once the item is
+    /// read; the transaction writes what the caller then decides (``KeyLock``).
+    package func lock(_ key: String) async throws -> any KeyLock {
+        let (vault, service) = (vault, service)
+        return try await HeldRow.hold { offer in
+            try await vault.withCurrentKeys {
+                try await vault.updateOnce(service: service, account: key) { current in
+                    switch try await offer(current) {
+                    case .release: current
+                    case .store(let new): new
+                    }
+                }
+            }
+        }
     }
 
     /// Tells `handler` which accounts of this service others change (see

@@ -211,9 +211,12 @@ public final class Stored<Value: Sendable>: Sendable {
     /// On a ``CompareAndSwapPersistenceStrategy`` (the key-value file, the vault) it is atomic
     /// across processes: the newest stored value is read, `body` runs with no lock held, and the
     /// result is stored only if nobody wrote meanwhile — otherwise `body` runs again on the new
-    /// value, so it must have no other effects. On any other strategy it is atomic within this
-    /// process; on memory, with respect to other updates. Observers are told once, when the
-    /// value changed. Writes at once, even inside a ``batch(_:)``.
+    /// value, so it must have no other effects. On the PostgreSQL stores it is atomic across
+    /// machines, and after one lost swap `body` runs here while the key stays locked in one
+    /// transaction, so a contended update ends in its turn (keep `body` short; docs/STATE.md,
+    /// "Remote stores and async code"). On any other strategy it is atomic within this process;
+    /// on memory, with respect to other updates. Observers are told once, when the value
+    /// changed. Writes at once, even inside a ``batch(_:)``.
     /// - Returns: The value stored.
     /// - Throws: What `body` throws (nothing is written then), or ``CofferError`` when the
     ///   store cannot be read or written (also in ``error``).
@@ -252,8 +255,8 @@ public final class Stored<Value: Sendable>: Sendable {
     /// threads). Writes even when `value` equals the current one, so it retries a failed save.
     public func save(_ value: Value) async throws { try await cell.saveAsync(value) }
 
-    /// ``update(_:)``, suspending instead of blocking on a remote store: its compare-and-swap is
-    /// awaited, and `body` runs again when another writer got in between.
+    /// ``update(_:)``, suspending instead of blocking on a remote store: its compare-and-swap
+    /// (after a lost one, its transaction with the key locked) is awaited.
     @discardableResult
     public func update(_ body: (inout Value) throws -> Void) async throws -> Value { try await cell.updateAsync(body) }
 

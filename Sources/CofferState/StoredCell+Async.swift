@@ -58,9 +58,28 @@ extension StoredCell {
             }
             defer { updateTurn.leave() }
             try await flush()  // a write made here and not stored yet is newer: `body` starts from it
+            let locking = remote as? any KeyLockingPersistenceStrategy
+            var lost = false
             while true {
                 let before = state.withLock { $0.writes }
                 try checkUpdateBudget(giveUp)
+                if lost, let locking {
+                    // After a lost swap, one transaction with the key locked while `body` runs
+                    // here: waiters are served in turn, where retried swaps can starve (see
+                    // `updateLocked`).
+                    let lock = try await locking.lock(key)
+                    let value: Value
+                    let next: Data?
+                    do {
+                        (value, next) = try transformed(lock.current, as: remote.valueEncoding, by: body)
+                    } catch {
+                        await lock.release()
+                        throw error
+                    }
+                    try await lock.store(next)
+                    updateDidSucceed(changed: adopt(value, ifNoWriteSince: before))
+                    return value
+                }
                 let current = try await remote.load(key)
                 let (value, next) = try transformed(current, as: remote.valueEncoding, by: body)
                 let swapped: Bool
@@ -70,7 +89,10 @@ extension StoredCell {
                     if let next { try await remote.save(next, for: key) } else { try await remote.remove(key) }
                     swapped = true
                 }
-                guard swapped else { continue }  // another writer got in between: run `body` again
+                guard swapped else {  // another writer got in between: run `body` again
+                    lost = true
+                    continue
+                }
                 updateDidSucceed(changed: adopt(value, ifNoWriteSince: before))
                 return value
             }

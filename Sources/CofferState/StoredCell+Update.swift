@@ -1,5 +1,6 @@
 // `update { }`: read, transform with no lock held, and store only if nobody wrote meanwhile —
-// the compare-and-swap loop, on memory, on a local store, and (synchronously) on a remote one.
+// the compare-and-swap loop, on memory, on a local store, and (synchronously) on a remote one;
+// on a remote store that can lock the key, the attempt after a lost swap holds the key locked.
 import CofferCore
 import Foundation
 
@@ -43,8 +44,11 @@ extension StoredCell {
             // Each attempt ends by the store's own limits; no new one starts after the context's
             // lock timeout, so a value that keeps changing elsewhere ends in `.busy`.
             let giveUp = ContinuousClock.now + context.lockTimeout
+            let locking = binding.remote as? any KeyLockingPersistenceStrategy
+            var lost = false
             while true {
                 try checkUpdateBudget(giveUp)
+                if lost, let locking { return try updateLocked(locking, key: key, encoding: encoding, by: body) }
                 let before = state.withLock { $0.writes }
                 let current = try strategy.load(key)
                 let (value, next) = try transformed(current, as: encoding, by: body)
@@ -59,7 +63,10 @@ extension StoredCell {
                         return true
                     }
                 }
-                guard swapped else { continue }  // another writer got in between: run `body` again
+                guard swapped else {  // another writer got in between: run `body` again
+                    lost = true
+                    continue
+                }
                 updateDidSucceed(changed: persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) })
                 return value
             }
@@ -67,6 +74,31 @@ extension StoredCell {
             setSaveError(error)
             throw error
         }
+    }
+
+    /// The attempt after a lost swap, on a store that can lock the key while `body` runs here
+    /// (PostgreSQL): one transaction, its waiters served in turn by the server, so no update of
+    /// a contended key starves as retried swaps can (three processes × 300 increments on a
+    /// loaded machine left one of them losing every swap for 10 s). Only after a lost swap:
+    /// holding the lock across `body` makes other writers wait on this caller's thread or task
+    /// being scheduled, a cost worth paying only under contention.
+    private func updateLocked(
+        _ store: any KeyLockingPersistenceStrategy, key: String, encoding: ValueEncoding,
+        by body: (inout Value) throws -> Void
+    ) throws -> Value {
+        let before = state.withLock { $0.writes }
+        let lock = try Offload.wait { try await store.lock(key) }
+        let value: Value
+        let next: Data?
+        do {
+            (value, next) = try transformed(lock.current, as: encoding, by: body)
+        } catch {
+            try? Offload.wait { await lock.release() }
+            throw error
+        }
+        try Offload.wait { try await lock.store(next) }
+        updateDidSucceed(changed: persistLock.withLock { _ in adopt(value, ifNoWriteSince: before) })
+        return value
     }
 
     /// `body` applied to the value stored as `current` (the initial value when nothing is), and

@@ -244,17 +244,19 @@ public protocol CompareAndSwapPersistenceStrategy: PersistenceStrategy {
 package protocol KeyLockingPersistenceStrategy: AsyncPersistenceStrategy, CompareAndSwapPersistenceStrategy {
     /// Locks `key` against every writer and returns the lock, holding the key's value. The lock
     /// is held until ``KeyLock/store(_:)`` or ``KeyLock/release()``, or until the store's
-    /// deadline: the caller's decision must be quick.
+    /// deadline (the wait for the lock and for the decision together): the caller's decision
+    /// must be quick. A lock dropped undecided is released.
     func lock(_ key: String) async throws -> any KeyLock
 }
 
-/// One key locked by ``KeyLockingPersistenceStrategy/lock(_:)``.
+/// One key locked by ``KeyLockingPersistenceStrategy/lock(_:)``. Call one of ``store(_:)`` and
+/// ``release()``, once.
 package protocol KeyLock: Sendable {
     /// The bytes stored under the key when it was locked; `nil` when it is absent.
     var current: Data? { get }
-    /// Stores `new` (`nil` removes the key), commits and releases the lock. Throws when the
-    /// write failed (the lock was released at its deadline, the connection was lost); nothing
-    /// was stored then.
+    /// Stores `new` (`nil` removes the key), commits and releases the lock. Throws
+    /// ``CofferError/Code/busy`` when the deadline passed first (nothing was stored), or the
+    /// store's error when the write failed.
     func store(_ new: Data?) async throws
     /// Releases the lock and stores nothing.
     func release() async

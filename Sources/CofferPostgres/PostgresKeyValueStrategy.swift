@@ -205,10 +205,10 @@ public final class PostgresKeyValueStrategy: AsyncPersistenceStrategy, BatchPers
     /// `$x.update { … }` runs its transform between the two, in its caller's context, instead
     /// of retrying the swap.
     package func lock(_ key: String) async throws -> any KeyLock {
-        try await HeldRow.hold { offer in
+        try await HeldRow.hold(secret: false, until: .now + .seconds(link.timeout)) { offer in
             try await self.readModifyWrite(key) { current in
                 switch try await offer(current) {
-                case .release: .keep
+                case .release, .expired: .keep
                 case .store(let new): current == new ? .keep : .store(new)
                 }
             }

@@ -76,11 +76,17 @@ public final class PostgresVaultStrategy: AsyncPersistenceStrategy, BatchPersist
     /// read; the transaction writes what the caller then decides (``KeyLock``).
     package func lock(_ key: String) async throws -> any KeyLock {
         let (vault, service) = (vault, service)
-        return try await HeldRow.hold { offer in
+        return try await HeldRow.hold(secret: true, until: .now + .seconds(vault.link.timeout)) { offer in
             try await vault.withCurrentKeys {
                 try await vault.updateOnce(service: service, account: key) { current in
-                    switch try await offer(current) {
-                    case .release: current
+                    // A copy of its own, which the lock zeroes: `updateOnce` zeroes `current`.
+                    let copy = current.map { secret in
+                        secret.withUnsafeBytes { bytes in
+                            bytes.baseAddress.map { Data(bytes: $0, count: bytes.count) } ?? Data()
+                        }
+                    }
+                    return switch try await offer(copy) {
+                    case .release, .expired: current
                     case .store(let new): new
                     }
                 }

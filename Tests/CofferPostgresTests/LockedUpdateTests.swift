@@ -51,18 +51,22 @@ struct LockedUpdateTests {
     /// Another instance that keeps the key locked and changing, round after round (each round
     /// holds the lock `hold` long, then adds 100), on a thread of its own until stopped.
     final class Competitor: Sendable {
+        /// Rounds committed (counted after each commit).
         let rounds = Protected(0)
+        /// Locks taken (counted as soon as each is granted).
+        let acquired = Protected(0)
         private let stopped = Protected(false)
         private let done = DispatchSemaphore(value: 0)
         let failure = Protected<String?>(nil)
 
         init(_ strategy: any KeyLockingPersistenceStrategy, key: String, hold: Duration = .milliseconds(30)) {
-            let (rounds, stopped, done, failure) = (rounds, stopped, done, failure)
+            let (rounds, acquired, stopped, done, failure) = (rounds, acquired, stopped, done, failure)
             Thread.detachNewThread {
                 defer { done.signal() }
                 do {
                     while !stopped.withLock({ $0 }) {
                         let lock = try Offload.wait { try await strategy.lock(key) }
+                        acquired.withLock { $0 += 1 }
                         let value = try lock.current.map { try ValueCodec.decode(Int.self, from: $0, as: strategy.valueEncoding) } ?? 0
                         Thread.sleep(forTimeInterval: hold.inSeconds)
                         let next = try ValueCodec.encode(value + 100, as: strategy.valueEncoding)
@@ -75,17 +79,41 @@ struct LockedUpdateTests {
             }
         }
 
-        /// Waits until `count` rounds are done (at most 20 s).
-        func waitForRounds(_ count: Int) -> Bool { eventually(timeout: 20) { rounds.withLock { $0 } >= count } }
+        /// Waits until `count` rounds are done (at most 20 s), without holding a thread.
+        func waitForRounds(_ count: Int) async -> Bool {
+            for _ in 0..<2_000 {
+                if rounds.withLock({ $0 }) >= count { return true }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+            return false
+        }
 
-        func stop() {
+        /// Ends the rounds and waits for the last one (on Coffer's threads).
+        func stop() async {
             stopped.withLock { $0 = true }
-            done.wait()
+            let done = done
+            _ = try? await Offload.run { done.wait() }
+        }
+
+        /// Inside a transform: blocks until the next round has committed (at most 10 s), so
+        /// that a swap of what was read before loses.
+        func blockUntilNextRound() {
+            let start = rounds.withLock { $0 }
+            for _ in 0..<2_000 where rounds.withLock({ $0 }) == start { Thread.sleep(forTimeInterval: 0.005) }
+        }
+
+        /// Inside a transform: whether the competitor takes no lock for 200 ms (several rounds'
+        /// time): the caller holds the key locked. (Counted at the grant, not at the commit,
+        /// which a busy machine may count late.)
+        func standsStill() -> Bool {
+            let start = acquired.withLock { $0 }
+            Thread.sleep(forTimeInterval: 0.2)
+            return acquired.withLock { $0 } == start
         }
     }
 
     @Test(
-        "Against a writer that keeps the key locked and changing, an update ends in its turn, its transform run at most twice",
+        "Against a writer that keeps the key locked and changing, an update ends in its turn: a lost swap, then one run with the key locked",
         arguments: Kind.allCases, Caller.allCases)
     func endsInItsTurn(_ kind: Kind, _ caller: Caller) async throws {
         let instances = try Self.strategies(kind)
@@ -93,25 +121,32 @@ struct LockedUpdateTests {
         let counter = Stored(wrappedValue: 0, backed: Self.backing(updater, key: "counter"))
         try await counter.save(0)
         let competitor = Competitor(competing, key: "counter")
-        #expect(competitor.waitForRounds(2))
+        #expect(await competitor.waitForRounds(2))
         let calls = Protected(0)
+        let heldLocked = Protected(false)
+        // The first run waits for a round to commit, so its swap loses; a retried swap would
+        // lose again and again (each reread meets the next round), until the context's 10 s
+        // budget ended it in `.busy`. The second run must hold the key: no round commits.
         let body: @Sendable (inout Int) -> Void = { value in
-            calls.withLock { $0 += 1 }
+            let call = calls.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            if call == 1 { competitor.blockUntilNextRound() }
+            if call == 2 { heldLocked.withLock { $0 = competitor.standsStill() } }
             value += 1
         }
-        // A retried swap loses every time here: each reread meets the next round's lock, and
-        // the round commits a new value before the swap gets the row. The context's 10 s budget
-        // would end it in `.busy`.
         let result: Int
         switch caller {
         case .sync: result = try await Offload.run { try Self.blockingUpdate(counter, body) }
         case .async: result = try await counter.update(body)
         }
         let roundsAfter = competitor.rounds.withLock { $0 }
-        competitor.stop()
+        await competitor.stop()
         #expect(competitor.failure.withLock { $0 } == nil)
+        #expect(calls.withLock { $0 } == 2)
+        #expect(heldLocked.withLock { $0 }, "the second run did not hold the key locked")
         #expect(result % 100 == 1, "the update's result \(result) is not one more than a value the competitor committed")
-        #expect((1...2).contains(calls.withLock { $0 }))
         // Neither write was lost: every round added 100 to what it read, the update 1.
         let stored = try #require(try await competing.load("counter").map { try ValueCodec.decode(Int.self, from: $0, as: competing.valueEncoding) })
         #expect(stored % 100 == 1)
@@ -127,30 +162,69 @@ struct LockedUpdateTests {
         let counter = Stored(wrappedValue: 0, backed: Self.backing(updater, key: "counter"))
         try await counter.save(0)
         let competitor = Competitor(competing, key: "counter")
-        #expect(competitor.waitForRounds(2))
+        #expect(await competitor.waitForRounds(2))
         let calls = Protected(0)
-        // The first run loses its swap to the competitor; the second, with the key locked, throws.
+        let heldLocked = Protected(false)
+        // The first run loses its swap (it waits for a round); the second, with the key
+        // locked, throws.
         let body: @Sendable (inout Int) throws -> Void = { value in
             let call = calls.withLock { count -> Int in
                 count += 1
                 return count
             }
             value = 1_000_001
-            if call >= 2 { throw Oops() }
+            if call == 1 { competitor.blockUntilNextRound() }
+            if call >= 2 {
+                heldLocked.withLock { $0 = competitor.standsStill() }
+                throw Oops()
+            }
         }
         switch caller {
         case .sync: await #expect(throws: Oops.self) { try await Offload.run { try Self.blockingUpdate(counter, body) } }
         case .async: await #expect(throws: Oops.self) { try await counter.update(body) }
         }
-        // Released at once, not held until the store's deadline (10 s): the competitor's rounds
-        // go on.
+        // Released at once, not held until the store's deadline (10 s): the rounds go on.
         let before = competitor.rounds.withLock { $0 }
-        #expect(competitor.waitForRounds(before + 3))
-        competitor.stop()
+        let started = ContinuousClock.now
+        #expect(await competitor.waitForRounds(before + 3))
+        #expect(ContinuousClock.now - started < .seconds(5), "the key stayed locked after the transform threw")
+        await competitor.stop()
         #expect(competitor.failure.withLock { $0 } == nil)
         #expect(calls.withLock { $0 } == 2)
+        #expect(heldLocked.withLock { $0 }, "the second run did not hold the key locked")
         let stored = try #require(try await competing.load("counter").map { try ValueCodec.decode(Int.self, from: $0, as: competing.valueEncoding) })
         #expect(stored % 100 == 0, "the throwing transform's value was written")
+    }
+
+    @Test("A lock whose caller does not decide within the store's timeout rolls back: .busy, nothing written, the key free", arguments: Kind.allCases)
+    func undecidedLockExpires(_ kind: Kind) async throws {
+        var configuration = try sharedConfiguration()
+        configuration.timeout = 1.5
+        let name = uniqueName("expiry-\(kind.rawValue)")
+        let strategy: any KeyLockingPersistenceStrategy
+        switch kind {
+        case .keyValue: strategy = PostgresKeyValueStrategy(configuration: configuration, suite: name)
+        case .vault:
+            strategy = try await PostgresVault.create(name: name, unlock: .key(testKey), configuration: configuration)
+                .strategy(service: "fleet")
+        }
+        try await strategy.save(try ValueCodec.encode(5, as: strategy.valueEncoding), for: "counter")
+        let lock = try await strategy.lock("counter")
+        try await Task.sleep(for: .seconds(2.5))
+        do {
+            try await lock.store(try ValueCodec.encode(6, as: strategy.valueEncoding))
+            Issue.record("a decision past the deadline was stored")
+        } catch let error as CofferError {
+            #expect(error.code == .busy)
+            #expect(error.message.contains("nothing was written"))
+        }
+        // Rolled back, not left to the connection's own deadline: the key is free and the
+        // store answers at once.
+        let started = ContinuousClock.now
+        let again = try await strategy.lock("counter")
+        #expect(ContinuousClock.now - started < .seconds(1))
+        #expect(try again.current.map { try ValueCodec.decode(Int.self, from: $0, as: strategy.valueEncoding) } == 5)
+        await again.release()
     }
 
     @Test("Three instances × 200 updates each, sync and async at once, give exactly 600", arguments: Kind.allCases)

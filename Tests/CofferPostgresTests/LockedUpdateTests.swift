@@ -114,16 +114,23 @@ struct LockedUpdateTests {
         }
     }
 
+    /// A counter at 0 on one instance, and a competitor on another already two rounds in.
+    static func contended(_ kind: Kind) async throws
+        -> (competing: any KeyLockingPersistenceStrategy, counter: Stored<Int>, competitor: Competitor)
+    {
+        let instances = try strategies(kind)
+        let counter = Stored(wrappedValue: 0, backed: backing(instances[1], key: "counter"))
+        try await counter.save(0)
+        let competitor = Competitor(instances[0], key: "counter")
+        #expect(await competitor.waitForRounds(2))
+        return (instances[0], counter, competitor)
+    }
+
     @Test(
         "Against a writer that keeps the key locked and changing, an update ends in its turn: a lost swap, then one run with the key locked",
         arguments: Kind.allCases, Caller.allCases)
     func endsInItsTurn(_ kind: Kind, _ caller: Caller) async throws {
-        let instances = try Self.strategies(kind)
-        let (competing, updater) = (instances[0], instances[1])
-        let counter = Stored(wrappedValue: 0, backed: Self.backing(updater, key: "counter"))
-        try await counter.save(0)
-        let competitor = Competitor(competing, key: "counter")
-        #expect(await competitor.waitForRounds(2))
+        let (competing, counter, competitor) = try await Self.contended(kind)
         let calls = Protected(0)
         let heldLocked = Protected(false)
         // The first run waits for a round to commit, so its swap loses; a retried swap would
@@ -159,12 +166,7 @@ struct LockedUpdateTests {
         "A transform that throws with the key locked writes nothing and releases the key at once",
         arguments: Kind.allCases, Caller.allCases)
     func throwingTransformReleases(_ kind: Kind, _ caller: Caller) async throws {
-        let instances = try Self.strategies(kind)
-        let (competing, updater) = (instances[0], instances[1])
-        let counter = Stored(wrappedValue: 0, backed: Self.backing(updater, key: "counter"))
-        try await counter.save(0)
-        let competitor = Competitor(competing, key: "counter")
-        #expect(await competitor.waitForRounds(2))
+        let (competing, counter, competitor) = try await Self.contended(kind)
         let calls = Protected(0)
         let heldLocked = Protected(false)
         // The first run loses its swap (it waits for a round); the second, with the key

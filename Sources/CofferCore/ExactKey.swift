@@ -31,7 +31,7 @@
     /// Whether two buffers of the same length hold the same bytes: eight at a time for a short
     /// name, `memcmp` for a long one.
     @inlinable
-    static func bytesEqual(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+    package static func bytesEqual(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
         let count = a.count
         guard count <= 32 else { return CofferCore.bytesEqual(a.baseAddress!, b.baseAddress!, count: count) }
         var offset = 0

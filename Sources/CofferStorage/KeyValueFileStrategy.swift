@@ -2,7 +2,6 @@ public import CofferCore
 import CofferRuntime
 import CofferJournal
 public import Foundation
-import Synchronization
 
 /// Many keys in one file per suite: the UserDefaults of Coffer, built on the crash-safe journal.
 ///
@@ -33,19 +32,12 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// The journal's application number for key-value suites.
     static let application: UInt16 = 1
 
-    /// A value in the index. The size of its record is not kept: it follows from the name and
-    /// the value (``recordSize(keyCount:valueCount:)``), and a value of 16 bytes instead of 24
-    /// makes each slot of the index (name and value) 32 bytes instead of 40, a fifth less memory
-    /// to fill when a suite is opened.
-    struct Entry {
-        var value: Data
-    }
-
     /// The suite in memory: the journal and the index of its live values (see ``JournalIndex``,
     /// the engine the vault shares).
     struct Suite: JournalIndex {
         var journal: Journal
-        var index: [ExactKey: Entry] = [:]
+        /// The live values: where each lies in the records read or written (``SuiteIndex``).
+        var index = SuiteIndex()
         var liveBytes = 0
         var flushScheduled = false
         var outside = OutsideChanges<ExactKey>()
@@ -72,129 +64,56 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         }
 
         mutating func apply(records: JournalRecords) throws {
+            guard !records.isEmpty else { return }
             // At most one new key per record: grow the table once, not by doubling along the way.
             index.reserveCapacity(index.count + records.count)
-            // Decoded where they were read: the name and the value are copied out of the bytes,
-            // with no `Data` made per record.
             try records.withPayloads { bytes, frames in
-                if frames.count >= Suite.parallelApplyThreshold && Suite.hasTwoProcessors {
-                    try applyDecodingAhead(bytes, frames)
-                    return
+                // The records are copied once, from the first payload to the end of the last, into
+                // a segment of the index: names and values stay where they are in it.
+                let first = frames[0].start
+                let last = frames[frames.count - 1]
+                let segment = index.addSegment(
+                    copying: UnsafeRawBufferPointer(rebasing: bytes[first..<(last.start + last.count)]))
+                defer {
+                    index.releaseIfUnused(segment)
+                    index.compactSegmentsIfWorthIt()
                 }
+                let base = UnsafeRawPointer(index.base(of: segment))
                 for frame in frames {
-                    guard let decoded = Decoded(Suite.payload(frame, in: bytes)) else {
-                        throw invalidLayout(at: frame.offset)
+                    let offset = frame.start - first
+                    let payload = UnsafeRawBufferPointer(start: base + offset, count: frame.count)
+                    guard let record = KeyValueFileStrategy.parse(payload) else { throw invalidLayout(at: frame.offset) }
+                    let name = UnsafeRawBufferPointer(rebasing: payload[record.name])
+                    if outside.collecting { outside.note(ExactKey(String(decoding: name, as: UTF8.self))) }
+                    let old: Int?
+                    if record.isSet {
+                        let valueCount = payload.count - record.name.upperBound
+                        old = index.set(
+                            segment: segment, offset: offset + record.name.lowerBound, nameCount: name.count,
+                            valueCount: valueCount)
+                        liveBytes += Self.frameSize(keyCount: name.count, valueCount: valueCount)
+                    } else {
+                        old = index.remove(name)
                     }
-                    apply(decoded)
+                    if let old { liveBytes -= Self.frameSize(keyCount: name.count, valueCount: old) }
                 }
             }
-        }
-
-        /// The bytes of the record `frame` places in `bytes`.
-        private static func payload(_ frame: JournalFrame, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
-            UnsafeRawBufferPointer(rebasing: bytes[frame.start..<(frame.start + frame.count)])
         }
 
         private func invalidLayout(at offset: Int64) -> CofferError {
             CofferError(.corrupted, "a record has a valid checksum but an invalid layout", path: journal.path, offset: offset)
         }
 
-        /// A record decoded, ready for the index.
-        private enum Decoded {
-            case set(ExactKey, Data)
-            case remove(ExactKey)
-
-            /// The record in `payload`, or `nil` when it is not a key-value record.
-            init?(_ payload: UnsafeRawBufferPointer) {
-                guard let (op, key, value) = KeyValueFileStrategy.decode(payload) else { return nil }
-                self = op == 1 ? .set(ExactKey(key), value) : .remove(ExactKey(key))
-            }
-        }
-
-        private mutating func apply(_ decoded: Decoded) {
-            switch decoded {
-            case .set(let key, let value):
-                outside.note(key)
-                indexRecord(key: key, value: value)
-            case .remove(let key):
-                outside.note(key)
-                indexRecord(key: key, value: nil)
-            }
-        }
-
-        /// Batches at least this large are applied on two threads, where there are two.
-        static let parallelApplyThreshold = 2048
-        /// With one processor (or a CPU quota of one) the second thread would only wait for the
-        /// first: apply on one thread there.
-        static let hasTwoProcessors = ProcessInfo.processInfo.activeProcessorCount >= 2
-        /// Records decoded between two publications of the decoder's progress.
-        static let decodeBlock = 128
-
-        /// ``apply(records:)`` for a large batch, on two threads: one decodes the records (names
-        /// validated and made strings, values copied), the other indexes them in order as soon
-        /// as they are published, so decoding (about a third of the work) overlaps the index's
-        /// hashing and inserting instead of preceding it. The first thread to start decodes and
-        /// never waits; the second waits (yielding) only for records not yet decoded. If Dispatch
-        /// runs both on one thread one after the other, the first decodes everything and the
-        /// second indexes it. The outcome is the serial one: records are indexed in file order,
-        /// and the first that is not a key-value record throws with those before it applied.
-        private mutating func applyDecodingAhead(
-            _ bytes: UnsafeRawBufferPointer, _ frames: UnsafeBufferPointer<JournalFrame>
-        ) throws {
-            let count = frames.count
-            let decoded = UnsafeMutablePointer<Decoded?>.allocate(capacity: count)
-            let progress = DecodeProgress()
-            // Every record is decoded (the decoder never stops), and the indexer moves out those
-            // it reaches: the rest are destroyed here.
-            var indexed = 0
-            defer {
-                (decoded + indexed).deinitialize(count: count - indexed)
-                decoded.deallocate()
-            }
-            let failedAt: Int? = withUnsafeMutablePointer(to: &self) { suite in
-                let shared = DecodeBuffers(bytes: bytes, frames: frames, decoded: decoded, suite: suite)
-                let stoppedAt = Locked<Int?>(nil)
-                let reached = Atomic<Int>(0)
-                DispatchQueue.concurrentPerform(iterations: 2) { _ in
-                    if progress.decoder.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
-                        var done = 0
-                        while done < count {
-                            let end = min(count, done + Suite.decodeBlock)
-                            for i in done..<end {
-                                (shared.decoded + i).initialize(to: Decoded(Suite.payload(shared.frames[i], in: shared.bytes)))
-                            }
-                            done = end
-                            progress.ready.store(done, ordering: .releasing)
-                        }
-                        return
-                    }
-                    var next = 0
-                    while next < count {
-                        var ready = progress.ready.load(ordering: .acquiring)
-                        while ready <= next {
-                            yieldProcessor()
-                            ready = progress.ready.load(ordering: .acquiring)
-                        }
-                        while next < ready {
-                            guard let record = (shared.decoded + next).move() else {
-                                stoppedAt.withLock { $0 = next }
-                                reached.store(next + 1, ordering: .relaxed)  // the invalid one was moved too
-                                return
-                            }
-                            shared.suite.pointee.apply(record)
-                            next += 1
-                        }
-                    }
-                    reached.store(count, ordering: .relaxed)
-                }
-                indexed = reached.load(ordering: .relaxed)
-                return stoppedAt.withLock { $0 }
-            }
-            if let failedAt { throw invalidLayout(at: frames[failedAt].offset) }
-        }
-
         mutating func rewriteLive() throws {
-            let payloads = try index.map { try KeyValueFileStrategy.encode(key: $0.key.string, value: $0.value.value) }
+            var payloads: [Data] = []
+            payloads.reserveCapacity(index.count)
+            index.forEach { name, value in
+                var payload = Data(count: KeyValueFileStrategy.recordSize(keyCount: name.count, valueCount: value.count))
+                payload.withUnsafeMutableBytes {
+                    KeyValueFileStrategy.encode(key: name.assumingMemoryBound(to: UInt8.self), value: Optional(value), into: $0)
+                }
+                payloads.append(payload)
+            }
             try journal.rewrite(payloads: payloads)
         }
 
@@ -213,23 +132,24 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         /// Records a set (`value`) or a remove (`nil`) of `key`. ``liveBytes`` counts each live
         /// record at the size Coffer writes it (what a compaction keeps; a record read from the
         /// file is that size unless something else wrote its name's length in more bytes).
-        mutating func indexRecord(key: ExactKey, value: Data?) {
-            // One hash and probe per record (updateValue/removeValue return what was there).
-            let old: Entry?
-            let keyCount = key.string.utf8.count
+        mutating func indexRecord(key: String, value: Data?) {
+            // One hash and probe per record (set and remove return the size of what was there).
+            let old: Int?
+            let keyCount = key.utf8.count
             if let value {
-                old = index.updateValue(Entry(value: value), forKey: key)
+                old = index.set(key, value)
                 liveBytes += Self.frameSize(keyCount: keyCount, valueCount: value.count)
             } else {
-                old = index.removeValue(forKey: key)
+                old = index.remove(key)
             }
-            if let old { liveBytes -= Self.frameSize(keyCount: keyCount, valueCount: old.value.count) }
+            if let old { liveBytes -= Self.frameSize(keyCount: keyCount, valueCount: old) }
+            index.compactSegmentsIfWorthIt()
         }
 
         /// The bytes `key`'s live record takes in the file, frame header included, as Coffer
         /// writes it; `nil` when `key` has no value.
         func recordSize(of key: ExactKey) -> Int? {
-            index[key].map { Self.frameSize(keyCount: key.string.utf8.count, valueCount: $0.value.count) }
+            index.valueCount(for: key.string).map { Self.frameSize(keyCount: key.string.utf8.count, valueCount: $0) }
         }
 
         private static func frameSize(keyCount: Int, valueCount: Int) -> Int {
@@ -293,7 +213,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     }
 
     public func load(_ key: String) throws -> Data? {
-        try store.read { $0.index[ExactKey(key)]?.value }
+        try store.read { $0.index.value(for: key) }
     }
 
     public func save(_ data: Data, for key: String) throws {
@@ -305,7 +225,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     }
 
     public func keys() throws -> [String] {
-        try store.read { $0.index.keys.map(\.string) }
+        try store.read { $0.index.keys }
     }
 
     /// Applies every change as one commit (one append, at most one fsync): after a crash all of
@@ -324,8 +244,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// Returning `nil` removes the key.
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
-            let current = try index[ExactKey(key)].map {
-                try ValueCodec.decode(T.self, from: $0.value, as: valueEncoding, source: "key \"\(key)\" of \(path)")
+            let current = try index.value(for: key).map {
+                try ValueCodec.decode(T.self, from: $0, as: valueEncoding, source: "key \"\(key)\" of \(path)")
             }
             let next = try transform(current)
             return [(key, try next.map { try ValueCodec.encode($0, as: valueEncoding) })]
@@ -337,7 +257,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     public func compareAndSwap(_ key: String, expected: Data?, new: Data?) throws -> Bool {
         var swapped = false
         try commit { index in
-            guard index[ExactKey(key)]?.value == expected else { return [] }
+            guard index.value(for: key) == expected else { return [] }
             swapped = true
             return expected == new ? [] : [(key, new)]
         }
@@ -347,7 +267,6 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// One set or remove: its record is encoded straight into the frame the journal writes, and
     /// the index keeps the caller's value (the write path of a property's setter).
     private func commitOne(_ key: String, _ value: Data?) throws {
-        let exact = ExactKey(key)
         var utf8 = key
         let scheduleFlush = try utf8.withUTF8 { keyBytes in
             let count = Self.recordSize(keyCount: keyBytes.count, valueCount: value?.count)
@@ -355,7 +274,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
                 _ = try suite.journal.appendRecord(count: count) {
                     Self.encode(key: keyBytes, value: value, into: $0)
                 }
-                suite.indexRecord(key: exact, value: value)
+                suite.indexRecord(key: key, value: value)
                 return suite.needsFlushScheduled(durability)
             }
         }
@@ -365,13 +284,13 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// Appends the changes `makeChanges` returns as one commit, under the write lock and after
     /// catching up, then applies them to the index (from the changes themselves: the records
     /// just written are not decoded again). The engine then compacts when its rule says so.
-    private func commit(_ makeChanges: ([ExactKey: Entry]) throws -> [(key: String, data: Data?)]) throws {
+    private func commit(_ makeChanges: (SuiteIndex) throws -> [(key: String, data: Data?)]) throws {
         let scheduleFlush = try store.write { suite -> Bool in
             let changes = try makeChanges(suite.index)
             let payloads = try changes.map { try Self.encode(key: $0.key, value: $0.data) }
             try suite.journal.append(payloads)
             for change in changes {
-                suite.indexRecord(key: ExactKey(change.key), value: change.data)
+                suite.indexRecord(key: change.key, value: change.data)
             }
             return suite.needsFlushScheduled(durability)
         }
@@ -433,6 +352,14 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// Writes the record of ``encode(key:value:)`` into `buffer`, exactly
     /// ``recordSize(keyCount:valueCount:)`` bytes.
     static func encode(key: UnsafeBufferPointer<UInt8>, value: Data?, into buffer: UnsafeMutableRawBufferPointer) {
+        guard let value else { return encode(key: key, value: nil as UnsafeRawBufferPointer?, into: buffer) }
+        value.withUnsafeBytes { encode(key: key, value: $0, into: buffer) }
+    }
+
+    /// ``encode(key:value:into:)`` of a value in place (`nil`: a remove).
+    static func encode(
+        key: UnsafeBufferPointer<UInt8>, value: UnsafeRawBufferPointer?, into buffer: UnsafeMutableRawBufferPointer
+    ) {
         var at = 0
         buffer[at] = value == nil ? 2 : 1
         at += 1
@@ -448,7 +375,7 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
             at += key.count
         }
         if let value, !value.isEmpty {
-            value.withUnsafeBytes { (buffer.baseAddress! + at).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            (buffer.baseAddress! + at).copyMemory(from: value.baseAddress!, byteCount: value.count)
         }
     }
 
@@ -468,9 +395,11 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         return bytes
     }
 
-    /// The record ``encode(key:value:)`` wrote, read in place (the name and the value are
-    /// copies), or `nil` when `raw` is not one.
-    static func decode(_ raw: UnsafeRawBufferPointer) -> (op: UInt8, key: String, value: Data)? {
+    /// Where the name lies in the record ``encode(key:value:)`` wrote (the value follows it, to
+    /// the record's end), and whether it sets or removes; `nil` when `raw` is not such a record
+    /// or its name is not UTF-8.
+    @inline(__always)
+    static func parse(_ raw: UnsafeRawBufferPointer) -> (isSet: Bool, name: Range<Int>)? {
         guard raw.count >= 2 else { return nil }
         let op = raw[0]
         guard op == 1 || op == 2 else { return nil }
@@ -486,30 +415,12 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
             shift += 7
         }
         guard length <= raw.count - i else { return nil }
-        guard let key = UTF8Text.decode(UnsafeRawBufferPointer(rebasing: raw[i..<(i + length)]))
+        let name = UnsafeRawBufferPointer(rebasing: raw[i..<(i + length)])
+        guard UTF8Text.isASCII(name) || String(validating: name.assumingMemoryBound(to: UInt8.self), as: UTF8.self) != nil
         else { return nil }
-        let valueStart = i + length
-        if op == 2 && valueStart != raw.count { return nil }
-        return (op, key, Data(UnsafeRawBufferPointer(rebasing: raw[valueStart...])))
+        if op == 2 && i + length != raw.count { return nil }
+        return (op == 1, i..<(i + length))
     }
-}
-
-/// The buffers the two threads of `KeyValueFileStrategy.Suite.applyDecodingAhead` share: the
-/// decoder reads the records and writes each `decoded` slot once, before publishing it; the
-/// indexer reads only published slots and alone changes the suite.
-private struct DecodeBuffers<Decoded, Suite>: @unchecked Sendable {
-    let bytes: UnsafeRawBufferPointer
-    let frames: UnsafeBufferPointer<JournalFrame>
-    let decoded: UnsafeMutablePointer<Decoded>
-    let suite: UnsafeMutablePointer<Suite>
-}
-
-/// The counters of `KeyValueFileStrategy.Suite.applyDecodingAhead`.
-private final class DecodeProgress: Sendable {
-    /// Whether a thread has taken the decoding.
-    let decoder = Atomic<Bool>(false)
-    /// How many records are decoded: `decoded[0..<ready]` (release/acquire).
-    let ready = Atomic<Int>(0)
 }
 
 extension Backing {

@@ -8,14 +8,15 @@ import Synchronization
 import Testing
 
 /// A key-value suite applies a large batch of records (an open, or a catch-up with another
-/// writer's many records) on two threads: one decodes, the other indexes in order. The outcome
-/// must be the serial one, on one processor or two: the same values, the same live bytes, the
-/// same keys told to observers, and a record that is no key-value record refused at its offset
-/// with nothing after it applied.
-@Suite("Key-value suite: large batches applied on two threads")
+/// writer's many records) into its index (`SuiteIndex`): names and values left where they lie
+/// in the batch's bytes, overwritten and removed along the way, the table grown and its
+/// removals closing their gaps. The outcome must be the model's: the same values, the same live
+/// bytes, the same keys told to observers, and a record that is no key-value record refused at
+/// its offset.
+@Suite("Key-value suite: large batches applied to the index")
 struct LargeBatchApplyTests {
-    /// More records than the two-thread threshold, with overwrites and removes among them.
-    static let count = 3 * KeyValueFileStrategy.Suite.parallelApplyThreshold + 17
+    /// Several thousand records, with overwrites and removes among them.
+    static let count = 6_161
 
     /// The changes, in order, and what they leave: key `k<i % 1000>` set to `i`, every 7th a
     /// remove instead, a few names outside ASCII.
@@ -37,7 +38,7 @@ struct LargeBatchApplyTests {
         return contents
     }
 
-    @Test("An open of more records than the threshold indexes exactly what a serial open would")
+    @Test("An open of thousands of records, overwritten and removed, indexes exactly the model")
     func openMatchesTheModel() throws {
         let scratch = try Scratch()
         let (changes, model) = Self.changes()
@@ -90,7 +91,7 @@ struct LargeBatchApplyTests {
 
     @Test(
         "A record with valid checksums but no key-value layout, deep in a large batch, is refused at its offset",
-        arguments: [0, 1, KeyValueFileStrategy.Suite.decodeBlock - 1, 2_500, count - 1])
+        arguments: [0, 1, 127, 2_500, count - 1])
     func anInvalidRecordIsRefusedAtItsOffset(position: Int) throws {
         let scratch = try Scratch()
         let path = scratch.path("bad.cofferkv")

@@ -85,17 +85,15 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
                     guard let record = KeyValueFileStrategy.parse(payload) else { throw invalidLayout(at: frame.offset) }
                     let name = UnsafeRawBufferPointer(rebasing: payload[record.name])
                     if outside.collecting { outside.note(ExactKey(String(decoding: name, as: UTF8.self))) }
-                    let old: Int?
                     if record.isSet {
                         let valueCount = payload.count - record.name.upperBound
-                        old = index.set(
+                        let old = index.set(
                             segment: segment, offset: offset + record.name.lowerBound, nameCount: name.count,
                             valueCount: valueCount)
-                        liveBytes += Self.frameSize(keyCount: name.count, valueCount: valueCount)
+                        countLive(keyCount: name.count, valueCount: valueCount, replacing: old)
                     } else {
-                        old = index.remove(name)
+                        countLive(keyCount: name.count, valueCount: nil, replacing: index.remove(name))
                     }
-                    if let old { liveBytes -= Self.frameSize(keyCount: name.count, valueCount: old) }
                 }
             }
         }
@@ -134,16 +132,16 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
         /// file is that size unless something else wrote its name's length in more bytes).
         mutating func indexRecord(key: String, value: Data?) {
             // One hash and probe per record (set and remove return the size of what was there).
-            let old: Int?
-            let keyCount = key.utf8.count
-            if let value {
-                old = index.set(key, value)
-                liveBytes += Self.frameSize(keyCount: keyCount, valueCount: value.count)
-            } else {
-                old = index.remove(key)
-            }
-            if let old { liveBytes -= Self.frameSize(keyCount: keyCount, valueCount: old) }
+            let old = if let value { index.set(key, value) } else { index.remove(key) }
+            countLive(keyCount: key.utf8.count, valueCount: value?.count, replacing: old)
             index.compactSegmentsIfWorthIt()
+        }
+
+        /// Counts in ``liveBytes`` a record of `key` setting a value of `valueCount` bytes (`nil`:
+        /// a remove) that replaced one of `old` bytes (`nil`: none).
+        private mutating func countLive(keyCount: Int, valueCount: Int?, replacing old: Int?) {
+            if let valueCount { liveBytes += Self.frameSize(keyCount: keyCount, valueCount: valueCount) }
+            if let old { liveBytes -= Self.frameSize(keyCount: keyCount, valueCount: old) }
         }
 
         /// The bytes `key`'s live record takes in the file, frame header included, as Coffer

@@ -339,11 +339,12 @@ struct State {
 
 }
 
-/// A small, seedable generator (SplitMix64), so a power loss can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
+/// A small, seedable generator (SplitMix64), so a power loss (or any test's random run) can be
+/// replayed from its seed.
+package struct SplitMix64: RandomNumberGenerator {
     private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+    package init(seed: UInt64) { state = seed }
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -9,18 +9,6 @@ import Testing
 /// lookup after one checks that move), growth, names of every length and spelling.
 @Suite("Key-value suite: its index against a model")
 struct SuiteIndexTests {
-    /// A generator with a fixed seed (SplitMix64), so a failure can be replayed.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Names of 0 to 40 bytes, some outside ASCII, two spellings of "café" (distinct names).
     static func name(_ i: Int) -> String {
         switch i % 6 {
@@ -52,7 +40,7 @@ struct SuiteIndexTests {
 
     @Test("Random sets, overwrites and removes leave what the model has", arguments: [1, 2, 3, 4])
     func randomOperations(seed: UInt64) {
-        var random = SplitMix(state: seed)
+        var random = SplitMix64(seed: seed)
         var index = SuiteIndex()
         var model: Model = [:]
         let names = (0..<600).map(Self.name)

@@ -154,11 +154,11 @@ extension Journal {
     /// read through the mapping, is clear. The load is guarded: a file cut short by another
     /// program faults here as in the copy, and then the `fstat` runs.
     var noOtherLockFileMade: Bool {
-        guard lockCheckedForFile, let tail, !tailUnavailable, tail.device == identity.device,
-            tail.inode == identity.inode, let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity)
+        guard lockCheckedForFile, let place = tailPlace, !tailUnavailable, place.device == identity.device,
+            place.inode == identity.inode, let control, let known = knownGeneration, control.isCurrent(generation: known, file: identity)
         else { return false }
         var word: UInt64 = 0
-        guard coffer_guarded_load(tail.mapping.base + 16, &word) == 0 else { return false }
+        guard coffer_guarded_load(place.base + 16, &word) == 0 else { return false }
         return UInt8(truncatingIfNeeded: UInt64(littleEndian: word)) & Journal.lockFileMadeAgainFlag == 0
     }
 

@@ -216,7 +216,24 @@ package import Foundation
     /// write and flush fails too, until the store is reopened (and reread from the disk).
     var syncFailure: CofferError?
     /// The journal file mapped for appends (see ``mappedTail(covering:)``), and the file it maps.
-    var tail: (mapping: any SharedMapping, device: UInt64, inode: UInt64)?
+    var tail: (mapping: any SharedMapping, device: UInt64, inode: UInt64)? {
+        didSet {
+            tailPlace = tail.map {
+                MappedPlace(base: $0.mapping.base, length: $0.mapping.length, device: $0.device, inode: $0.inode)
+            }
+        }
+    }
+    /// Where ``tail`` is and which file it maps, kept beside it as plain values: the write path
+    /// reads them twice per append, and reading `tail` itself retained and released its mapping
+    /// each time (3 % of a shared coalesced write).
+    var tailPlace: MappedPlace?
+
+    struct MappedPlace {
+        var base: UnsafeMutableRawPointer
+        var length: Int
+        var device: UInt64
+        var inode: UInt64
+    }
     /// Whether this file system never maps for appends: asked once, not at every append.
     var tailUnavailable = false
     /// How many commits were stored into the mapping rather than written (for tests).
@@ -784,10 +801,10 @@ package import Foundation
         // The mapping reaches past the file's end (64 MiB, or twice what is needed), so the file
         // growing does not mean mapping it again: pages past the end are never touched (appends
         // land below `allocatedSize`, in written blocks), and become the file's as it grows.
-        if let tail, tail.inode == identity.inode, tail.device == identity.device, Int64(tail.mapping.length) >= needed,
-            needed <= allocatedSize
+        if let place = tailPlace, place.inode == identity.inode, place.device == identity.device,
+            Int64(place.length) >= needed, needed <= allocatedSize
         {
-            return tail.mapping.base
+            return place.base
         }
         tail = nil
         guard needed <= allocatedSize else { return nil }

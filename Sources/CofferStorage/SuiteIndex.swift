@@ -362,11 +362,28 @@ struct SuiteIndex: @unchecked Sendable {
 
     /// Sets `key` to `value` (written here): both are copied into a segment of their own.
     /// Returns the size of the value it replaces, or `nil`.
+    ///
+    /// A value of the same size as the one it replaces, when that one was written here too (a
+    /// segment holding nothing but that name and value), is stored over it instead: a setter
+    /// writing one key again and again allocates and frees nothing.
     @discardableResult
     mutating func set(_ key: String, _ value: Data) -> Int? {
         var key = key
         return key.withUTF8 { name in
             value.withUnsafeBytes { value in
+                let (found, at) = find(UnsafeRawBufferPointer(name), hash: hash(UnsafeRawBufferPointer(name)))
+                if found {
+                    let slot = slots[at]
+                    let segment = segments[Int(slot.segment)]
+                    if Int(slot.valueCount) == value.count, slot.offset == 0, segment.live == 1,
+                        segment.count == name.count + value.count
+                    {
+                        if value.count > 0 {
+                            (segment.base! + name.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
+                        }
+                        return value.count
+                    }
+                }
                 let segment = addSegment(count: name.count + value.count)
                 let base = self.base(of: segment)
                 if name.count > 0 { base.copyMemory(from: name.baseAddress!, byteCount: name.count) }

@@ -72,6 +72,25 @@ struct Session: Sendable {
         recordCount += 1
     }
 
+    /// ``index(_:payload:chainBefore:chainAfter:)`` for a body whose item is in `entries` at
+    /// `slot`, found for this very body with nothing changed since (a commit's single change).
+    private mutating func index(
+        _ body: IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue,
+        at slot: Dictionary<ItemKey, Entry>.Index
+    ) {
+        outside.note(entries.keys[slot])
+        liveBytes -= entries.values[slot].payload.count + Journal.frameHeaderSize
+        switch body {
+        case .put(let item):
+            entries.values[slot] = Entry(item: item, payload: payload, chain: chainBefore)
+            liveBytes += payload.count + Journal.frameHeaderSize
+        case .delete:
+            entries.remove(at: slot)
+        }
+        chain = chainAfter
+        recordCount += 1
+    }
+
     /// Seals and appends `changes` as one commit; returns how many changed something.
     ///
     /// All or nothing: every record is sealed (against the chain as it will be when it lands)
@@ -95,10 +114,14 @@ struct Session: Sendable {
             var count = 0
             defer { base.deinitialize(count: count) }
             var chain = self.chain
+            var slot: Dictionary<ItemKey, Entry>.Index?
             for change in changes {
                 let (service, account) = change.identity
                 let key = ItemKey(service: service, account: account)
-                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
+                // A single change remembers where its item is, so the index is updated there
+                // without hashing and probing the key again (nothing changes `entries` before).
+                if !batch { slot = entries.index(forKey: key) }
+                let old = batch ? (overlay[key] ?? entries[key]?.item) : slot.map { entries.values[$0].item }
                 let body: IndexedBody
                 let payload: [UInt8]
                 if let (label, comment) = change.attributes {
@@ -125,6 +148,12 @@ struct Session: Sendable {
             }
             guard count > 0 else { return 0 }
             try journal.appendCommit(payloads)
+            if let slot {
+                index(
+                    base[0].body, payload: payloads[0][...], chainBefore: base[0].chainBefore,
+                    chainAfter: base[0].chainAfter, at: slot)
+                return 1
+            }
             for i in 0..<count {
                 index(
                     base[i].body, payload: payloads[i][...], chainBefore: base[i].chainBefore,

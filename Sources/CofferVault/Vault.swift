@@ -387,16 +387,21 @@ public final class Vault: Sendable {
     ///
     /// A Swift `String` is always valid Unicode, and a record stores its `utf8` view, so what
     /// this writes is always valid UTF-8 (a reader refuses a record whose names are not).
+    ///
+    /// Four direct checks, not a loop over an array of them: the array was an allocation and
+    /// four retains on every `set` (2 % of a coalesced vault write).
     static func checkLengths(service: String, account: String, label: String?, comment: String?) throws {
-        for (what, text, limit) in [
-            ("service name", service, maximumNameLength), ("account name", account, maximumNameLength),
-            ("label", label ?? "", maximumTextLength), ("comment", comment ?? "", maximumTextLength),
-        ] {
-            let length = text.utf8.count
-            guard length <= limit else {
-                throw CofferError(
-                    .invalidArgument, "a \(what) may be at most \(limit) bytes of UTF-8; this one has \(length)")
-            }
+        try checkLength("service name", service, maximumNameLength)
+        try checkLength("account name", account, maximumNameLength)
+        if let label { try checkLength("label", label, maximumTextLength) }
+        if let comment { try checkLength("comment", comment, maximumTextLength) }
+    }
+
+    private static func checkLength(_ what: StaticString, _ text: String, _ limit: Int) throws {
+        let length = text.utf8.count
+        guard length <= limit else {
+            throw CofferError(
+                .invalidArgument, "a \(what) may be at most \(limit) bytes of UTF-8; this one has \(length)")
         }
     }
 

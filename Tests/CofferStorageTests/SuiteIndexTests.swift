@@ -136,4 +136,31 @@ struct SuiteIndexTests {
         #expect(index.value(for: "k0") == Data([1]) && index.value(for: "k1") == nil && index.value(for: "new") == Data([2]))
         #expect(index.value(for: "k99") == Data(repeating: 99, count: 32))
     }
+
+    @Test("A value of the same size written over one written here is stored in place; a batch's never is")
+    func sameSizeOverwrite() {
+        var index = SuiteIndex()
+        index.set("counter", Data(repeating: 0, count: 8))
+        let retained = index.retainedBytes
+        for i in 1...1_000 {
+            let value = withUnsafeBytes(of: UInt64(i).littleEndian) { Data($0) }
+            #expect(index.set("counter", value) == 8)
+            #expect(index.value(for: "counter") == value)
+        }
+        #expect(index.retainedBytes == retained, "same-size overwrites allocate nothing")
+        // Another size: a segment of its own again, the old one freed.
+        #expect(index.set("counter", Data([7])) == 8)
+        #expect(index.value(for: "counter") == Data([7]))
+        #expect(index.retainedBytes == "counter".utf8.count + 1)
+        // A record in a batch's segment shares it: a same-size write goes elsewhere, and the
+        // batch's other record is unchanged.
+        let bytes = Data("one".utf8) + Data([1, 1]) + Data("two".utf8) + Data([2, 2])
+        let segment = bytes.withUnsafeBytes { index.addSegment(copying: $0) }
+        index.set(segment: segment, offset: 0, nameCount: 3, valueCount: 2)
+        index.set(segment: segment, offset: 5, nameCount: 3, valueCount: 2)
+        #expect(index.set("one", Data([9, 9])) == 2)
+        #expect(index.value(for: "one") == Data([9, 9]))
+        #expect(index.value(for: "two") == Data([2, 2]))
+        #expect(index.count == 3)
+    }
 }

@@ -278,10 +278,10 @@ package struct LiveFileSystem: FileSystem {
     }
 
     package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
-        let timeout = timeout.inSeconds
         let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
-        // The usual case, a free lock, needs no clock.
+        // The usual case, a free lock, needs no clock (and no conversion of the timeout).
         if flock(fd, operation) == 0 { return }
+        let timeout = timeout.inSeconds
         var clock = timespec()
         clock_gettime(CLOCK_MONOTONIC, &clock)
         let start = Double(clock.tv_sec) + Double(clock.tv_nsec) / 1e9

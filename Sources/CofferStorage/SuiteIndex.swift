@@ -325,7 +325,17 @@ struct SuiteIndex: @unchecked Sendable {
     mutating func set(segment: UInt32, offset: Int, nameCount: Int, valueCount: Int) -> Int? {
         let name = UnsafeRawBufferPointer(start: segments[Int(segment)].base! + offset, count: nameCount)
         let hash = hash(name)
-        var (found, at) = find(name, hash: hash)
+        let (found, at) = find(name, hash: hash)
+        return set(
+            segment: segment, offset: offset, nameCount: nameCount, valueCount: valueCount, hash: hash, found: found,
+            at: at)
+    }
+
+    /// ``set(segment:offset:nameCount:valueCount:)`` with the name already hashed and looked up.
+    private mutating func set(
+        segment: UInt32, offset: Int, nameCount: Int, valueCount: Int, hash: UInt32, found: Bool, at: Int
+    ) -> Int? {
+        var at = at
         segments[Int(segment)].live += 1
         let new = Slot(
             hash: hash, nameCount: UInt32(nameCount), valueCount: UInt32(valueCount), segment: segment, offset: offset)
@@ -340,6 +350,7 @@ struct SuiteIndex: @unchecked Sendable {
         }
         if count + 1 > mask + 1 - (mask + 1) / 4 {
             resize(to: (mask + 1) * 2)
+            let name = UnsafeRawBufferPointer(start: segments[Int(segment)].base! + offset, count: nameCount)
             at = find(name, hash: hash).at
         }
         slots[at] = new
@@ -371,7 +382,8 @@ struct SuiteIndex: @unchecked Sendable {
         var key = key
         return key.withUTF8 { name in
             value.withUnsafeBytes { value in
-                let (found, at) = find(UnsafeRawBufferPointer(name), hash: hash(UnsafeRawBufferPointer(name)))
+                let hash = hash(UnsafeRawBufferPointer(name))
+                let (found, at) = find(UnsafeRawBufferPointer(name), hash: hash)
                 if found {
                     let slot = slots[at]
                     let segment = segments[Int(slot.segment)]
@@ -388,7 +400,10 @@ struct SuiteIndex: @unchecked Sendable {
                 let base = self.base(of: segment)
                 if name.count > 0 { base.copyMemory(from: name.baseAddress!, byteCount: name.count) }
                 if value.count > 0 { (base + name.count).copyMemory(from: value.baseAddress!, byteCount: value.count) }
-                return set(segment: segment, offset: 0, nameCount: name.count, valueCount: value.count)
+                // The lookup above still holds: adding a segment moves no slot.
+                return set(
+                    segment: segment, offset: 0, nameCount: name.count, valueCount: value.count, hash: hash,
+                    found: found, at: at)
             }
         }
     }

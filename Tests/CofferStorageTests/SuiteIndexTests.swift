@@ -152,8 +152,10 @@ struct SuiteIndexTests {
         #expect(index.set("counter", Data([7])) == 8)
         #expect(index.value(for: "counter") == Data([7]))
         #expect(index.retainedBytes == "counter".utf8.count + 1)
-        // A record in a batch's segment shares it: a same-size write goes elsewhere, and the
-        // batch's other record is unchanged.
+        // A record in a segment it shares with another (a batch's, or a compaction's) is never
+        // written in place, even at offset 0 with the same size: the write goes to a segment
+        // of its own, and the other record is unchanged. (An open's batch keeps whole records,
+        // so its names never start at 0; the shared segment is what this guards against.)
         let bytes = Data("one".utf8) + Data([1, 1]) + Data("two".utf8) + Data([2, 2])
         let segment = bytes.withUnsafeBytes { index.addSegment(copying: $0) }
         index.set(segment: segment, offset: 0, nameCount: 3, valueCount: 2)

@@ -1,3 +1,5 @@
+// pthread_mutex_clocklock (glibc 2.30) is a GNU extension.
+#define _GNU_SOURCE
 #include "coffer_shared_word.h"
 
 #include <errno.h>
@@ -230,3 +232,75 @@ int coffer_guarded_append(void *destination, const void *frames, size_t count, c
     return -2;
 #endif
 }
+
+// MARK: - A robust mutex shared between processes
+
+#include <time.h>
+
+#ifdef __linux__
+size_t coffer_shared_mutex_size(void) { return sizeof(pthread_mutex_t); }
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "the control page reserves 64 bytes for the mutex");
+
+int coffer_shared_mutex_init(void *mutex) {
+    pthread_mutexattr_t attributes;
+    int result = pthread_mutexattr_init(&attributes);
+    if (result != 0) return result;
+    result = pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
+    if (result == 0) result = pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
+    if (result == 0) result = pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ERRORCHECK);
+    if (result == 0) {
+        memset(mutex, 0, sizeof(pthread_mutex_t));
+        result = pthread_mutex_init((pthread_mutex_t *)mutex, &attributes);
+    }
+    pthread_mutexattr_destroy(&attributes);
+    return result;
+}
+
+int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns) {
+    pthread_mutex_t *m = (pthread_mutex_t *)mutex;
+    // The usual case, a free mutex, reads no clock.
+    int result = pthread_mutex_trylock(m);
+    if (result == EBUSY) {
+        if (timeout_ns <= 0) return ETIMEDOUT;
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        int64_t seconds = timeout_ns / 1000000000;
+        int64_t nanoseconds = deadline.tv_nsec + timeout_ns % 1000000000;
+        if (nanoseconds >= 1000000000) {
+            seconds += 1;
+            nanoseconds -= 1000000000;
+        }
+        deadline.tv_sec += (time_t)seconds;
+        deadline.tv_nsec = (long)nanoseconds;
+        do {
+            result = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &deadline);
+        } while (result == EINTR);
+    }
+    if (result == EOWNERDEAD) {
+        result = pthread_mutex_consistent(m);
+        if (result != 0) {
+            pthread_mutex_unlock(m);
+            return result;
+        }
+        return 1;
+    }
+    return result;
+}
+
+int coffer_shared_mutex_unlock(void *mutex) { return pthread_mutex_unlock((pthread_mutex_t *)mutex); }
+#else
+size_t coffer_shared_mutex_size(void) { return 0; }
+int coffer_shared_mutex_init(void *mutex) {
+    (void)mutex;
+    return ENOSYS;
+}
+int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns) {
+    (void)mutex;
+    (void)timeout_ns;
+    return ENOSYS;
+}
+int coffer_shared_mutex_unlock(void *mutex) {
+    (void)mutex;
+    return ENOSYS;
+}
+#endif

@@ -51,6 +51,14 @@ package protocol FileSystem: Sendable {
     func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws
     /// Releases an `flock`.
     func unlock(_ fd: Int32)
+    /// Locks the process-shared, robust mutex at `mutex` (inside a ``SharedMapping``), waiting
+    /// at most `timeout`. The live file system's is the only implementation outside tests (a
+    /// default in CofferRuntime); a test's file system may note or stop the call.
+    /// - Returns: whether the mutex's last holder died holding it (it is the caller's now).
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` when the wait times out.
+    func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool
+    /// Unlocks a mutex locked with ``lockMutex(_:timeout:path:)`` by this thread.
+    func unlockMutex(_ mutex: UnsafeMutableRawPointer)
     /// Maps the first `length` bytes of the file open as `fd` into memory shared with every
     /// other process that maps it (`mmap` with `MAP_SHARED`); the file must be at least that long.
     /// The mapping stays valid after `fd` is closed and ends when the returned object is released.

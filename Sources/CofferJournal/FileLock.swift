@@ -132,7 +132,41 @@ package final class FileLock: Sendable {
         leaveThreadGate()
     }
 
+    /// Takes the lock shared and keeps it until ``releaseShared()``, without the thread gate: a
+    /// journal that serialises its writes with the control page's mutex holds it for as long as
+    /// it is open, so that nobody takes the lock exclusively meanwhile (an exclusive opener, a
+    /// process of a version before the mutex, an opener setting the page up), since they could
+    /// not see the mutex. Call while no other thread uses this instance (at open).
+    /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout.
+    package func acquireShared(timeout: Duration) throws {
+        guard fd >= 0 else { return }
+        try fileSystem.lock(fd, exclusive: false, timeout: min(max(.zero, timeout), Self.maximumTimeout), path: path)
+    }
+
+    /// Turns a lock taken with ``acquire(exclusive:timeout:)`` into one held as
+    /// ``acquireShared(timeout:)`` holds it (and lets other threads in). On Linux the kernel
+    /// downgrades without letting an exclusive waiter in between (nobody else holds the lock,
+    /// so the shared one is granted at once); on failure nothing is held.
+    package func downgrade(timeout: Duration) throws {
+        defer { leaveThreadGate() }
+        guard fd >= 0 else { return }
+        do {
+            try fileSystem.lock(fd, exclusive: false, timeout: timeout, path: path)
+        } catch {
+            fileSystem.unlock(fd)
+            throw error
+        }
+    }
+
+    /// Releases a lock taken with ``acquireShared(timeout:)``.
+    package func releaseShared() {
+        if fd >= 0 { fileSystem.unlock(fd) }
+    }
+
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
+    ///
+    /// With `mutex` (the control page's, for a journal that holds this lock shared), the mutex
+    /// is locked instead of the `flock`, and everything else is as without it.
     ///
     /// `unlinkHarmless`, asked once the lock is held, may vouch that no other lock file can be
     /// in use for the store (a journal asks its file: see `Journal.noOtherLockFileMade`); then
@@ -140,7 +174,8 @@ package final class FileLock: Sendable {
     /// the path is not).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     package func withLock<T>(
-        exclusive: Bool = true, timeout: Duration, unlinkHarmless: () -> Bool = { false }, _ body: () throws -> T
+        exclusive: Bool = true, timeout: Duration, mutex: UnsafeMutableRawPointer? = nil,
+        unlinkHarmless: () -> Bool = { false }, _ body: () throws -> T
     ) throws -> T {
         // The usual case, no other thread here, needs no deadline: the whole timeout is left.
         var remaining = min(max(.zero, timeout), Self.maximumTimeout)
@@ -150,6 +185,12 @@ package final class FileLock: Sendable {
             remaining = max(.zero, deadline - ContinuousClock.now)
         }
         defer { leaveThreadGate() }
+        if let mutex {
+            _ = try fileSystem.lockMutex(mutex, timeout: remaining, path: path)
+            defer { fileSystem.unlockMutex(mutex) }
+            try checkStillNamed(unlinkHarmless: unlinkHarmless)
+            return try body()
+        }
         guard fd >= 0 else { return try body() }
         // A read-only descriptor takes the lock shared: enough to wait out a writer, and what
         // file systems that emulate flock with fcntl locks allow on it.

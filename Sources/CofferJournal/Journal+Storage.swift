@@ -12,8 +12,24 @@ extension Journal {
             watch(false)
             fs.close(fd)
             if options.exclusive { lock.release() }
+            if usesMutex { lock.releaseShared() }
         }
         closed = true
+    }
+
+    /// The mutex this journal's writes lock (``usesMutex``), or `nil` when they take the `flock`.
+    /// - Throws: when the page lost its set-up while this journal had the store open (the lock
+    ///   file overwritten): its mutex can no longer be trusted, and setting it up again could
+    ///   reset it under a holder.
+    func storeMutex() throws -> UnsafeMutableRawPointer? {
+        guard usesMutex else { return nil }
+        if let mutex = control?.mutex { return mutex }
+        throw CofferError(
+            .io,
+            "the store's lock file was overwritten while the store was open (its control page is no longer set up), "
+                + "so this process can no longer lock the store safely; nothing was written: close the store in every "
+                + "process and open it again",
+            path: lock.path)
     }
 
     func checkOpen() throws {

@@ -241,6 +241,10 @@ package import Foundation
     /// Whether this journal's store watches the file for other writers' changes, counted in the
     /// control page (``watch(_:)``).
     var watching = false
+    /// Whether this journal's writes lock the control page's mutex (holding the lock file's
+    /// `flock` shared until it closes) rather than taking the `flock` exclusively each time: a
+    /// shared journal that can write, on a page set up with a mutex (see ``JournalControl``).
+    var usesMutex = false
 
     /// Offset of the first frame.
     @usableFromInline package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
@@ -269,6 +273,7 @@ package import Foundation
             if watching { control?.removeWatcher() }
             fs.close(fd)
             if options.exclusive { lock.release() }
+            if usesMutex { lock.releaseShared() }
         }
     }
 
@@ -323,21 +328,75 @@ package import Foundation
         }
         warnIfDirectoryIsShared(of: path, fs: fs)
         let lock = try FileLock(path: path + ".lock", fileSystem: fs)
-        guard options.exclusive else {
-            return try lock.withLock(timeout: options.lockTimeout) {
-                try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
-                               initialHeaderArea: initialHeaderArea, recovery: recovery)
-            }
+        let open = { (mapping: Result<(any SharedMapping)?, any Error>?) in
+            try openLocked(path: path, options: options, fs: fs, lock: lock, mapping: mapping, create: create,
+                           initialHeaderArea: initialHeaderArea, recovery: recovery)
         }
+        guard options.exclusive else { return try openShared(lock: lock, options: options, open) }
         // Exclusive: the lock taken now is kept by the journal until it closes.
         try lock.acquire(timeout: options.lockTimeout)
         do {
-            return try openLocked(path: path, options: options, fs: fs, lock: lock, create: create,
-                                  initialHeaderArea: initialHeaderArea, recovery: recovery)
+            return try open(nil)
         } catch {
             lock.release()
             throw error
         }
+    }
+
+    /// Opens a journal in shared mode (see ``JournalControl``, "the store's mutex"): holding the
+    /// lock file's `flock` shared from now until it closes, under the control page's mutex when
+    /// the page has one; otherwise under the exclusive `flock`, which sets the page up with its
+    /// mutex. A journal that cannot write, or a page without a mutex, keeps to `flock` alone.
+    static func openShared(
+        lock: FileLock, options: JournalOptions,
+        _ open: (Result<(any SharedMapping)?, any Error>?) throws -> (journal: Journal, records: JournalRecords)
+    ) throws -> (journal: Journal, records: JournalRecords) {
+        guard lock.readOnlyReason == nil, JournalControl.mutexSupported, let lockFile = lock.identity else {
+            return try lock.withLock(timeout: options.lockTimeout) { try open(nil) }
+        }
+        let deadline = FileLock.deadline(after: options.lockTimeout)
+        func remaining() -> Duration { max(.zero, deadline - ContinuousClock.now) }
+        try lock.acquireShared(timeout: options.lockTimeout)
+        // A page that cannot be mapped (a full disk) is the open's to report, as without a mutex.
+        let mapped = Result { try lock.mapShared(length: JournalControl.length) }
+        do {
+            if case .success(let mapping?) = mapped, let mutex = JournalControl(mapping: mapping, lockFile: lockFile).mutex {
+                let opened = try lock.withLock(timeout: remaining(), mutex: mutex) { try open(mapped) }
+                opened.journal.usesMutex = opened.journal.readOnlyReason == nil && opened.journal.control?.mutex != nil
+                if !opened.journal.usesMutex { lock.releaseShared() }
+                return opened
+            }
+        } catch {
+            lock.releaseShared()
+            throw error
+        }
+        // A page not set up with a mutex (a new lock file, an older version's, garbage): set up
+        // under the exclusive lock, then held shared (a downgrade: no exclusive holder can come
+        // between), or let go when the journal will not write.
+        lock.releaseShared()
+        try lock.acquire(timeout: remaining())
+        let opened: (journal: Journal, records: JournalRecords)
+        do {
+            opened = try open(mapped)
+        } catch {
+            lock.release()
+            throw error
+        }
+        let journal = opened.journal
+        guard journal.readOnlyReason == nil, let control = journal.control else {
+            lock.release()
+            return opened
+        }
+        control.setUpHoldingExclusiveLock()
+        do {
+            try lock.downgrade(timeout: remaining())
+        } catch {
+            journal.discard()
+            throw error
+        }
+        journal.usesMutex = control.mutex != nil
+        if !journal.usesMutex { lock.releaseShared() }
+        return opened
     }
 
     /// Refuses a path that names something other than a regular file of this user, before a
@@ -395,8 +454,9 @@ package import Foundation
     }
 
     static func openLocked(
-        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock, create: CreateMode,
-        initialHeaderArea: [UInt8]?, recovery: JournalRecovery
+        path: String, options: JournalOptions, fs: any FileSystem, lock: FileLock,
+        mapping premapped: Result<(any SharedMapping)?, any Error>?,
+        create: CreateMode, initialHeaderArea: [UInt8]?, recovery: JournalRecovery
     ) throws -> (journal: Journal, records: JournalRecords) {
         do {
             // Without a writable lock file there is no control page either: such a journal only
@@ -405,7 +465,9 @@ package import Foundation
             var control: JournalControl?
             if readOnly == nil {
                 do {
-                    if let lockFile = lock.identity, let mapping = try lock.mapShared(length: JournalControl.length) {
+                    if let lockFile = lock.identity,
+                        let mapping = try (premapped ?? Result { try lock.mapShared(length: JournalControl.length) }).get()
+                    {
                         control = JournalControl(mapping: mapping, lockFile: lockFile)
                     }
                 } catch let error as CofferError where FileLock.allowsReadOnly(error) {
@@ -596,7 +658,7 @@ package import Foundation
         }
         var skipped = false
         return try lock.withLock(
-            timeout: options.lockTimeout,
+            timeout: options.lockTimeout, mutex: storeMutex(),
             unlinkHarmless: {
                 skipped = noOtherLockFileMade
                 return skipped
@@ -774,8 +836,9 @@ package import Foundation
         if on {
             // A lock that cannot be had (a writer stuck past the timeout, a replaced lock file)
             // still counts the watch: at worst one append in flight goes unseen by it.
-            if (try? lock.withLock(timeout: options.lockTimeout, { control.addWatcher() })) == nil {
-                control.addWatcher()
+            if (try? lock.withLock(timeout: options.lockTimeout, mutex: storeMutex(), { control.addWatcher() })) == nil {
+                // Never setting up a page a mutex may live in without the exclusive lock.
+                control.addWatcher(settingUp: !usesMutex)
             }
         } else {
             control.removeWatcher()
@@ -875,6 +938,7 @@ package import Foundation
             watch(false)
             fs.close(fd)
             if options.exclusive { lock.release() }
+            if usesMutex { lock.releaseShared() }
             closed = true
         }
         if hasUnsyncedWrites { try syncData(metadata: false) }

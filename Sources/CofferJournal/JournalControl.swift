@@ -19,7 +19,7 @@ import CSharedWord
 /// | word | meaning |
 /// |---|---|
 /// | 0 | magic `COFFERLK` (stored last when the page is set up) |
-/// | 1 | layout version, 3 |
+/// | 1 | layout version, 4 |
 /// | 2 | generation: odd while the page cannot be trusted (a file is being replaced, an exclusive opener holds the store, or either died doing so); even and unchanged while the journal file stays the same file |
 /// | 3 | the journal's data end after the last committed append |
 /// | 4 | 1 from just before an append's first write until the data end is stored |
@@ -27,8 +27,33 @@ import CSharedWord
 /// | 7 | how many open journals, in every process, watch the file for other writers' changes |
 /// | 8 | nonzero once the page was set up other than with its store (a page of version 1, whose processes watch without counting; a page zeroed, garbled or lost while the store existed): counts may be missing, so nobody maps |
 /// | 9, 10 | device and inode of the lock file the page was set up in: a page copied into another lock file (a restored backup, `cp` then `mv` over the path) is not set up there |
+/// | 11 | 1 when bytes 128–191 hold the store's mutex, set up with the page |
 ///
-/// The protocol, all under the store's `flock` unless noted:
+/// Bytes 128–191 hold the store lock of every journal open in shared mode: a robust,
+/// process-shared `pthread` mutex (Linux). Locking and unlocking it are two atomic instructions
+/// when nobody waits, where the two `flock` calls it replaces were two system calls and most of
+/// a shared write's kernel time. It lives beside `flock`, which still does what a mutex in a
+/// page cannot:
+/// - A journal that locks the mutex holds the lock file's `flock` *shared* for as long as it is
+///   open. Whoever takes the `flock` exclusively — an exclusive opener, a process of a Coffer
+///   before the mutex (layout 3), an opener setting the page up — therefore never runs beside a
+///   journal using the mutex, and none can start while one holds it: the two kinds exclude each
+///   other, and each kind excludes its own. (So an exclusive opener now waits until no journal
+///   has the store open in shared mode, then fails with `busy`, rather than taking the store
+///   from between their writes.)
+/// - The mutex is set up (initialised, word 11) only with the page, under the exclusive `flock`,
+///   when no journal can hold or wait for it; a page found not set up while the `flock` is held
+///   shared is never set up again then (it would reset a mutex others may hold): the writer
+///   says the lock file was changed under it instead.
+/// - A process that dies holding the mutex leaves it to the next locker, which finds the page
+///   as a process that died holding the `flock` would have left it (word 4 set, an odd
+///   generation) and catches up the same way.
+/// - A journal without a writable lock file (a read-only mount) still takes the `flock` shared
+///   to open, which no longer waits out a writer: it reads an append in progress as the torn
+///   tail it would be after a crash, and leaves it.
+///
+/// The protocol, all under the store lock (the mutex, or the `flock` for journals without it)
+/// unless noted:
 /// - A writer whose remembered generation, data end and file equal words 2, 3, 5 and 6, with
 ///   word 4 clear, skips the catch-up: nobody committed, compacted or crashed mid-append since
 ///   it last looked, and nobody has found a different file at the path since.
@@ -65,10 +90,15 @@ final class JournalControl: @unchecked Sendable {
     static let length = 4096
     /// "COFFERLK" read as a little-endian word.
     static let magic: UInt64 = 0x4B4C_5245_4646_4F43
-    /// 2: word 7 (watchers) added. 3: words 9 and 10 (the lock file's own identity). A page of
-    /// an earlier version is set up again, so every process on a store must run one version, or
-    /// its watches could miss appends.
-    static let version: UInt64 = 3
+    /// 2: word 7 (watchers) added. 3: words 9 and 10 (the lock file's own identity). 4: the
+    /// mutex (word 11, bytes 128–191). A page of an earlier version is set up again, so every
+    /// process on a store must run one version, or its watches could miss appends; a process of
+    /// version 3 and one of 4 exclude each other by `flock` (one waits, then fails with `busy`).
+    static let version: UInt64 = 4
+    /// Where the mutex starts in the page.
+    static let mutexOffset = 128
+    /// Whether this platform has robust process-shared mutexes (Linux).
+    static let mutexSupported = coffer_shared_mutex_size() > 0
 
     private let mapping: any SharedMapping
     /// `mapping.base`, kept: the page is read a dozen times per write, and each read through the
@@ -165,11 +195,26 @@ final class JournalControl: @unchecked Sendable {
         // Word 7 is kept: journals of this version that watch stay counted (a new lock file
         // holds zeros; a garbled page's count only keeps writers writing).
         for word in 0..<7 { store(word, 0) }
+        // Only ever here under the exclusive `flock` or by a holder of the `flock` alone (a
+        // journal without the mutex), never while a journal may hold or wait for the mutex: a
+        // journal using it refuses to write once the page is not set up (see the type's notes).
+        store(11, Self.mutexSupported && coffer_shared_mutex_init(base + Self.mutexOffset) == 0 ? 1 : 0)
         store(9, lockFile.device)
         store(10, lockFile.inode)
         store(1, Self.version)
         store(2, UInt64.random(in: 0...UInt64.max) & ~1)
         store(0, Self.magic)
+    }
+
+    /// The store's mutex, when the page is set up with one (word 11).
+    var mutex: UnsafeMutableRawPointer? {
+        isSetUp && load(11) == 1 ? base + Self.mutexOffset : nil
+    }
+
+    /// Under the exclusive `flock` (nobody can hold or wait for the mutex): sets the page up if it
+    /// is not, with its mutex.
+    func setUpHoldingExclusiveLock() {
+        setUpIfNeeded()
     }
 
     /// Whether the page was ever set up other than by its store's creator (word 8).
@@ -184,9 +229,10 @@ final class JournalControl: @unchecked Sendable {
         isSetUp && load(8) == 0 && load(7) == (watchingHere ? 1 : 0)
     }
 
-    /// Under the lock: one more journal watches the file.
-    func addWatcher() {
-        setUpIfNeeded()
+    /// Under the lock: one more journal watches the file. Without `settingUp` (not holding the
+    /// lock, where the page may hold a mutex), a page not set up is left so, and not counted in.
+    func addWatcher(settingUp: Bool = true) {
+        if settingUp { setUpIfNeeded() } else if !isSetUp { return }
         coffer_shared_increment(base + 7 * 8)
     }
 

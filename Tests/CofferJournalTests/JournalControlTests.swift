@@ -81,17 +81,17 @@ struct JournalControlTests {
         #expect(afterCompaction.reset)
         #expect(afterCompaction.records.map(\.payload) == [payload(1), payload(2)])
         #expect(try a.refresh().records.map(\.payload) == [payload(3)])
-        // An exclusive opener appends without touching the page; A and B must still see it.
+        // An exclusive opener cannot come between their writes: A and B hold the lock file's
+        // flock shared while open (they lock the page's mutex per write), so it waits and fails.
         do {
-            let (c, seen) = try open(path, fs, exclusive)
-            #expect(seen == (1...3).map(payload))
-            _ = try append(c, 4)
-            _ = try append(c, 5)
-            #expect(try b.refresh().records.map(\.payload) == [payload(4), payload(5)])
-            try c.close()
+            var impatient = exclusive
+            impatient.lockTimeout = .milliseconds(50)
+            #expect(throws: CofferError.self) { _ = try open(path, fs, impatient) }
         }
-        #expect(try append(a, 6).records.map(\.payload) == [payload(4), payload(5)])
-        #expect(try append(b, 7).records.map(\.payload) == [payload(6)])
+        _ = try append(a, 4)
+        _ = try append(a, 5)
+        #expect(try append(a, 6).records.isEmpty)
+        #expect(try append(b, 7).records.map(\.payload) == [payload(4), payload(5), payload(6)])
         // A's append fails and so does its wipe: the page says an append was under way, so B's
         // next write reads and judges the tail instead of trusting the page.
         fs.inject(.fail(.pwrite, occurrence: 1, errno: 5, where: { $0 == path }))
@@ -130,9 +130,11 @@ struct JournalControlTests {
         #expect(all == (1...5).map(payload))
     }
 
-    /// Garbage in the lock file (or a page from another layout) is set up again; a process that
-    /// remembered the old page notices the change and catches up.
-    @Test func aGarbledControlPageIsSetUpAgainAndCaughtUpWith() throws {
+    /// Garbage in the lock file while a journal has the store open: the page, and the mutex in
+    /// it, can no longer be trusted, and cannot be set up again while anyone may hold the mutex.
+    /// The open journal refuses to write (saying why), a new opener waits and fails, and once
+    /// the store is closed the page is set up again and nothing committed is lost.
+    @Test func aGarbledControlPageIsSetUpAgainOnceTheStoreIsClosed() throws {
         let dir = try Scratch("control-page")
         let path = dir.path("j")
         let fs = LiveFileSystem()
@@ -143,13 +145,23 @@ struct JournalControlTests {
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + ".lock"))
         try handle.write(contentsOf: garbage)
         try handle.close()
+        #expect {
+            _ = try append(a, 2)
+        } throws: { error in
+            (error as? CofferError)?.message.contains("lock file was overwritten") == true
+        }
+        var impatient = shared
+        impatient.lockTimeout = .milliseconds(50)
+        #expect(throws: CofferError.self) { _ = try open(path, fs, impatient) }
+        try a.close()
         let (b, seen) = try open(path, fs)
         #expect(seen == [payload(1)])
         _ = try append(b, 2)
-        #expect(try append(a, 3).records.map(\.payload) == [payload(2)])
+        let (c, _) = try open(path, fs)
+        _ = try append(c, 3)
         #expect(try append(b, 4).records.map(\.payload) == [payload(3)])
-        try a.close()
         try b.close()
+        try c.close()
         let (_, all) = try open(path, fs)
         #expect(all == (1...4).map(payload))
     }

@@ -188,6 +188,12 @@ final class NotingFileSystem: FileSystem {
         try live.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
     }
     func unlock(_ fd: Int32) { live.unlock(fd) }
+    /// A shared journal's writes lock the control page's mutex, not the file: noted alike.
+    func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
+        note("lock")
+        return try live.lockMutex(mutex, timeout: timeout, path: path)
+    }
+    func unlockMutex(_ mutex: UnsafeMutableRawPointer) { live.unlockMutex(mutex) }
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
         try live.mapShared(fd, length: length, path: path)
     }

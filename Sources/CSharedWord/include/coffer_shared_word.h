@@ -74,4 +74,26 @@ int coffer_guarded_load(const void *address, uint64_t *value);
 /// be attempted unless this returned 0.
 int coffer_install_bus_guard(void);
 
+/// A mutex in memory shared between processes (a journal's control page): process-shared and
+/// robust, so a process that dies holding it does not leave it held (the next locker is told, and
+/// takes it over). Error-checking: a thread that locks it again fails with EDEADLK instead of
+/// waiting for itself. Linux only: elsewhere (no robust process-shared mutexes) the functions fail
+/// with ENOSYS and callers keep to `flock`.
+
+/// Bytes a shared mutex takes (at most 64).
+size_t coffer_shared_mutex_size(void);
+
+/// Initialises the mutex at `mutex` (8-byte aligned, `coffer_shared_mutex_size()` bytes) unlocked:
+/// 0, or an errno. No thread of any process may hold or wait for it meanwhile.
+int coffer_shared_mutex_init(void *mutex);
+
+/// Locks the mutex at `mutex`, waiting at most `timeout_ns` nanoseconds (on CLOCK_MONOTONIC; 0:
+/// not at all). Returns 0 when locked; 1 when locked after its last holder died holding it (it
+/// is made consistent: the caller owns it as usual, and must judge what that holder left);
+/// ETIMEDOUT; EDEADLK (this thread holds it); ENOTRECOVERABLE; or another errno.
+int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns);
+
+/// Unlocks the mutex at `mutex`, which this thread holds: 0, or an errno.
+int coffer_shared_mutex_unlock(void *mutex);
+
 #endif

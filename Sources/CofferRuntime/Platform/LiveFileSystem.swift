@@ -463,3 +463,33 @@ private func systemStat(_ path: String, _ st: inout SystemStat) -> Int32 { fstat
 private func systemRename(_ a: String, _ b: String) -> Int32 { rename(a, b) }
 private func systemUnlink(_ path: String) -> Int32 { unlink(path) }
 private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { mkdir(path, mode) }
+
+extension FileSystem {
+    /// The kernel's (a robust, process-shared `pthread` mutex): every file system locks the
+    /// control page's mutex this way unless a test's notes or stops the call.
+    package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
+        let nanoseconds = min(max(.zero, timeout), .seconds(1_000_000_000)).coarseNanoseconds
+        let result = coffer_shared_mutex_lock(mutex, nanoseconds)
+        switch result {
+        case 0: return false
+        case 1: return true
+        case ETIMEDOUT:
+            throw CofferError(
+                .busy,
+                "another process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s); try again when it is done",
+                path: path, errno: result)
+        case ENOTRECOVERABLE:
+            throw CofferError(
+                .io,
+                "the store's lock was left unusable by a process that died holding it; close the store in every process "
+                    + "and open it again (nothing was written)",
+                path: path, errno: result)
+        default:
+            throw CofferError.io("pthread_mutex_lock", path: path, errno: result)
+        }
+    }
+
+    package func unlockMutex(_ mutex: UnsafeMutableRawPointer) {
+        _ = coffer_shared_mutex_unlock(mutex)
+    }
+}

@@ -52,8 +52,10 @@ package protocol FileSystem: Sendable {
     /// Releases an `flock`.
     func unlock(_ fd: Int32)
     /// Locks the process-shared, robust mutex at `mutex` (inside a ``SharedMapping``), waiting
-    /// at most `timeout`. The live file system's is the only implementation outside tests (a
-    /// default in CofferRuntime); a test's file system may note or stop the call.
+    /// at most `timeout`. The live file system locks a robust, process-shared `pthread` mutex;
+    /// the in-memory one models it (its simulated processes share one real process, and a
+    /// simulated power loss clears memory a real mutex would be linked into); a wrapper
+    /// forwards to what it wraps.
     /// - Returns: whether the mutex's last holder died holding it (it is the caller's now).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` when the wait times out.
     func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool

@@ -161,6 +161,9 @@ struct State {
     var nodes: [UInt64: Node]
     var nextInode: UInt64 = 2
     var descriptors: [Int32: Descriptor] = [:]
+    /// The control pages' mutexes held now (``InMemoryFileSystem/lockMutex(_:timeout:path:)``):
+    /// address → holding thread.
+    var heldMutexes: [UInt: UInt] = [:]
     var nextDescriptor: Int32 = 3
     var umask: UInt32
     var faults: [ActiveFault] = []

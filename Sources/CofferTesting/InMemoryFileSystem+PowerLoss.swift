@@ -146,6 +146,8 @@ extension State {
             node.sharedHolders.removeAll()
         }
 
+        // So are the mutexes in them (modelled apart: see `lockMutex`).
+        heldMutexes.removeAll()
         // Shared mappings are memory: they end with the machine. The processes that held them
         // are gone; clear the memory (they may still hold it) and let the next map start anew
         // from the file's surviving bytes.

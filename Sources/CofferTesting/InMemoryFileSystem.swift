@@ -471,6 +471,42 @@ package final class InMemoryFileSystem: FileSystem {
         }
     }
 
+    /// Locks the mutex at `mutex` in a mapping this file system handed out, as the live file
+    /// system's robust, process-shared one behaves, but modelled here rather than a `pthread`
+    /// mutex: a simulated power loss clears the mapping's memory (and lets go of every mutex),
+    /// which under a real held mutex would corrupt the thread's robust list. Polls until
+    /// `timeout`, then throws ``CofferError/Code/busy``; a thread that holds it gets `EDEADLK`.
+    package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
+        let start = ContinuousClock.now
+        var pause = 0.000_05  // seconds, doubling up to 5 ms
+        let address = UInt(bitPattern: mutex)
+        let thread = UInt(bitPattern: Int(bitPattern: pthread_self()))
+        while true {
+            let holder = state.withLock { state -> UInt? in
+                if let holder = state.heldMutexes[address] { return holder }
+                state.heldMutexes[address] = thread
+                return nil
+            }
+            guard let holder else { return false }
+            if holder == thread {
+                throw CofferError(.io, "this thread holds the store's lock already", path: path, errno: EDEADLK)
+            }
+            if ContinuousClock.now - start >= max(.zero, timeout) {
+                throw CofferError(
+                    .busy,
+                    "another process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s); try again when it is done",
+                    path: path, errno: ETIMEDOUT)
+            }
+            Thread.sleep(forTimeInterval: pause)
+            pause = min(pause * 2, 0.005)
+        }
+    }
+
+    /// Unlocks a mutex locked with ``lockMutex(_:timeout:path:)``.
+    package func unlockMutex(_ mutex: UnsafeMutableRawPointer) {
+        _ = state.withLock { $0.heldMutexes.removeValue(forKey: UInt(bitPattern: mutex)) }
+    }
+
     /// Maps the file's first `length` bytes: one block of memory per file, shared by every
     /// descriptor (every simulated process), kept through a simulated process crash (the
     /// kernel keeps it) and cleared by a simulated power loss (the next map starts from the

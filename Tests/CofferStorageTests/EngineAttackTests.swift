@@ -128,34 +128,53 @@ struct EngineAttackTests {
 
     @Test func aGarbledControlPageIsNeverTrustedOverTheFile() throws {
         let dir = try Scratch("kv-page")
-        let first = try suite(dir.path)
-        let second = try suite(dir.path)
-        try first.set("a", for: "a")
-        #expect(try second.get(String.self, for: "a") == "a")
-        let lock = dir.path("s.cofferkv.lock")
-        let page = try Data(contentsOf: URL(fileURLWithPath: lock))
-        // Word 2 (generation) huge and odd, word 3 (data end) past any file, word 4 (an append
-        // under way) set, words 5/6 (device, inode) wrong; then the same with a valid-looking
-        // generation kept and only the data end absurd.
-        for garble in [
-            [(2, UInt64.max), (3, UInt64(Int64.max)), (4, 1), (5, 7), (6, 7)],
-            [(3, UInt64.max - 4095), (4, 0)],
-            [(0, 0)],  // the magic gone
-        ] as [[(Int, UInt64)]] {
-            var bytes = page
-            for (word, value) in garble {
-                withUnsafeBytes(of: value) { bytes.replaceSubrange((word * 8)..<(word * 8 + 8), with: $0) }
+        // The two stores close at the end of this block (a store closes when released).
+        do {
+            let first = try suite(dir.path)
+            let second = try suite(dir.path)
+            try first.set("a", for: "a")
+            #expect(try second.get(String.self, for: "a") == "a")
+            let lock = dir.path("s.cofferkv.lock")
+            let page = try Data(contentsOf: URL(fileURLWithPath: lock))
+            // Word 2 (generation) huge and odd, word 3 (data end) past any file, word 4 (an append
+            // under way) set, words 5/6 (device, inode) wrong; then the same with a valid-looking
+            // generation kept and only the data end absurd.
+            func garble(_ words: [(Int, UInt64)]) throws {
+                var bytes = page
+                for (word, value) in words {
+                    withUnsafeBytes(of: value) { bytes.replaceSubrange((word * 8)..<(word * 8 + 8), with: $0) }
+                }
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: lock))
+                try handle.write(contentsOf: bytes.prefix(64))
+                try handle.close()
             }
-            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: lock))
-            try handle.write(contentsOf: bytes.prefix(64))
-            try handle.close()
-            try first.set("b\(garble.count)", for: "b")
-            try second.set("c\(garble.count)", for: "c")
-            #expect(try first.get(String.self, for: "c") == "c\(garble.count)")
-            #expect(try second.get(String.self, for: "b") == "b\(garble.count)")
+            for words in [
+                [(2, UInt64.max), (3, UInt64(Int64.max)), (4, 1), (5, 7), (6, 7)],
+                [(3, UInt64.max - 4095), (4, 0)],
+            ] as [[(Int, UInt64)]] {
+                try garble(words)
+                try first.set("b\(words.count)", for: "b")
+                try second.set("c\(words.count)", for: "c")
+                #expect(try first.get(String.self, for: "c") == "c\(words.count)")
+                #expect(try second.get(String.self, for: "b") == "b\(words.count)")
+            }
+            // The magic gone: the page no longer vouches for the mutex in it, which cannot be set up
+            // again under open stores. They refuse to write, saying why; nothing is lost.
+            try garble([(0, 0)])
+            for store in [first, second] {
+                #expect {
+                    try store.set("lost", for: "b")
+                } throws: { error in
+                    (error as? CofferError)?.message.contains("lock file was overwritten") == true
+                }
+                #expect(try store.get(String.self, for: "b") == "b2")
+            }
         }
         let reopened = try suite(dir.path)
         #expect(Set(try reopened.keys()) == ["a", "b", "c"])
+        #expect(try reopened.get(String.self, for: "b") == "b2")
+        try reopened.set("after", for: "b")
+        #expect(try suite(dir.path).get(String.self, for: "b") == "after")
     }
 
     @Test func aDirectoryOrAFIFOAtTheLockPathIsRefusedAndTheStoreIsUntouched() throws {

@@ -41,6 +41,10 @@ final class ReadCountingFileSystem: FileSystem {
         try inner.lock(fd, exclusive: exclusive, timeout: timeout, path: path)
     }
     func unlock(_ fd: Int32) { inner.unlock(fd) }
+    func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
+        try inner.lockMutex(mutex, timeout: timeout, path: path)
+    }
+    func unlockMutex(_ mutex: UnsafeMutableRawPointer) { inner.unlockMutex(mutex) }
     func mapShared(_ fd: Int32, length: Int, path: String) throws -> (any SharedMapping)? {
         try inner.mapShared(fd, length: length, path: path)
     }

@@ -464,9 +464,8 @@ private func systemRename(_ a: String, _ b: String) -> Int32 { rename(a, b) }
 private func systemUnlink(_ path: String) -> Int32 { unlink(path) }
 private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { mkdir(path, mode) }
 
-extension FileSystem {
-    /// The kernel's (a robust, process-shared `pthread` mutex): every file system locks the
-    /// control page's mutex this way unless a test's notes or stops the call.
+extension LiveFileSystem {
+    /// A robust, process-shared `pthread` mutex (`coffer_shared_mutex_lock`).
     package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
         let nanoseconds = min(max(.zero, timeout), .seconds(1_000_000_000)).coarseNanoseconds
         let result = coffer_shared_mutex_lock(mutex, nanoseconds)

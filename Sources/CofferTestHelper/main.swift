@@ -4,6 +4,9 @@
 //       writes COUNT keys "<PREFIX><i>" = i, printing "ack <i>" after each returns.
 //   CofferTestHelper kv-increment DIR SUITE KEY TIMES
 //       increments the integer at KEY TIMES times, each read-modify-write under the store's lock.
+//   CofferTestHelper kv-hold DIR SUITE KEY
+//       takes the store's lock (an update of KEY), prints "holding" and waits there for good
+//       (the parent kills it: a process that dies holding the store's mutex).
 //   CofferTestHelper stored-increment DIR TIMES [vault]
 //       increments `@Stored(backed: .keyValue(key: "counter"))` (or a `.vault` item unlocked by a
 //       32-byte key of 0x5a) with `$counter.update { $0 += 1 }` TIMES times, after printing
@@ -71,6 +74,13 @@ do {
             try store.update(arguments[4]) { (value: Int?) in (value ?? 0) + 1 }
         }
         try store.flush()
+    case "kv-hold":
+        guard arguments.count >= 5 else { fail("usage: kv-hold DIR SUITE KEY") }
+        let store = try KeyValueFileStrategy(directory: URL(fileURLWithPath: arguments[2]), suite: arguments[3])
+        try store.update(arguments[4]) { (value: Int?) -> Int in
+            say("holding")
+            while true { sleep(60) }
+        }
     case "stored-increment":
         guard arguments.count >= 4, let times = Int(arguments[3]) else { fail("usage: stored-increment DIR TIMES [vault]") }
         try storedIncrement(directory: arguments[2], times: times, vault: arguments.count > 4 && arguments[4] == "vault")

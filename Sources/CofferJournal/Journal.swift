@@ -98,7 +98,8 @@ package import Foundation
     /// This process is the file's only user: the lock is taken at open and held until close, so
     /// a write needs no lock and no check for other writers (one system call in coalesced mode).
     /// Any other opener — another process, or another instance here — waits `lockTimeout`, then
-    /// fails with ``CofferError/Code/busy``.
+    /// fails with ``CofferError/Code/busy``, and so does this opener while a shared journal has
+    /// the file open (each holds the lock file's `flock` shared: see ``JournalControl``).
     package var exclusive: Bool = false
     /// Whether a coalesced journal may append by storing into a mapping of its file instead of a
     /// `pwrite` (see `Journal.mappedTail(covering:)` for when, and

@@ -164,7 +164,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     ///   - exclusive: this process is the suite's only user, as long as the instance lives: the
     ///     lock is held from open to deinit, so a write is one system call in coalesced mode
     ///     (MMKV's single-process mode). Any other opener waits `lockTimeout`, then fails with
-    ///     ``CofferError/Code/busy``. Off by default: several processes may share a suite.
+    ///     ``CofferError/Code/busy``; so does this one while another instance or process has the
+    ///     suite open. Off by default: several processes may share a suite.
     ///   - recovery: `.strict` (the default) refuses to open a damaged file and says where the
     ///     damage is; `.salvage` keeps every intact record and sets the damaged file aside.
     /// - Throws: ``CofferError`` — ``CofferError/Code/corrupted`` for damage,

@@ -247,7 +247,10 @@ int coffer_shared_mutex_init(void *mutex) {
     if (result != 0) return result;
     result = pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
     if (result == 0) result = pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
-    if (result == 0) result = pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ERRORCHECK);
+    // Normal, not error-checking: an error-checking mutex compares its holder's thread ID with
+    // the caller's, and processes in two PID namespaces (containers sharing a volume) can have
+    // equal thread IDs. A thread that locks it again waits its timeout (the caller's thread
+    // gate keeps one store's threads out of each other's way first).
     if (result == 0) {
         memset(mutex, 0, sizeof(pthread_mutex_t));
         result = pthread_mutex_init((pthread_mutex_t *)mutex, &attributes);

@@ -166,7 +166,8 @@ package final class FileLock: Sendable {
     /// Runs `body` holding the lock; waits at most `timeout` seconds for it.
     ///
     /// With `mutex` (the control page's, for a journal that holds this lock shared), the mutex
-    /// is locked instead of the `flock`, and everything else is as without it.
+    /// is locked instead of the `flock`, and everything else is as without it; `ownerDied` is
+    /// called, holding it, when its last holder died holding it.
     ///
     /// `unlinkHarmless`, asked once the lock is held, may vouch that no other lock file can be
     /// in use for the store (a journal asks its file: see `Journal.noOtherLockFileMade`); then
@@ -174,7 +175,7 @@ package final class FileLock: Sendable {
     /// the path is not).
     /// - Throws: ``CofferError`` with code ``CofferError/Code/busy`` on timeout, or what `body` throws.
     package func withLock<T>(
-        exclusive: Bool = true, timeout: Duration, mutex: UnsafeMutableRawPointer? = nil,
+        exclusive: Bool = true, timeout: Duration, mutex: UnsafeMutableRawPointer? = nil, ownerDied: () -> Void = {},
         unlinkHarmless: () -> Bool = { false }, _ body: () throws -> T
     ) throws -> T {
         // The usual case, no other thread here, needs no deadline: the whole timeout is left.
@@ -186,7 +187,7 @@ package final class FileLock: Sendable {
         }
         defer { leaveThreadGate() }
         if let mutex {
-            _ = try fileSystem.lockMutex(mutex, timeout: remaining, path: path)
+            if try fileSystem.lockMutex(mutex, timeout: remaining, path: path) { ownerDied() }
             defer { fileSystem.unlockMutex(mutex) }
             try checkStillNamed(unlinkHarmless: unlinkHarmless)
             return try body()

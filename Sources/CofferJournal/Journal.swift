@@ -347,7 +347,7 @@ package import Foundation
     /// Opens a journal in shared mode (see ``JournalControl``, "the store's mutex"): holding the
     /// lock file's `flock` shared from now until it closes, under the control page's mutex when
     /// the page has one; otherwise under the exclusive `flock`, which sets the page up with its
-    /// mutex. A journal that cannot write, or a page without a mutex, keeps to `flock` alone.
+    /// mutex. A page without a mutex (none could be made, or no page) keeps to `flock` alone.
     static func openShared(
         lock: FileLock, options: JournalOptions,
         _ open: (Result<(any SharedMapping)?, any Error>?) throws -> (journal: Journal, records: JournalRecords)
@@ -357,47 +357,67 @@ package import Foundation
         }
         let deadline = FileLock.deadline(after: options.lockTimeout)
         func remaining() -> Duration { max(.zero, deadline - ContinuousClock.now) }
-        try lock.acquireShared(timeout: options.lockTimeout)
-        // A page that cannot be mapped (a full disk) is the open's to report, as without a mutex.
-        let mapped = Result { try lock.mapShared(length: JournalControl.length) }
-        do {
-            if case .success(let mapping?) = mapped, let mutex = JournalControl(mapping: mapping, lockFile: lockFile).mutex {
-                let opened = try lock.withLock(timeout: remaining(), mutex: mutex) { try open(mapped) }
-                opened.journal.usesMutex = opened.journal.readOnlyReason == nil && opened.journal.control?.mutex != nil
-                if !opened.journal.usesMutex { lock.releaseShared() }
+        var pause = Duration.microseconds(50)
+        while true {
+            try lock.acquireShared(timeout: remaining())
+            // A page that cannot be mapped (a full disk) is the open's to report, as without a mutex.
+            let mapped = Result { try lock.mapShared(length: JournalControl.length) }
+            do {
+                if case .success(let mapping?) = mapped, let mutex = JournalControl(mapping: mapping, lockFile: lockFile).mutex {
+                    let opened = try lock.withLock(timeout: remaining(), mutex: mutex) { try open(mapped) }
+                    keepShared(opened.journal, lock: lock)
+                    return opened
+                }
+            } catch {
+                lock.releaseShared()
+                throw error
+            }
+            // A page not set up with a mutex (a new lock file, an older version's or boot's,
+            // garbage): set up under the exclusive lock, then held shared (a downgrade: no
+            // exclusive holder can come between). Tried without waiting: while another opener
+            // holds it shared (it may have just set the page up), look at the page again.
+            lock.releaseShared()
+            do {
+                try lock.acquire(timeout: .zero)
+            } catch let error as CofferError where error.code == .busy {
+                if remaining() <= .zero { throw error }
+                Thread.sleep(forTimeInterval: min(pause, remaining()).inSeconds)
+                pause = min(pause * 2, .milliseconds(20))
+                continue
+            }
+            let opened: (journal: Journal, records: JournalRecords)
+            do {
+                opened = try open(mapped)
+            } catch {
+                lock.release()
+                throw error
+            }
+            guard let control = opened.journal.control else {
+                lock.release()
                 return opened
             }
-        } catch {
-            lock.releaseShared()
-            throw error
-        }
-        // A page not set up with a mutex (a new lock file, an older version's, garbage): set up
-        // under the exclusive lock, then held shared (a downgrade: no exclusive holder can come
-        // between), or let go when the journal will not write.
-        lock.releaseShared()
-        try lock.acquire(timeout: remaining())
-        let opened: (journal: Journal, records: JournalRecords)
-        do {
-            opened = try open(mapped)
-        } catch {
-            lock.release()
-            throw error
-        }
-        let journal = opened.journal
-        guard journal.readOnlyReason == nil, let control = journal.control else {
-            lock.release()
+            control.setUpHoldingExclusiveLock()
+            do {
+                try lock.downgrade(timeout: remaining())
+            } catch {
+                opened.journal.discard()
+                throw error
+            }
+            keepShared(opened.journal, lock: lock)
             return opened
         }
-        control.setUpHoldingExclusiveLock()
-        do {
-            try lock.downgrade(timeout: remaining())
-        } catch {
-            journal.discard()
-            throw error
+    }
+
+    /// After a shared open holding the lock file's `flock` shared: the journal keeps it and locks
+    /// the page's mutex from now on (and never sets the page up again), or, on a page without one,
+    /// lets it go and takes the `flock` per write.
+    private static func keepShared(_ journal: Journal, lock: FileLock) {
+        guard let control = journal.control, control.mutex != nil else {
+            lock.releaseShared()
+            return
         }
-        journal.usesMutex = control.mutex != nil
-        if !journal.usesMutex { lock.releaseShared() }
-        return opened
+        journal.usesMutex = true
+        control.mayBeSetUp = false
     }
 
     /// Refuses a path that names something other than a regular file of this user, before a
@@ -660,11 +680,17 @@ package import Foundation
         var skipped = false
         return try lock.withLock(
             timeout: options.lockTimeout, mutex: storeMutex(),
+            // Its holder died holding it, perhaps between two steps nothing marks (a torn tail's
+            // wipe, a header rewritten in place): the slow catch-up, as after a crash.
+            ownerDied: { knownGeneration = nil },
             unlinkHarmless: {
                 skipped = noOtherLockFileMade
                 return skipped
             }
         ) {
+            // Still the page's mutex: a page that lost its set-up between the look above and
+            // the lock is never set up again under it (see ``JournalControl``).
+            if usesMutex { _ = try storeMutex() }
             // Not skipped: the lock file was just found linked, for the file open here.
             if !skipped { lockCheckedForFile = true }
             try wipePending()
@@ -837,7 +863,11 @@ package import Foundation
         if on {
             // A lock that cannot be had (a writer stuck past the timeout, a replaced lock file)
             // still counts the watch: at worst one append in flight goes unseen by it.
-            if (try? lock.withLock(timeout: options.lockTimeout, mutex: storeMutex(), { control.addWatcher() })) == nil {
+            let counted: Void? = try? lock.withLock(timeout: options.lockTimeout, mutex: storeMutex()) { () throws -> Void in
+                if usesMutex { _ = try storeMutex() }
+                control.addWatcher()
+            }
+            if counted == nil {
                 // Never setting up a page a mutex may live in without the exclusive lock.
                 control.addWatcher(settingUp: !usesMutex)
             }

@@ -1,6 +1,7 @@
 // The control page shared through the lock file: how processes see each other's writes.
 import CofferCore
 import CSharedWord
+import Foundation
 
 /// The control page: the first 4 KiB of a journal's lock file, mapped shared by every process
 /// that opens the journal, so that "has anyone written since I last looked?" is two loads from
@@ -28,6 +29,7 @@ import CSharedWord
 /// | 8 | nonzero once the page was set up other than with its store (a page of version 1, whose processes watch without counting; a page zeroed, garbled or lost while the store existed): counts may be missing, so nobody maps |
 /// | 9, 10 | device and inode of the lock file the page was set up in: a page copied into another lock file (a restored backup, `cp` then `mv` over the path) is not set up there |
 /// | 11 | 1 when bytes 128–191 hold the store's mutex, set up with the page |
+/// | 12, 13 | the boot the page was set up in (`bootID`): a page of an earlier boot is not set up |
 ///
 /// Bytes 128–191 hold the store lock of every journal open in shared mode: a robust,
 /// process-shared `pthread` mutex (Linux). Locking and unlocking it are two atomic instructions
@@ -42,12 +44,14 @@ import CSharedWord
 ///   has the store open in shared mode, then fails with `busy`, rather than taking the store
 ///   from between their writes.)
 /// - The mutex is set up (initialised, word 11) only with the page, under the exclusive `flock`,
-///   when no journal can hold or wait for it; a page found not set up while the `flock` is held
-///   shared is never set up again then (it would reset a mutex others may hold): the writer
-///   says the lock file was changed under it instead.
-/// - A process that dies holding the mutex leaves it to the next locker, which finds the page
-///   as a process that died holding the `flock` would have left it (word 4 set, an odd
-///   generation) and catches up the same way.
+///   when no journal can hold or wait for it. A journal that locks the mutex never sets the page
+///   up (``mayBeSetUp``): one that finds it not set up while it is open (it would reset a mutex
+///   others may hold) says the lock file was changed under it instead, before locking and again
+///   holding the mutex.
+/// - A process that dies holding the mutex leaves it to the next locker (`EOWNERDEAD`), which
+///   forgets the generation it remembers and catches up the slow way, as after a process died
+///   holding the `flock`. A page written back while a writer held the mutex and read again after
+///   a crash or power loss is of another boot (words 12, 13), so not set up.
 /// - A journal without a writable lock file (a read-only mount) still takes the `flock` shared
 ///   to open, which no longer waits out a writer: it reads an append in progress as the torn
 ///   tail it would be after a crash, and leaves it.
@@ -98,7 +102,28 @@ final class JournalControl: @unchecked Sendable {
     /// Where the mutex starts in the page.
     static let mutexOffset = 128
     /// Whether this platform has robust process-shared mutexes (Linux).
-    static let mutexSupported = coffer_shared_mutex_size() > 0
+    static let mutexSupported = coffer_shared_mutex_size() > 0 && bootID != nil
+
+    /// This boot of the machine (`/proc/sys/kernel/random/boot_id`, the same in every container),
+    /// kept in words 12 and 13: the page is a page of a file, which the kernel may write back
+    /// while a writer holds the mutex, so after a crash or power loss it can come back from the
+    /// disk locked by a thread that no longer exists (no `EOWNERDEAD`: the kernel marks only the
+    /// mutexes of threads that die while it runs). A page of another boot is not set up.
+    /// `nil` where it cannot be read: no mutex then.
+    static let bootID: (UInt64, UInt64)? = {
+        guard let text = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else {
+            return nil
+        }
+        let digits = text.filter(\.isHexDigit)
+        guard digits.count == 32, let high = UInt64(digits.prefix(16), radix: 16),
+            let low = UInt64(digits.suffix(16), radix: 16)
+        else { return nil }
+        return (high, low)
+    }()
+
+    /// Whether this journal may set the page up when it finds it not set up: not a journal that
+    /// locks the mutex (see the type's notes), whose writes throw instead.
+    var mayBeSetUp = true
 
     private let mapping: any SharedMapping
     /// `mapping.base`, kept: the page is read a dozen times per write, and each read through the
@@ -128,6 +153,7 @@ final class JournalControl: @unchecked Sendable {
     /// the lock file may be one made since other processes opened the store.
     var isSetUp: Bool {
         load(0) == Self.magic && load(1) == Self.version && load(9) == lockFile.device && load(10) == lockFile.inode
+            && load(12) == (Self.bootID?.0 ?? 0) && load(13) == (Self.bootID?.1 ?? 0)
     }
 
     /// The generation a reader may trust, or `nil` while the page is not set up or the
@@ -187,7 +213,7 @@ final class JournalControl: @unchecked Sendable {
     /// A page with the wrong magic or version starts over: a random even generation (which no
     /// process remembers), the magic stored last.
     private func setUpIfNeeded() {
-        guard !isSetUp else { return }
+        guard !isSetUp, mayBeSetUp else { return }
         // Version 1's processes watch without counting (word 7 is unknown to them), and a page
         // set up again may have lost this version's counts: see `createdWithStore`.
         if !createdWithStore || (load(0) == Self.magic && load(1) < Self.version) { store(8, 1) }
@@ -199,6 +225,8 @@ final class JournalControl: @unchecked Sendable {
         // journal without the mutex), never while a journal may hold or wait for the mutex: a
         // journal using it refuses to write once the page is not set up (see the type's notes).
         store(11, Self.mutexSupported && coffer_shared_mutex_init(base + Self.mutexOffset) == 0 ? 1 : 0)
+        store(12, Self.bootID?.0 ?? 0)
+        store(13, Self.bootID?.1 ?? 0)
         store(9, lockFile.device)
         store(10, lockFile.inode)
         store(1, Self.version)

@@ -475,22 +475,19 @@ package final class InMemoryFileSystem: FileSystem {
     /// system's robust, process-shared one behaves, but modelled here rather than a `pthread`
     /// mutex: a simulated power loss clears the mapping's memory (and lets go of every mutex),
     /// which under a real held mutex would corrupt the thread's robust list. Polls until
-    /// `timeout`, then throws ``CofferError/Code/busy``; a thread that holds it gets `EDEADLK`.
+    /// `timeout`, then throws ``CofferError/Code/busy`` (a thread that holds it waits for itself).
     package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
         let start = ContinuousClock.now
         var pause = 0.000_05  // seconds, doubling up to 5 ms
         let address = UInt(bitPattern: mutex)
         let thread = UInt(bitPattern: Int(bitPattern: pthread_self()))
         while true {
-            let holder = state.withLock { state -> UInt? in
-                if let holder = state.heldMutexes[address] { return holder }
+            let taken = state.withLock { state -> Bool in
+                if state.heldMutexes[address] != nil { return false }
                 state.heldMutexes[address] = thread
-                return nil
+                return true
             }
-            guard let holder else { return false }
-            if holder == thread {
-                throw CofferError(.io, "this thread holds the store's lock already", path: path, errno: EDEADLK)
-            }
+            if taken { return false }
             if ContinuousClock.now - start >= max(.zero, timeout) {
                 throw CofferError(
                     .busy,

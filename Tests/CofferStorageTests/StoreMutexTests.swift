@@ -1,4 +1,5 @@
 import CofferCore
+import Synchronization
 import CofferStorage
 import CofferTesting
 import Foundation
@@ -47,6 +48,61 @@ struct StoreMutexTests {
         #expect(try reopened.get(Int.self, for: "counter") == 5)
         #expect(try reopened.get(Int.self, for: "during") == nil)
         #expect(try reopened.get(Int.self, for: "again") == 4)
+    }
+
+    /// Openers that all find the page not set up (a new store, a new lock file) race for the
+    /// exclusive lock to set it up; the one that loses looks at the page again instead of waiting
+    /// out the winner's shared hold, which lasts as long as the winner stays open.
+    @Test func openersRacingToSetThePageUpAllOpen() throws {
+        let dir = try Scratch("mutex-race-open")
+        for round in 0..<20 {
+            let path = dir.path("r\(round)")
+            let failures = Mutex([String]())
+            let opened = Mutex([KeyValueFileStrategy]())
+            DispatchQueue.concurrentPerform(iterations: 3) { i in
+                do {
+                    let store = try suite(path, lockTimeout: .seconds(30))
+                    try store.set(i, for: "k\(i)")
+                    opened.withLock { $0.append(store) }  // kept open: the race is against open stores
+                } catch {
+                    failures.withLock { $0.append("round \(round), opener \(i): \(error)") }
+                }
+            }
+            #expect(failures.withLock { $0 } == [])
+            let stores = opened.withLock { $0 }
+            for store in stores {
+                for i in 0..<3 { #expect(try store.get(Int.self, for: "k\(i)") == i) }
+            }
+        }
+    }
+
+    /// The page is a page of a file: the kernel may write it back while a writer holds the
+    /// mutex, and after a crash it comes back from the disk held by a thread that is gone (no
+    /// `EOWNERDEAD`: only a death the kernel sees marks a mutex). Such a page is of another boot,
+    /// so it is set up again, and writers do not wait on the dead hold.
+    @Test(.timeLimit(.minutes(5)))
+    func aPageHeldInAnEarlierBootIsSetUpAgain() async throws {
+        let dir = try Scratch("mutex-earlier-boot")
+        let lockPath = dir.path("s.cofferkv.lock")
+        do {
+            let store = try suite(dir.path, lockTimeout: .seconds(5))
+            try store.set(1, for: "before")
+        }
+        let child = try HelperChild(["kv-hold", dir.path, "s", "counter"], standardError: .capture)
+        #expect(try await child.waitForLine(startingWith: "holding", seconds: 120) != nil, "\(child.transcript)")
+        // What the disk would hold had the page been written back now: the mutex held.
+        var page = try Data(contentsOf: URL(fileURLWithPath: lockPath)).prefix(4096)
+        #expect(kill(child.process.processIdentifier, SIGKILL) == 0)
+        _ = try await child.waitForExit(seconds: 120)
+        // ... read back after a reboot: the boot words (12, 13) are another boot's.
+        page.replaceSubrange((12 * 8)..<(14 * 8), with: [UInt8](repeating: 0xA5, count: 16))
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: lockPath))
+        try handle.write(contentsOf: page)
+        try handle.close()
+        let store = try suite(dir.path, lockTimeout: .seconds(5))
+        try store.set(2, for: "after")
+        #expect(try store.get(Int.self, for: "before") == 1)
+        #expect(try suite(dir.path, lockTimeout: .seconds(5)).get(Int.self, for: "after") == 2)
     }
 
     /// While a store is open in shared mode, nobody takes the lock file's `flock` exclusively (an

@@ -76,8 +76,7 @@ int coffer_install_bus_guard(void);
 
 /// A mutex in memory shared between processes (a journal's control page): process-shared and
 /// robust, so a process that dies holding it does not leave it held (the next locker is told, and
-/// takes it over). Error-checking: a thread that locks it again fails with EDEADLK instead of
-/// waiting for itself. Linux only: elsewhere (no robust process-shared mutexes) the functions fail
+/// takes it over). Linux only: elsewhere (no robust process-shared mutexes) the functions fail
 /// with ENOSYS and callers keep to `flock`.
 
 /// Bytes a shared mutex takes (at most 64).
@@ -90,7 +89,8 @@ int coffer_shared_mutex_init(void *mutex);
 /// Locks the mutex at `mutex`, waiting at most `timeout_ns` nanoseconds (on CLOCK_MONOTONIC; 0:
 /// not at all). Returns 0 when locked; 1 when locked after its last holder died holding it (it
 /// is made consistent: the caller owns it as usual, and must judge what that holder left);
-/// ETIMEDOUT; EDEADLK (this thread holds it); ENOTRECOVERABLE; or another errno.
+/// ETIMEDOUT (a thread that holds it waits for itself until then); ENOTRECOVERABLE; or another
+/// errno.
 int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns);
 
 /// Unlocks the mutex at `mutex`, which this thread holds: 0, or an errno.

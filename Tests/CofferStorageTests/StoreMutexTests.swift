@@ -10,7 +10,7 @@ import Glibc
 #endif
 
 /// The store lock of stores open in shared mode: a robust, process-shared mutex in the lock
-/// file's control page (docs/FORMAT.md, "The mutex"), beside the lock file's `flock`, which
+/// file's control page (docs/FORMAT.md, "Writing": the mutex), beside the lock file's `flock`, which
 /// every such store holds shared while open.
 @Suite("Key-value store: the store's mutex across processes")
 struct StoreMutexTests {

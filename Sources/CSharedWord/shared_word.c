@@ -237,9 +237,30 @@ int coffer_guarded_append(void *destination, const void *frames, size_t count, c
 
 #include <time.h>
 
-#ifdef __linux__
+#if defined(__linux__) && defined(__GLIBC__)
 size_t coffer_shared_mutex_size(void) { return sizeof(pthread_mutex_t); }
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the control page reserves 64 bytes for the mutex");
+
+// The kind glibc records in a mutex initialised as coffer_shared_mutex_init does (robust,
+// process-shared, normal), learnt once from a mutex of this process's own.
+static int expected_kind = -1;
+static pthread_once_t expected_kind_once = PTHREAD_ONCE_INIT;
+
+static void learn_expected_kind(void) {
+    pthread_mutex_t probe;
+    if (coffer_shared_mutex_init(&probe) == 0) {
+        expected_kind = probe.__data.__kind;
+        pthread_mutex_destroy(&probe);
+    }
+}
+
+int coffer_shared_mutex_is_valid(const void *mutex) {
+    pthread_once(&expected_kind_once, learn_expected_kind);
+    const pthread_mutex_t *m = (const pthread_mutex_t *)mutex;
+    int kind = __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED);
+    // Only the kind: glibc sets the count to 1 while a robust mutex is held.
+    return expected_kind >= 0 && kind == expected_kind;
+}
 
 int coffer_shared_mutex_init(void *mutex) {
     pthread_mutexattr_t attributes;
@@ -305,5 +326,9 @@ int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns) {
 int coffer_shared_mutex_unlock(void *mutex) {
     (void)mutex;
     return ENOSYS;
+}
+int coffer_shared_mutex_is_valid(const void *mutex) {
+    (void)mutex;
+    return 0;
 }
 #endif

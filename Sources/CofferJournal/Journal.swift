@@ -380,7 +380,13 @@ package import Foundation
             do {
                 try lock.acquire(timeout: .zero)
             } catch let error as CofferError where error.code == .busy {
-                if remaining() <= .zero { throw error }
+                if remaining() <= .zero {
+                    throw CofferError(
+                        .busy,
+                        "another process holds the lock on this store (waited "
+                            + "\(options.lockTimeout.inSeconds.secondsText) s); try again when it is done",
+                        path: lock.path, errno: error.errno)
+                }
                 Thread.sleep(forTimeInterval: min(pause, remaining()).inSeconds)
                 pause = min(pause * 2, .milliseconds(20))
                 continue

@@ -151,9 +151,15 @@ final class JournalControl: @unchecked Sendable {
     /// Whether the page was set up, by this version, in this lock file. An opener of an existing
     /// store that finds it not set up marks the journal file (header flag bit 1, `Journal.lockFileMadeAgainFlag`):
     /// the lock file may be one made since other processes opened the store.
+    ///
+    /// A page whose word 11 says it holds a mutex must hold one as set up here (its kind, robust
+    /// and process-shared): the bytes are a file's, and a lock file cut short and grown again
+    /// with zeros, or crafted, would otherwise hand glibc a mutex that is not shared between
+    /// processes, or one it aborts on.
     var isSetUp: Bool {
         load(0) == Self.magic && load(1) == Self.version && load(9) == lockFile.device && load(10) == lockFile.inode
             && load(12) == (Self.bootID?.0 ?? 0) && load(13) == (Self.bootID?.1 ?? 0)
+            && (load(11) != 1 || coffer_shared_mutex_is_valid(base + Self.mutexOffset) == 1)
     }
 
     /// The generation a reader may trust, or `nil` while the page is not set up or the

@@ -36,6 +36,14 @@
 //       the fleet store's children (PostgresFleet.swift; built with the Postgres trait).
 //   CofferTestHelper vault-vectors DIR
 //       writes the vault vector files and their manifest (Vectors/vault/); run once per format version.
+//   CofferTestHelper kv-increment-ack DIR SUITE KEY TIMES TIMEOUT-MS [reopen|exclusive-reopen]
+//       increments the integer at KEY TIMES times, printing "ack <value written>" after each update
+//       returns; "busy" after each open or update that failed with `busy` (retried, for 120 s at most).
+//       With `reopen`, the store is opened and closed around each update (StoreMutexAttackTests).
+//   CofferTestHelper kv-open-race DIR ROUNDS INDEX PEERS TIMEOUT-MS
+//       for each round, meets PEERS-1 other children at a file barrier, then opens the brand-new
+//       suite "r<round>" and writes "p<INDEX>" = round, keeping every suite open; prints
+//       "error <round> <error>" for a failure and "done" at the end (StoreMutexAttackTests).
 import CofferCore
 import CofferStorage
 import CofferCrypto
@@ -112,6 +120,70 @@ do {
         runIntegrationCommand(arguments)
     case "pg-increment", "pg-follow":
         try postgresCommand(arguments)
+    case "kv-increment-ack":
+        guard arguments.count >= 7, let times = Int(arguments[5]), let milliseconds = Int(arguments[6]) else {
+            fail("usage: kv-increment-ack DIR SUITE KEY TIMES TIMEOUT-MS [reopen|exclusive-reopen]")
+        }
+        let mode = arguments.count > 7 ? arguments[7] : ""
+        let timeout = Duration.milliseconds(milliseconds)
+        func open() throws -> KeyValueFileStrategy {
+            try KeyValueFileStrategy(
+                directory: URL(fileURLWithPath: arguments[2]), suite: arguments[3], lockTimeout: timeout,
+                exclusive: mode == "exclusive-reopen")
+        }
+        let deadline = ContinuousClock.now + .seconds(120)
+        var kept: KeyValueFileStrategy?
+        while mode.isEmpty, kept == nil {
+            do {
+                kept = try open()
+            } catch let error as CofferError where error.code == .busy && ContinuousClock.now < deadline {
+                say("busy")
+            }
+        }
+        var done = 0
+        while done < times {
+            do {
+                let store = try kept ?? open()
+                var written = 0
+                try store.update(arguments[4]) { (value: Int?) -> Int in
+                    written = (value ?? 0) + 1
+                    return written
+                }
+                say("ack \(written)")
+                done += 1
+                if !mode.isEmpty { try store.flush() }
+            } catch let error as CofferError where error.code == .busy && ContinuousClock.now < deadline {
+                say("busy")
+            }
+        }
+        try kept?.flush()
+        kept = nil
+    case "kv-open-race":
+        guard arguments.count >= 7, let rounds = Int(arguments[3]), let index = Int(arguments[4]),
+            let peers = Int(arguments[5]), let milliseconds = Int(arguments[6])
+        else { fail("usage: kv-open-race DIR ROUNDS INDEX PEERS TIMEOUT-MS") }
+        let directory = arguments[2]
+        var open: [KeyValueFileStrategy] = []
+        for round in 0..<rounds {
+            // A barrier of files: each child marks its arrival, then waits (10 s at most) for all.
+            _ = FileManager.default.createFile(atPath: "\(directory)/barrier-\(round)-\(index)", contents: nil)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while (0..<peers).contains(where: { !FileManager.default.fileExists(atPath: "\(directory)/barrier-\(round)-\($0)") }),
+                ContinuousClock.now < deadline
+            {
+                usleep(50)
+            }
+            do {
+                let store = try KeyValueFileStrategy(
+                    directory: URL(fileURLWithPath: directory), suite: "r\(round)", durability: .immediate,
+                    lockTimeout: .milliseconds(milliseconds))
+                try store.set(round, for: "p\(index)")
+                open.append(store)
+            } catch {
+                say("error \(round) \(error)")
+            }
+        }
+        say("done \(open.count)")
     case "vault-vectors":
         guard arguments.count >= 3 else { fail("usage: vault-vectors DIR") }
         try writeVaultVectors(to: URL(fileURLWithPath: arguments[2]))

@@ -76,8 +76,8 @@ int coffer_install_bus_guard(void);
 
 /// A mutex in memory shared between processes (a journal's control page): process-shared and
 /// robust, so a process that dies holding it does not leave it held (the next locker is told, and
-/// takes it over). Linux only: elsewhere (no robust process-shared mutexes) the functions fail
-/// with ENOSYS and callers keep to `flock`.
+/// takes it over). Linux with glibc only (the validity check reads glibc's layout): elsewhere
+/// the functions fail with ENOSYS and callers keep to `flock`.
 
 /// Bytes a shared mutex takes (at most 64).
 size_t coffer_shared_mutex_size(void);
@@ -92,6 +92,12 @@ int coffer_shared_mutex_init(void *mutex);
 /// ETIMEDOUT (a thread that holds it waits for itself until then); ENOTRECOVERABLE; or another
 /// errno.
 int coffer_shared_mutex_lock(void *mutex, int64_t timeout_ns);
+
+/// Whether the bytes at `mutex` are a mutex `coffer_shared_mutex_init` made (its kind, as glibc
+/// records it: robust, process-shared and normal): 1 or 0. The bytes live in
+/// a file anyone with write access can change, and glibc trusts them: a mutex of another kind
+/// (priority-inheriting, not shared, not robust) makes it abort, or lock only within a process.
+int coffer_shared_mutex_is_valid(const void *mutex);
 
 /// Unlocks the mutex at `mutex`, which this thread holds: 0, or an errno.
 int coffer_shared_mutex_unlock(void *mutex);

@@ -161,9 +161,8 @@ struct State {
     var nodes: [UInt64: Node]
     var nextInode: UInt64 = 2
     var descriptors: [Int32: Descriptor] = [:]
-    /// The control pages' mutexes held now (``InMemoryFileSystem/lockMutex(_:timeout:path:)``):
-    /// address → holding thread.
-    var heldMutexes: [UInt: UInt] = [:]
+    /// The addresses of the control pages' mutexes held now (``InMemoryFileSystem/lockMutex(_:timeout:path:)``).
+    var heldMutexes: Set<UInt> = []
     var nextDescriptor: Int32 = 3
     var umask: UInt32
     var faults: [ActiveFault] = []

@@ -439,22 +439,28 @@ package final class InMemoryFileSystem: FileSystem {
 
     /// Takes an `flock` for this descriptor, polling until `timeout`; throws ``CofferError/Code/busy`` then.
     package func lock(_ fd: Int32, exclusive: Bool, timeout: Duration, path: String) throws {
-        let start = ContinuousClock.now
-        var pause = 0.000_05  // seconds, doubling up to 5 ms
         var first = true
-        while true {
-            let acquired = try perform(.lock, "flock", fd: fd, record: first, errorPath: path) {
+        try poll(timeout: timeout, path: path, errno: EWOULDBLOCK) {
+            defer { first = false }
+            return try perform(.lock, "flock", fd: fd, record: first, errorPath: path) {
                 (state, _) throws(PosixError) -> Bool in
                 let (node, _) = try state.descriptor(fd)
                 return node.tryLock(fd, exclusive: exclusive)
             }
-            first = false
-            if acquired { return }
+        }
+    }
+
+    /// Calls `attempt` until it takes the lock, pausing between tries (50 µs, doubling up to
+    /// 5 ms); once `timeout` has passed, throws ``CofferError/Code/busy`` with `errno`.
+    private func poll(timeout: Duration, path: String, errno: Int32, _ attempt: () throws -> Bool) throws {
+        let start = ContinuousClock.now
+        var pause = 0.000_05  // seconds
+        while try !attempt() {
             if ContinuousClock.now - start >= max(.zero, timeout) {
                 throw CofferError(
                     .busy,
                     "another process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s); try again when it is done",
-                    path: path, errno: EWOULDBLOCK)
+                    path: path, errno: errno)
             }
             Thread.sleep(forTimeInterval: pause)
             pause = min(pause * 2, 0.005)
@@ -477,31 +483,16 @@ package final class InMemoryFileSystem: FileSystem {
     /// which under a real held mutex would corrupt the thread's robust list. Polls until
     /// `timeout`, then throws ``CofferError/Code/busy`` (a thread that holds it waits for itself).
     package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
-        let start = ContinuousClock.now
-        var pause = 0.000_05  // seconds, doubling up to 5 ms
         let address = UInt(bitPattern: mutex)
-        let thread = UInt(bitPattern: Int(bitPattern: pthread_self()))
-        while true {
-            let taken = state.withLock { state -> Bool in
-                if state.heldMutexes[address] != nil { return false }
-                state.heldMutexes[address] = thread
-                return true
-            }
-            if taken { return false }
-            if ContinuousClock.now - start >= max(.zero, timeout) {
-                throw CofferError(
-                    .busy,
-                    "another process holds the lock on this store (waited \(timeout.inSeconds.secondsText) s); try again when it is done",
-                    path: path, errno: ETIMEDOUT)
-            }
-            Thread.sleep(forTimeInterval: pause)
-            pause = min(pause * 2, 0.005)
+        try poll(timeout: timeout, path: path, errno: ETIMEDOUT) {
+            state.withLock { $0.heldMutexes.insert(address).inserted }
         }
+        return false
     }
 
     /// Unlocks a mutex locked with ``lockMutex(_:timeout:path:)``.
     package func unlockMutex(_ mutex: UnsafeMutableRawPointer) {
-        _ = state.withLock { $0.heldMutexes.removeValue(forKey: UInt(bitPattern: mutex)) }
+        _ = state.withLock { $0.heldMutexes.remove(UInt(bitPattern: mutex)) }
     }
 
     /// Maps the file's first `length` bytes: one block of memory per file, shared by every

@@ -98,6 +98,13 @@ package struct BenchRunner {
     package var runs: Int { quick ? 5 : 7 }
     package var budget: UInt64 { quick ? 20_000_000 : 100_000_000 }
 
+    /// `COFFER_BENCH_ITERATIONS`: every calibrated benchmark runs exactly this many operations
+    /// per run (its warm-up too), for counting what an operation costs rather than timing it:
+    /// `perf stat -e instructions:u` at two counts, the difference over 8 × their difference
+    /// (the warm-up and 7 runs), is the same on a busy machine as on an idle one.
+    package var fixedIterations: Int? =
+        getenv("COFFER_BENCH_ITERATIONS").flatMap { Int(String(cString: $0)) }.flatMap { $0 > 0 ? $0 : nil }
+
     package init(quick: Bool) { self.quick = quick }
 
     /// Measures several benchmarks with their runs interleaved (run 1 of each, then run 2 of
@@ -134,6 +141,10 @@ package struct BenchRunner {
         // the budget; a slow first operation (a file growing, a cache filling) only makes the
         // next round larger.
         try prepare()
+        if let fixed = fixedIterations.map({ min($0, maxIterations) }) {
+            blackHole(try body(fixed))
+            return fixed
+        }
         var iterations = 1
         var elapsed: UInt64 = 0
         while true {

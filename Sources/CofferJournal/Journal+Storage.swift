@@ -196,7 +196,7 @@ extension Journal {
         }
         let growth = max(Int64(4096), min(current / 4, Int64(8 << 20)))
         let target = ((max(needed, current + growth) + 4095) / 4096) * 4096
-        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        let zeros = [UInt8](repeating: 0, count: Int(min(target - current, 64 * 1024)))
         var offset = current
         while offset < target {
             let chunk = Int(min(Int64(zeros.count), target - offset))

@@ -72,25 +72,6 @@ struct Session: Sendable {
         recordCount += 1
     }
 
-    /// ``index(_:payload:chainBefore:chainAfter:)`` for a body whose item is in `entries` at
-    /// `slot`, found for this very body with nothing changed since (a commit's single change).
-    private mutating func index(
-        _ body: IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue,
-        at slot: Dictionary<ItemKey, Entry>.Index
-    ) {
-        outside.note(entries.keys[slot])
-        liveBytes -= entries.values[slot].payload.count + Journal.frameHeaderSize
-        switch body {
-        case .put(let item):
-            entries.values[slot] = Entry(item: item, payload: payload, chain: chainBefore)
-            liveBytes += payload.count + Journal.frameHeaderSize
-        case .delete:
-            entries.remove(at: slot)
-        }
-        chain = chainAfter
-        recordCount += 1
-    }
-
     /// Seals and appends `changes` as one commit; returns how many changed something.
     ///
     /// All or nothing: every record is sealed (against the chain as it will be when it lands)
@@ -101,8 +82,14 @@ struct Session: Sendable {
     mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
         let capacity = changes.count
         guard capacity > 0 else { return 0 }
-        // Milliseconds, as stored: the item in memory equals the item read back from the file.
-        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
+        if capacity == 1, let change = changes.first, let (label, comment) = change.attributes {
+            let (service, account) = change.identity
+            try change.withSecret {
+                try commitSet(service: service, account: account, secret: $0, label: label, comment: comment)
+            }
+            return 1
+        }
+        let now = Self.now()
         // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
         // A single change needs none (an empty dictionary allocates nothing).
         let batch = capacity > 1
@@ -114,14 +101,10 @@ struct Session: Sendable {
             var count = 0
             defer { base.deinitialize(count: count) }
             var chain = self.chain
-            var slot: Dictionary<ItemKey, Entry>.Index?
             for change in changes {
                 let (service, account) = change.identity
                 let key = ItemKey(service: service, account: account)
-                // A single change remembers where its item is, so the index is updated there
-                // without hashing and probing the key again (nothing changes `entries` before).
-                if !batch { slot = entries.index(forKey: key) }
-                let old = batch ? (overlay[key] ?? entries[key]?.item) : slot.map { entries.values[$0].item }
+                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
                 let body: IndexedBody
                 let payload: [UInt8]
                 if let (label, comment) = change.attributes {
@@ -148,12 +131,6 @@ struct Session: Sendable {
             }
             guard count > 0 else { return 0 }
             try journal.appendCommit(payloads)
-            if let slot {
-                index(
-                    base[0].body, payload: payloads[0][...], chainBefore: base[0].chainBefore,
-                    chainAfter: base[0].chainAfter, at: slot)
-                return 1
-            }
             for i in 0..<count {
                 index(
                     base[i].body, payload: payloads[i][...], chainBefore: base[i].chainBefore,
@@ -161,6 +138,57 @@ struct Session: Sendable {
             }
             return count
         }
+    }
+
+    /// ``commit(_:)`` of one set, which is what every `Vault.set` is, with nothing allocated
+    /// when the item is rewritten: the record is sealed into a buffer on the stack (on the heap
+    /// only when large), the chain advanced over it, and it is framed into the journal from
+    /// there; the item is looked up once and updated in place in the index, its record copied
+    /// over the one it replaces when that buffer is the entry's own and the same size. The
+    /// same record, file and index as the general path, and all or nothing in the same way:
+    /// `self` changes only once the record has landed.
+    mutating func commitSet(
+        service: String, account: String, secret: UnsafeRawBufferPointer, label: String?, comment: String?
+    ) throws {
+        let now = Self.now()
+        let key = ItemKey(service: service, account: account)
+        let slot = entries.index(forKey: key)
+        // What the record holds besides the secret: the attributes given, else the item's.
+        let kept = slot.map { entries.values[$0].kept(label: label, comment: comment) }
+        let labelText = kept?.label ?? label ?? ""
+        let commentText = kept?.comment ?? comment ?? ""
+        let bodyLength = VaultRecordBody.putLength(
+            service: service, account: account, label: labelText, comment: commentText, secretCount: secret.count)
+        try RecordCipher.checkBodyLength(bodyLength)  // before anything is allocated
+        try withUnsafeTemporaryAllocation(byteCount: RecordCipher.overhead + bodyLength, alignment: 8) { buffer in
+            try RecordCipher.sealPut(
+                service: service, account: account, label: labelText, comment: commentText,
+                created: kept?.created ?? now, modified: now, secret: secret, keys: keys, vaultID: header.vaultID,
+                chain: chain, into: buffer)
+            let sealed = UnsafeRawBufferPointer(buffer)
+            let after = try keys.advance(chain, tag: RecordCipher.tag(of: sealed))
+            _ = try journal.appendRecord(count: sealed.count) { $0.copyMemory(from: sealed) }
+            // Landed: the index follows.
+            outside.note(key)
+            if let slot {
+                let replaced = entries.values[slot].resealed(
+                    sealed, chain: chain, modified: now, label: label, comment: comment)
+                liveBytes += sealed.count - replaced
+            } else {
+                let item = VaultItem(
+                    service: service, account: account, label: labelText, comment: commentText, created: now,
+                    modified: now)
+                entries[key] = Entry(item: item, payload: ArraySlice(sealed), chain: chain)
+                liveBytes += sealed.count + Journal.frameHeaderSize
+            }
+            chain = after
+            recordCount += 1
+        }
+    }
+
+    /// Now, in milliseconds as stored: an item in memory equals the item read back from the file.
+    private static func now() -> Date {
+        Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded() / 1000)
     }
 
     /// A record of a commit, sealed but not yet appended.

@@ -561,4 +561,35 @@ struct Entry: Sendable {
     var payload: ArraySlice<UInt8>
     /// The chain value the record was sealed against (part of its associated data).
     var chain: ChainValue
+
+    /// The label and comment a new record of the item has (`label` and `comment`, or the
+    /// current ones for `nil`), and when it was created. `mutating` only so that it is reached
+    /// through the dictionary's in-place accessor: its getter would copy the whole entry.
+    mutating func kept(label: String?, comment: String?) -> (label: String, comment: String, created: Date) {
+        (label ?? item.label, comment ?? item.comment, item.created)
+    }
+
+    /// The item set again (``Session/commitSet(service:account:secret:label:comment:)``), in
+    /// place: a new record, `modified`, and the label and comment that are given. Returns the
+    /// size of the record it replaces.
+    ///
+    /// The record is copied over the one it replaces when the buffer is this entry's alone (not
+    /// shared with other entries, as after an open, or with a reader's copy of the entry: then
+    /// the copy-on-write gives it its own) and the same size, so rewriting an item allocates
+    /// nothing.
+    mutating func resealed(
+        _ sealed: UnsafeRawBufferPointer, chain: ChainValue, modified: Date, label: String?, comment: String?
+    ) -> Int {
+        let replaced = payload.count
+        if replaced == sealed.count {
+            payload.withUnsafeMutableBytes { $0.copyMemory(from: sealed) }
+        } else {
+            payload = ArraySlice(sealed)
+        }
+        self.chain = chain
+        item.modified = modified
+        if let label { item.label = label }
+        if let comment { item.comment = comment }
+        return replaced
+    }
 }

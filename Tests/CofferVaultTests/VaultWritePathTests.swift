@@ -163,4 +163,47 @@ struct VaultWritePathTests {
         #expect(fs.contents(atPath: Self.url.path) == before)
         #expect(try vault.string(service: "s", account: "a") == "kept")
     }
+
+    /// A set of an item that is there rewrites its entry in place, copying the new record over
+    /// the old one when it is the same size. After an open every entry's record is a slice of
+    /// one shared buffer: writing there must leave the other items' records alone (the entry
+    /// gets a buffer of its own first), and a reader's copy of an entry must keep the record it
+    /// read. Checked against this instance and a fresh open, for same-size and resized records,
+    /// kept and replaced attributes.
+    @Test func rewritingAnItemInPlaceLeavesEveryOtherRecordAlone() throws {
+        let fs = InMemoryFileSystem()
+        try fs.createDirectory(atPath: "/v")
+        do {
+            let vault = try Vault.create(at: Self.url, unlock: .passphrase("p"), kdf: fastKDF, fileSystem: fs)
+            try vault.apply(
+                (0..<20).map {
+                    .set(service: "s", account: "a\($0)", secret: Array("secret-\($0 % 10)".utf8), label: "L\($0)",
+                        comment: nil)
+                })
+        }
+        let vault = try Vault.open(at: Self.url, unlock: .passphrase("p"), fileSystem: fs)
+        var expected = try Self.contents(vault)
+        let created = try #require(try vault.item(service: "s", account: "a3")).created
+        // A reader's copy of the entry, taken before the rewrite (the record it holds is sealed
+        // against the chain value beside it: it must still open).
+        let readersCopy = try vault.withSession { $0.entries[ItemKey(service: "s", account: "a3")] }
+        for (round, secret) in ["secret-X", "secret-Y", "a longer secret", "short", "secret-Z"].enumerated() {
+            try vault.set(secret, service: "s", account: "a3", label: round == 2 ? "renamed" : nil)
+            expected.removeValue(forKey: expected.keys.first { $0.hasPrefix("s/a3/") }!)
+            expected["s/a3/\(round >= 2 ? "renamed" : "L3")/"] = Array(secret.utf8)
+            #expect(try Self.contents(vault) == expected)
+        }
+        let item = try #require(try vault.item(service: "s", account: "a3"))
+        #expect(item.created == created && item.modified >= created && item.label == "renamed")
+        #expect(try Self.contents(Vault.open(at: Self.url, unlock: .passphrase("p"), fileSystem: fs)) == expected)
+        let copy = try #require(readersCopy)
+        let keys = try vault.withSession { ($0.keys, $0.header.vaultID) }
+        var plaintext = try RecordCipher.open(copy.payload, keys: keys.0, vaultID: keys.1, chain: copy.chain)
+        defer { SecureMemory.zero(&plaintext) }
+        guard case .put(_, let secret) = VaultRecordBody.decode(plaintext) else {
+            Issue.record("the reader's copy no longer holds the record it read")
+            return
+        }
+        #expect(secret == Array("secret-3".utf8))
+    }
 }

@@ -142,26 +142,59 @@ enum RecordCipher {
         }
     }
 
-    /// Seals a body of `length` bytes that `encode` writes: the plaintext lives in a temporary
-    /// buffer (on the stack when small), wiped once sealed, and the payload is the only
-    /// allocation.
+    /// Seals a body of `length` bytes that `encode` writes into a new payload: the payload is
+    /// the only allocation (see ``seal(length:keys:vaultID:chain:into:encode:)``).
     static func seal(
         length: Int, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue,
         encode: (UnsafeMutableRawBufferPointer) -> Void
     ) throws -> [UInt8] {
-        // Checked before anything is allocated or encoded: a field's length is stored in 32
-        // bits, and the journal takes records of at most `JournalOptions().maxPayload` bytes.
+        // Checked before anything is allocated.
+        try checkBodyLength(length)
+        return try [UInt8](unsafeUninitializedCapacity: overhead + length) { buffer, initialized in
+            try seal(
+                length: length, keys: keys, vaultID: vaultID, chain: chain, into: UnsafeMutableRawBufferPointer(buffer),
+                encode: encode)
+            initialized = buffer.count
+        }
+    }
+
+    /// Seals a body of `length` bytes that `encode` writes into `payload` (nonce ‖ ciphertext ‖
+    /// tag, ``overhead`` + `length` bytes), with a fresh random nonce. The body is encoded where
+    /// its ciphertext goes and encrypted there in place: the plaintext is never anywhere else,
+    /// and it is wiped if sealing fails.
+    static func seal(
+        length: Int, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue, into payload: UnsafeMutableRawBufferPointer,
+        encode: (UnsafeMutableRawBufferPointer) -> Void
+    ) throws {
+        try checkBodyLength(length)
+        precondition(payload.count == overhead + length, "a vault record's payload buffer has the wrong size")
+        let nonceLength = XChaCha20Poly1305.nonceLength
+        let nonce = UnsafeMutableRawBufferPointer(rebasing: payload[0..<nonceLength])
+        let body = UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength..<(nonceLength + length)])
+        encode(body)
+        SecureRandom.fill(nonce)
+        do {
+            try withAssociatedData(vaultID: vaultID, chain: chain) { ad in
+                try crypto {
+                    try XChaCha20Poly1305.seal(
+                        UnsafeRawBufferPointer(body), key: keys.record, nonce: UnsafeRawBufferPointer(nonce),
+                        associatedData: ad, into: UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength...]))
+                }
+            }
+        } catch {
+            SecureMemory.zero(payload)
+            throw error
+        }
+    }
+
+    /// A field's length is stored in 32 bits, and the journal takes records of at most
+    /// `JournalOptions().maxPayload` bytes.
+    static func checkBodyLength(_ length: Int) throws {
         guard length <= maximumBodyLength else {
             throw CofferError(
                 .invalidArgument,
                 "an item (its secret, names, label and comment) must fit in \(maximumBodyLength) bytes; "
                     + "this one needs \(length)")
-        }
-        return try withUnsafeTemporaryAllocation(byteCount: max(length, 1), alignment: 8) { scratch in
-            let plaintext = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<length])
-            defer { SecureMemory.zero(plaintext) }
-            encode(plaintext)
-            return try seal(UnsafeRawBufferPointer(plaintext), keys: keys, vaultID: vaultID, chain: chain)
         }
     }
 
@@ -173,6 +206,21 @@ enum RecordCipher {
             length: VaultRecordBody.putLength(item, secretCount: secret.count), keys: keys, vaultID: vaultID,
             chain: chain
         ) { VaultRecordBody.encodePut(item, secret: secret, into: $0) }
+    }
+
+    /// Seals a `.put` body from the item's fields (no item is built) into `payload`, which holds
+    /// exactly ``overhead`` + ``VaultRecordBody/putLength(service:account:label:comment:secretCount:)``
+    /// bytes.
+    static func sealPut(
+        service: String, account: String, label: String, comment: String, created: Date, modified: Date,
+        secret: UnsafeRawBufferPointer, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue,
+        into payload: UnsafeMutableRawBufferPointer
+    ) throws {
+        try seal(length: payload.count - overhead, keys: keys, vaultID: vaultID, chain: chain, into: payload) {
+            VaultRecordBody.encodePut(
+                service: service, account: account, label: label, comment: comment, created: created,
+                modified: modified, secret: secret, into: $0)
+        }
     }
 
     /// Seals a `.delete` body.

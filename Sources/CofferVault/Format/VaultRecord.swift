@@ -57,8 +57,15 @@ package enum VaultRecordBody: Equatable {
     /// The length of a `.put` body: kind (1), four length-prefixed texts, two dates (8 each),
     /// the length-prefixed secret.
     static func putLength(_ item: VaultItem, secretCount: Int) -> Int {
-        1 + 5 * 4 + 2 * 8 + item.service.utf8.count + item.account.utf8.count + item.label.utf8.count
-            + item.comment.utf8.count + secretCount
+        putLength(
+            service: item.service, account: item.account, label: item.label, comment: item.comment,
+            secretCount: secretCount)
+    }
+
+    /// ``putLength(_:secretCount:)`` from the item's fields.
+    static func putLength(service: String, account: String, label: String, comment: String, secretCount: Int) -> Int {
+        1 + 5 * 4 + 2 * 8 + service.utf8.count + account.utf8.count + label.utf8.count + comment.utf8.count
+            + secretCount
     }
 
     /// The length of a `.delete` body: kind (1), two length-prefixed texts.
@@ -68,14 +75,24 @@ package enum VaultRecordBody: Equatable {
 
     /// Writes a `.put` body into `output`, exactly ``putLength(_:secretCount:)`` bytes.
     static func encodePut(_ item: VaultItem, secret: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) {
+        encodePut(
+            service: item.service, account: item.account, label: item.label, comment: item.comment,
+            created: item.created, modified: item.modified, secret: secret, into: output)
+    }
+
+    /// ``encodePut(_:secret:into:)`` from the item's fields.
+    static func encodePut(
+        service: String, account: String, label: String, comment: String, created: Date, modified: Date,
+        secret: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
+    ) {
         var writer = BodyWriter(output)
         writer.byte(1)
-        writer.text(item.service)
-        writer.text(item.account)
-        writer.text(item.label)
-        writer.text(item.comment)
-        writer.int64(Int64((item.created.timeIntervalSince1970 * 1000).rounded()))
-        writer.int64(Int64((item.modified.timeIntervalSince1970 * 1000).rounded()))
+        writer.text(service)
+        writer.text(account)
+        writer.text(label)
+        writer.text(comment)
+        writer.int64(Int64((created.timeIntervalSince1970 * 1000).rounded()))
+        writer.int64(Int64((modified.timeIntervalSince1970 * 1000).rounded()))
         writer.field(secret)
         precondition(writer.offset == output.count, "a vault record body's length was miscounted")
     }

@@ -154,16 +154,15 @@ struct Session: Sendable {
         let key = ItemKey(service: service, account: account)
         let slot = entries.index(forKey: key)
         // What the record holds besides the secret: the attributes given, else the item's.
-        let kept = slot.map { entries.values[$0].kept(label: label, comment: comment) }
-        let labelText = kept?.label ?? label ?? ""
-        let commentText = kept?.comment ?? comment ?? ""
+        var (labelText, commentText, created) = (label ?? "", comment ?? "", now)
+        if let slot { (labelText, commentText, created) = entries.values[slot].kept(label: label, comment: comment) }
         let bodyLength = VaultRecordBody.putLength(
             service: service, account: account, label: labelText, comment: commentText, secretCount: secret.count)
         try RecordCipher.checkBodyLength(bodyLength)  // before anything is allocated
         try withUnsafeTemporaryAllocation(byteCount: RecordCipher.overhead + bodyLength, alignment: 8) { buffer in
             try RecordCipher.sealPut(
                 service: service, account: account, label: labelText, comment: commentText,
-                created: kept?.created ?? now, modified: now, secret: secret, keys: keys, vaultID: header.vaultID,
+                created: created, modified: now, secret: secret, keys: keys, vaultID: header.vaultID,
                 chain: chain, into: buffer)
             let sealed = UnsafeRawBufferPointer(buffer)
             let after = try keys.advance(chain, tag: RecordCipher.tag(of: sealed))

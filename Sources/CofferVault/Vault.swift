@@ -100,9 +100,7 @@ public final class Vault: Sendable {
     public func set(_ secret: Data, service: String, account: String, label: String? = nil, comment: String? = nil)
         throws
     {
-        try secret.withUnsafeBytes { secret in
-            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
-        }
+        try secret.withUnsafeBytes { try set($0, service: service, account: account, label: label, comment: comment) }
     }
 
     /// Stores a UTF-8 string secret. See ``set(_:service:account:label:comment:)-(Data,_,_,_,_)``.
@@ -110,12 +108,8 @@ public final class Vault: Sendable {
         throws
     {
         var secret = secret
-        try secret.withUTF8 { secret in
-            _ = try write(
-                CollectionOfOne(
-                    BorrowedSet(
-                        service: service, account: account, secret: UnsafeRawBufferPointer(secret), label: label,
-                        comment: comment)))
+        try secret.withUTF8 {
+            try set(UnsafeRawBufferPointer($0), service: service, account: account, label: label, comment: comment)
         }
     }
 
@@ -123,8 +117,18 @@ public final class Vault: Sendable {
     public func set(
         _ secret: SecureBytes, service: String, account: String, label: String? = nil, comment: String? = nil
     ) throws {
-        try secret.withUnsafeBytes { secret in
-            _ = try write(CollectionOfOne(BorrowedSet(service: service, account: account, secret: secret, label: label, comment: comment)))
+        try secret.withUnsafeBytes { try set($0, service: service, account: account, label: label, comment: comment) }
+    }
+
+    /// Every `set`: the secret is borrowed from the caller for this one write (no copy of it is
+    /// made outside the record being sealed), and the write is one ``Session/commitSet(service:account:secret:label:comment:)``.
+    private func set(
+        _ secret: UnsafeRawBufferPointer, service: String, account: String, label: String?, comment: String?
+    ) throws {
+        try Self.checkIdentity(service: service, account: account)
+        try Self.checkLengths(service: service, account: account, label: label, comment: comment)
+        try store.write {
+            try $0.commitSet(service: service, account: account, secret: secret, label: label, comment: comment)
         }
     }
 
@@ -426,10 +430,8 @@ public final class Vault: Sendable {
             case (let old?, let new?) where SecureMemory.constantTimeEqual(old, new):
                 return  // unchanged: no record, and `modified` stays as it was
             case (_, let new?):
-                _ = try new.withUnsafeBytes { secret in
-                    try live.commit(
-                        CollectionOfOne(
-                            BorrowedSet(service: service, account: account, secret: secret, label: nil, comment: nil)))
+                try new.withUnsafeBytes { secret in
+                    try live.commitSet(service: service, account: account, secret: secret, label: nil, comment: nil)
                 }
             case (_?, nil):
                 _ = try live.commit(CollectionOfOne(VaultChange.remove(service: service, account: account)))
@@ -491,7 +493,7 @@ extension VaultChange: CustomStringConvertible, CustomDebugStringConvertible, Cu
     public var customMirror: Mirror { Mirror(self, children: [], displayStyle: .enum) }
 }
 
-/// A change as ``Session/commit(_:)`` takes it: a ``VaultChange``, or a ``BorrowedSet``.
+/// A change as ``Session/commit(_:)`` takes it (a ``VaultChange``).
 protocol CommitChange {
     /// Service and account.
     var identity: (String, String) { get }
@@ -515,20 +517,6 @@ extension VaultChange: CommitChange {
         case .remove: try body(UnsafeRawBufferPointer(start: nil, count: 0))
         }
     }
-}
-
-/// A set whose secret is borrowed from the caller for the duration of one `write` (the
-/// `Vault.set` overloads): no copy of the secret is made outside the wiped plaintext buffer.
-struct BorrowedSet: CommitChange {
-    var service: String
-    var account: String
-    var secret: UnsafeRawBufferPointer
-    var label: String?
-    var comment: String?
-
-    var identity: (String, String) { (service, account) }
-    var attributes: (label: String?, comment: String?)? { (label, comment) }
-    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R { try body(secret) }
 }
 
 /// An item's identity: its service and account.

@@ -51,14 +51,19 @@ struct VaultKeys: Sendable {
         guard tag.count == XChaCha20Poly1305.tagLength else {
             throw CofferError(.corrupted, "a vault record is too short to hold a tag")
         }
+        // The input (chain value ‖ tag, 48 bytes) in six words on the stack; only the chain key
+        // is borrowed (no closure captures these keys: each capture retained all four).
+        var input: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0)
         var next = ChainValue()
-        try withUnsafeTemporaryAllocation(byteCount: ChainValue.count + XChaCha20Poly1305.tagLength, alignment: 8) {
-            input in
-            chainValue.withUnsafeBytes { input.copyMemory(from: $0) }
-            UnsafeMutableRawBufferPointer(rebasing: input[ChainValue.count...]).copyMemory(from: tag)
-            try crypto {
-                try next.withUnsafeMutableBytes { try BLAKE2b.hash(UnsafeRawBufferPointer(input), key: chain, into: $0) }
+        let key = chain
+        do {
+            try withUnsafeMutableBytes(of: &input) { input in
+                chainValue.withUnsafeBytes { input.copyMemory(from: $0) }
+                UnsafeMutableRawBufferPointer(rebasing: input[ChainValue.count...]).copyMemory(from: tag)
+                try next.withUnsafeMutableBytes { try BLAKE2b.hash(UnsafeRawBufferPointer(input), key: key, into: $0) }
             }
+        } catch {
+            throw translate(error)
         }
         return next
     }
@@ -173,17 +178,18 @@ enum RecordCipher {
         let body = UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength..<(nonceLength + length)])
         encode(body)
         SecureRandom.fill(nonce)
+        // Only the record key is borrowed, and no closure captures it: passing the whole
+        // `VaultKeys` through nested closures retained and released its four keys on every write.
+        let key = keys.record
         do {
             try withAssociatedData(vaultID: vaultID, chain: chain) { ad in
-                try crypto {
-                    try XChaCha20Poly1305.seal(
-                        UnsafeRawBufferPointer(body), key: keys.record, nonce: UnsafeRawBufferPointer(nonce),
-                        associatedData: ad, into: UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength...]))
-                }
+                try XChaCha20Poly1305.seal(
+                    UnsafeRawBufferPointer(body), key: key, nonce: UnsafeRawBufferPointer(nonce), associatedData: ad,
+                    into: UnsafeMutableRawBufferPointer(rebasing: payload[nonceLength...]))
             }
         } catch {
             SecureMemory.zero(payload)
-            throw error
+            throw translate(error)
         }
     }
 

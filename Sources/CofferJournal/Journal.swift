@@ -149,6 +149,11 @@ package import Foundation
 // which a state holding a non-Sendable class cannot be (the owners would not compile). The type
 // is not thread-safe; it is `package`, so only Coffer's own strategies hold one, each inside a
 // lock (the Rule above).
+///
+/// The stored properties a write reads and sets are `@exclusivity(unchecked)`: by the Rule
+/// above only one thread at a time is in a journal, each access is a plain read or assignment
+/// (none is passed `inout` across a call), and the runtime's check of each, about 60
+/// instructions, was a twentieth of a vault write.
 @usableFromInline package final class Journal: @unchecked Sendable {
     /// Size of the fixed file header.
     package static let fileHeaderSize = 32
@@ -182,40 +187,40 @@ package import Foundation
     let control: JournalControl?
     /// The control page's generation when this process last caught up under it (shared mode),
     /// or `nil` when it must catch up the slow way first.
-    var knownGeneration: UInt64?
+    @exclusivity(unchecked) var knownGeneration: UInt64?
     /// Whether a write lock found the lock file linked since this journal last switched files
     /// (opened, reopened after another process's compaction, or compacted here): until then the
     /// write lock never skips that check (see ``noOtherLockFileMade``).
-    var lockCheckedForFile = false
+    @exclusivity(unchecked) var lockCheckedForFile = false
     /// When the path was last checked to still name the file open here. A process that only
     /// trusts the control page still checks it every `options.identityCheckInterval` (1 s by
     /// default), so a store file replaced or removed by hand (not through Coffer) is noticed.
     /// ``CoarseClock`` nanoseconds; `Int64.min`: check at the next call.
-    var identityCheckedAt: Int64
+    @exclusivity(unchecked) var identityCheckedAt: Int64
     /// `options.identityCheckInterval` in nanoseconds (read on every write).
     let identityCheckNanoseconds: Int64
-    var fd: Int32
-    var identity: FileStatus
+    @exclusivity(unchecked) var fd: Int32
+    @exclusivity(unchecked) var identity: FileStatus
     /// The owner's header area as last read or written.
     package internal(set) var headerArea: [UInt8]
     /// Offset just past the last committed frame.
-    @usableFromInline package internal(set) var dataEnd: Int64
+    @exclusivity(unchecked) @usableFromInline package internal(set) var dataEnd: Int64
     /// The file's size including preallocated zeros.
-    package internal(set) var allocatedSize: Int64
+    @exclusivity(unchecked) package internal(set) var allocatedSize: Int64
     /// Whether appends made since the last fsync are not yet durable (coalesced mode).
-    package internal(set) var hasUnsyncedWrites = false
+    @exclusivity(unchecked) package internal(set) var hasUnsyncedWrites = false
     /// Whether coalesced writers use this file (file header flag): then a power loss may persist
     /// a later unsynced commit without an earlier one, and a torn-looking commit ends the data
     /// even when intact frames follow it.
     package internal(set) var coalescedWriters: Bool
-    var closed = false
+    @exclusivity(unchecked) var closed = false
     /// Why this journal was opened read-only, or `nil` when it can write: the store or its lock
     /// file could not be opened for writing (a read-only mount, a `0400` file, a full disk).
     /// Every write then throws this reason.
-    package internal(set) var readOnlyReason: CofferError?
+    @exclusivity(unchecked) package internal(set) var readOnlyReason: CofferError?
     /// Set when an fsync failed: the fate of the writes it covered is unknown, so every later
     /// write and flush fails too, until the store is reopened (and reread from the disk).
-    var syncFailure: CofferError?
+    @exclusivity(unchecked) var syncFailure: CofferError?
     /// The journal file mapped for appends (see ``mappedTail(covering:)``), and the file it maps.
     var tail: (mapping: any SharedMapping, device: UInt64, inode: UInt64)? {
         didSet {
@@ -227,7 +232,7 @@ package import Foundation
     /// Where ``tail`` is and which file it maps, kept beside it as plain values: the write path
     /// reads them twice per append, and reading `tail` itself retained and released its mapping
     /// each time (3 % of a shared coalesced write).
-    var tailPlace: MappedPlace?
+    @exclusivity(unchecked) var tailPlace: MappedPlace?
 
     struct MappedPlace {
         var base: UnsafeMutableRawPointer
@@ -236,16 +241,16 @@ package import Foundation
         var inode: UInt64
     }
     /// Whether this file system never maps for appends: asked once, not at every append.
-    var tailUnavailable = false
+    @exclusivity(unchecked) var tailUnavailable = false
     /// How many commits were stored into the mapping rather than written (for tests).
-    var mappedCommits = 0
+    @exclusivity(unchecked) var mappedCommits = 0
     /// Whether this journal's store watches the file for other writers' changes, counted in the
     /// control page (``watch(_:)``).
     var watching = false
     /// Whether this journal's writes lock the control page's mutex (holding the lock file's
     /// `flock` shared until it closes) rather than taking the `flock` exclusively each time: a
     /// shared journal that can write, on a page set up with a mutex (see ``JournalControl``).
-    var usesMutex = false
+    @exclusivity(unchecked) var usesMutex = false
 
     /// Offset of the first frame.
     @usableFromInline package var dataStart: Int64 { Int64(Journal.fileHeaderSize + options.headerAreaSize) }
@@ -662,7 +667,7 @@ package import Foundation
     }
 
     /// Bytes of a failed append still to be zeroed (exclusive stores only: see `append`).
-    var pendingWipe: Range<Int64>?
+    @exclusivity(unchecked) var pendingWipe: Range<Int64>?
 
     func wipePending() throws {
         guard let range = pendingWipe else { return }

@@ -131,6 +131,9 @@ final class JournalControl: @unchecked Sendable {
     private let base: UnsafeMutableRawPointer
     /// The lock file's device and inode (words 9 and 10 of a page set up in it).
     private let lockFile: (device: UInt64, inode: UInt64)
+    /// ``bootID`` (zeros where it cannot be read), kept: the page is checked several times per
+    /// write, and each read of the static was a `swift_once` call.
+    private let boot: (UInt64, UInt64)
 
     /// Whether this page belongs to a store being created by this opener: its first set-up loses
     /// no watcher's count. Any other set-up (a page zeroed or garbled while the store is in
@@ -143,6 +146,7 @@ final class JournalControl: @unchecked Sendable {
         self.mapping = mapping
         self.base = mapping.base
         self.lockFile = lockFile
+        self.boot = Self.bootID ?? (0, 0)
     }
 
     private func load(_ word: Int) -> UInt64 { coffer_shared_load(base + word * 8) }
@@ -158,7 +162,7 @@ final class JournalControl: @unchecked Sendable {
     /// processes, or one it aborts on.
     var isSetUp: Bool {
         load(0) == Self.magic && load(1) == Self.version && load(9) == lockFile.device && load(10) == lockFile.inode
-            && load(12) == (Self.bootID?.0 ?? 0) && load(13) == (Self.bootID?.1 ?? 0)
+            && load(12) == boot.0 && load(13) == boot.1
             && (load(11) != 1 || coffer_shared_mutex_is_valid(base + Self.mutexOffset) == 1)
     }
 
@@ -231,8 +235,8 @@ final class JournalControl: @unchecked Sendable {
         // journal without the mutex), never while a journal may hold or wait for the mutex: a
         // journal using it refuses to write once the page is not set up (see the type's notes).
         store(11, Self.mutexSupported && coffer_shared_mutex_init(base + Self.mutexOffset) == 0 ? 1 : 0)
-        store(12, Self.bootID?.0 ?? 0)
-        store(13, Self.bootID?.1 ?? 0)
+        store(12, boot.0)
+        store(13, boot.1)
         store(9, lockFile.device)
         store(10, lockFile.inode)
         store(1, Self.version)

@@ -467,8 +467,12 @@ private func systemMkdir(_ path: String, _ mode: mode_t) -> Int32 { mkdir(path, 
 extension LiveFileSystem {
     /// A robust, process-shared `pthread` mutex (`coffer_shared_mutex_lock`).
     package func lockMutex(_ mutex: UnsafeMutableRawPointer, timeout: Duration, path: String) throws -> Bool {
-        let nanoseconds = min(max(.zero, timeout), .seconds(1_000_000_000)).coarseNanoseconds
-        let result = coffer_shared_mutex_lock(mutex, nanoseconds)
+        // A free mutex first (a timeout of 0 only tries): the timeout is converted only when
+        // this has to wait, which a write that finds the store free never does.
+        var result = coffer_shared_mutex_lock(mutex, 0)
+        if result == ETIMEDOUT {
+            result = coffer_shared_mutex_lock(mutex, min(max(.zero, timeout), .seconds(1_000_000_000)).coarseNanoseconds)
+        }
         switch result {
         case 0: return false
         case 1: return true

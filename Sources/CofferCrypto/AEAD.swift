@@ -29,9 +29,14 @@ typealias SodiumAEADDecrypt = @convention(c) (
 protocol SodiumAEADBinding {
     /// Name used in error messages.
     static var name: String { get }
+    /// The key, nonce and tag lengths are literals, not the library's size functions: a
+    /// `static let` initialised by a call is a `swift_once` on every read, and a vault write reads
+    /// them several times. ``librarySizes`` (checked by the tests) is what libsodium reports.
     static var keyLength: Int { get }
     static var nonceLength: Int { get }
     static var tagLength: Int { get }
+    /// libsodium's `*_keybytes()`, `*_npubbytes()` and `*_abytes()`.
+    static var librarySizes: (key: Int, nonce: Int, tag: Int) { get }
     /// Largest plaintext libsodium accepts (`*_messagebytes_max()`).
     static var maximumMessageLength: Int { get }
     static var encryptFunction: SodiumAEADEncrypt { get }
@@ -61,9 +66,15 @@ extension SodiumAEADBinding {
 
 enum XChaCha20Poly1305Binding: SodiumAEADBinding {
     static let name = "XChaCha20-Poly1305"
-    static let keyLength = Int(crypto_aead_xchacha20poly1305_ietf_keybytes())
-    static let nonceLength = Int(crypto_aead_xchacha20poly1305_ietf_npubbytes())
-    static let tagLength = Int(crypto_aead_xchacha20poly1305_ietf_abytes())
+    static let keyLength = 32
+    static let nonceLength = 24
+    static let tagLength = 16
+    static var librarySizes: (key: Int, nonce: Int, tag: Int) {
+        (
+            Int(crypto_aead_xchacha20poly1305_ietf_keybytes()), Int(crypto_aead_xchacha20poly1305_ietf_npubbytes()),
+            Int(crypto_aead_xchacha20poly1305_ietf_abytes())
+        )
+    }
     static let maximumMessageLength = sizeLimit(crypto_aead_xchacha20poly1305_ietf_messagebytes_max())
     static let encryptFunction: SodiumAEADEncrypt = crypto_aead_xchacha20poly1305_ietf_encrypt
     static let decryptFunction: SodiumAEADDecrypt = crypto_aead_xchacha20poly1305_ietf_decrypt
@@ -71,9 +82,15 @@ enum XChaCha20Poly1305Binding: SodiumAEADBinding {
 
 enum ChaCha20Poly1305IETFBinding: SodiumAEADBinding {
     static let name = "ChaCha20-Poly1305-IETF"
-    static let keyLength = Int(crypto_aead_chacha20poly1305_ietf_keybytes())
-    static let nonceLength = Int(crypto_aead_chacha20poly1305_ietf_npubbytes())
-    static let tagLength = Int(crypto_aead_chacha20poly1305_ietf_abytes())
+    static let keyLength = 32
+    static let nonceLength = 12
+    static let tagLength = 16
+    static var librarySizes: (key: Int, nonce: Int, tag: Int) {
+        (
+            Int(crypto_aead_chacha20poly1305_ietf_keybytes()), Int(crypto_aead_chacha20poly1305_ietf_npubbytes()),
+            Int(crypto_aead_chacha20poly1305_ietf_abytes())
+        )
+    }
     static let maximumMessageLength = sizeLimit(crypto_aead_chacha20poly1305_ietf_messagebytes_max())
     static let encryptFunction: SodiumAEADEncrypt = crypto_aead_chacha20poly1305_ietf_encrypt
     static let decryptFunction: SodiumAEADDecrypt = crypto_aead_chacha20poly1305_ietf_decrypt

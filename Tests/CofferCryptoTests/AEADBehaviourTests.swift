@@ -29,6 +29,13 @@ struct AEADBehaviourTests {
         #expect(ChaCha20Poly1305IETF.keyLength == 32)
         #expect(ChaCha20Poly1305IETF.nonceLength == 12)
         #expect(ChaCha20Poly1305IETF.tagLength == 16)
+        // The literals are what libsodium reports.
+        let x = XChaCha20Poly1305Binding.librarySizes
+        #expect(x.key == XChaCha20Poly1305.keyLength && x.nonce == XChaCha20Poly1305.nonceLength)
+        #expect(x.tag == XChaCha20Poly1305.tagLength)
+        let c = ChaCha20Poly1305IETFBinding.librarySizes
+        #expect(c.key == ChaCha20Poly1305IETF.keyLength && c.nonce == ChaCha20Poly1305IETF.nonceLength)
+        #expect(c.tag == ChaCha20Poly1305IETF.tagLength)
     }
 
     @Test(arguments: AEADKind.allCases)

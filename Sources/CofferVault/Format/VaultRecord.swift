@@ -133,6 +133,8 @@ package enum VaultRecordBody: Equatable {
         }
 
         mutating func text(_ string: String) {
+            // No label or comment (the usual case) is a length of 0: no copy of the string.
+            if string.isEmpty { return field(UnsafeRawBufferPointer(start: nil, count: 0)) }
             var string = string
             string.withUTF8 { field(UnsafeRawBufferPointer($0)) }
         }

@@ -39,7 +39,9 @@ package enum XChaCha20Poly1305: Sendable {
 
     /// Encrypts `plaintext` straight into `output` (`plaintext.count + tagLength` bytes), without copies.
     ///
-    /// `output` must not overlap `plaintext`, `nonce` or `associatedData`.
+    /// `output` may start exactly where `plaintext` does (in place: the vault seals its records
+    /// so, and a test checks the result is the same); otherwise it must not overlap `plaintext`,
+    /// `nonce` or `associatedData`.
     /// - Throws: `.invalidLength` for a wrong key, nonce or output length.
     package static func seal(
         _ plaintext: UnsafeRawBufferPointer,

@@ -76,9 +76,10 @@ struct Session: Sendable {
     ///
     /// All or nothing: every record is sealed (against the chain as it will be when it lands)
     /// before anything in `self` changes, and the index and chain are updated only after the
-    /// append succeeded. Each record costs one allocation, its payload: the plaintext is encoded
-    /// into a wiped temporary buffer, the associated data is built on the stack, and the nonce,
-    /// ciphertext and tag are written straight into the payload the journal appends.
+    /// append succeeded. Each record costs one allocation, its payload: the body is encoded into
+    /// the payload where its ciphertext goes and encrypted there in place (wiped if sealing
+    /// fails), and the associated data is built on the stack. A single set takes
+    /// ``commitSet(service:account:secret:label:comment:)``.
     mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
         let capacity = changes.count
         guard capacity > 0 else { return 0 }
@@ -177,7 +178,7 @@ struct Session: Sendable {
                 let item = VaultItem(
                     service: service, account: account, label: labelText, comment: commentText, created: now,
                     modified: now)
-                entries[key] = Entry(item: item, payload: ArraySlice(sealed), chain: chain)
+                entries[key] = Entry(item: item, payload: ArraySlice(sealed), chain: chain, ownsBuffer: true)
                 liveBytes += sealed.count + Journal.frameHeaderSize
             }
             chain = after

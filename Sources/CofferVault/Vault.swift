@@ -549,6 +549,9 @@ struct Entry: Sendable {
     var payload: ArraySlice<UInt8>
     /// The chain value the record was sealed against (part of its associated data).
     var chain: ChainValue
+    /// Whether `payload`'s buffer was made for this entry alone (by a set), rather than being
+    /// a slice of a batch's buffer, which also holds other records, superseded ones included.
+    var ownsBuffer = false
 
     /// The label and comment a new record of the item has (`label` and `comment`, or the
     /// current ones for `nil`), and when it was created. `mutating` only so that it is reached
@@ -561,18 +564,20 @@ struct Entry: Sendable {
     /// place: a new record, `modified`, and the label and comment that are given. Returns the
     /// size of the record it replaces.
     ///
-    /// The record is copied over the one it replaces when the buffer is this entry's alone (not
-    /// shared with other entries, as after an open, or with a reader's copy of the entry: then
-    /// the copy-on-write gives it its own) and the same size, so rewriting an item allocates
-    /// nothing.
+    /// The record is copied over the one it replaces when the buffer was made for this entry
+    /// (``ownsBuffer``) and is the same size, so rewriting an item allocates nothing; if a
+    /// reader holds a copy of the entry, the copy-on-write gives this one a buffer of its own
+    /// first. A slice of a batch's buffer (after an open or a catch-up) is never written into:
+    /// the last entry left on it would keep the whole batch alive; it gets its own buffer.
     mutating func resealed(
         _ sealed: UnsafeRawBufferPointer, chain: ChainValue, modified: Date, label: String?, comment: String?
     ) -> Int {
         let replaced = payload.count
-        if replaced == sealed.count {
+        if ownsBuffer && replaced == sealed.count {
             payload.withUnsafeMutableBytes { $0.copyMemory(from: sealed) }
         } else {
             payload = ArraySlice(sealed)
+            ownsBuffer = true
         }
         self.chain = chain
         item.modified = modified

@@ -56,6 +56,30 @@ struct AEADBehaviourTests {
         }
     }
 
+    /// Sealing in place (the output starting where the plaintext does, as the vault seals its
+    /// records) gives the same bytes as sealing into a separate buffer, at every length around
+    /// ChaCha20's 64-byte blocks and Poly1305's 16-byte ones.
+    @Test func xchachaSealsInPlace() throws {
+        let key = try SecureBytes.random(count: XChaCha20Poly1305.keyLength)
+        let nonce = SecureRandom.bytes(count: XChaCha20Poly1305.nonceLength)
+        let aad = Array("CFVrec1 in place".utf8)
+        for length in [0, 1, 15, 16, 17, 63, 64, 65, 86, 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 4096] {
+            let plaintext = SecureRandom.bytes(count: length)
+            let separate = Array(try XChaCha20Poly1305.seal(plaintext, key: key, nonce: nonce, associatedData: aad) as Data)
+            var buffer = plaintext + [UInt8](repeating: 0, count: XChaCha20Poly1305.tagLength)
+            try buffer.withUnsafeMutableBytes { buffer in
+                try nonce.withUnsafeBytes { nonce in
+                    try aad.withUnsafeBytes { aad in
+                        try XChaCha20Poly1305.seal(
+                            UnsafeRawBufferPointer(rebasing: buffer[0..<length]), key: key, nonce: nonce,
+                            associatedData: aad, into: buffer)
+                    }
+                }
+            }
+            #expect(buffer == separate, "length \(length)")
+        }
+    }
+
     @Test(arguments: AEADKind.allCases)
     func emptyPlaintextAndEmptyAssociatedData(_ kind: AEADKind) throws {
         let fixture = try Fixture(kind)

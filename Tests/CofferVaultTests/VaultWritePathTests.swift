@@ -192,6 +192,15 @@ struct VaultWritePathTests {
             expected.removeValue(forKey: expected.keys.first { $0.hasPrefix("s/a3/") }!)
             expected["s/a3/\(round >= 2 ? "renamed" : "L3")/"] = Array(secret.utf8)
             #expect(try Self.contents(vault) == expected)
+            // The rewritten entry has a buffer of its own (never the open's shared one, which it
+            // would keep alive); the others still share theirs.
+            let owns = try vault.withSession { session in
+                (
+                    session.entries[ItemKey(service: "s", account: "a3")]?.ownsBuffer,
+                    session.entries[ItemKey(service: "s", account: "a4")]?.ownsBuffer
+                )
+            }
+            #expect(owns.0 == true && owns.1 == false)
         }
         let item = try #require(try vault.item(service: "s", account: "a3"))
         #expect(item.created == created && item.modified >= created && item.label == "renamed")

@@ -80,7 +80,7 @@ struct Session: Sendable {
     /// the payload where its ciphertext goes and encrypted there in place (wiped if sealing
     /// fails), and the associated data is built on the stack. A single set takes
     /// ``commitSet(service:account:secret:label:comment:)``.
-    mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+    mutating func commit<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element == VaultChange {
         let capacity = changes.count
         guard capacity > 0 else { return 0 }
         if capacity == 1, let change = changes.first, let (label, comment) = change.attributes {

@@ -440,14 +440,14 @@ public final class Vault: Sendable {
     }
 
     @discardableResult
-    private func write<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element: CommitChange {
+    private func write<Changes: Collection>(_ changes: Changes) throws -> Int where Changes.Element == VaultChange {
         try Self.check(changes)
         return try store.write { try $0.commit(changes) }
     }
 
     /// Refuses, before anything is written, a change with an empty name, or a set whose name,
     /// label or comment is above its limit.
-    private static func check<Changes: Collection>(_ changes: Changes) throws where Changes.Element: CommitChange {
+    private static func check<Changes: Collection>(_ changes: Changes) throws where Changes.Element == VaultChange {
         for change in changes {
             let (service, account) = change.identity
             try Self.checkIdentity(service: service, account: account)
@@ -493,17 +493,10 @@ extension VaultChange: CustomStringConvertible, CustomDebugStringConvertible, Cu
     public var customMirror: Mirror { Mirror(self, children: [], displayStyle: .enum) }
 }
 
-/// A change as ``Session/commit(_:)`` takes it (a ``VaultChange``).
-protocol CommitChange {
-    /// Service and account.
-    var identity: (String, String) { get }
+/// What ``Session/commit(_:)`` reads of a change (a set's secret is borrowed by `Vault.set`
+/// and goes to ``Session/commitSet(service:account:secret:label:comment:)`` instead).
+extension VaultChange {
     /// Label and comment of a set (`nil`: keep the current one); `nil` for a removal.
-    var attributes: (label: String?, comment: String?)? { get }
-    /// Calls `body` with the secret of a set (empty for a removal).
-    func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R
-}
-
-extension VaultChange: CommitChange {
     var attributes: (label: String?, comment: String?)? {
         switch self {
         case .set(_, _, _, let label, let comment): (label, comment)
@@ -511,6 +504,7 @@ extension VaultChange: CommitChange {
         }
     }
 
+    /// Calls `body` with the secret of a set (empty for a removal).
     func withSecret<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         switch self {
         case .set(_, _, let secret, _, _): try secret.withUnsafeBytes(body)

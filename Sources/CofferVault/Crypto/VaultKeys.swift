@@ -166,12 +166,12 @@ enum RecordCipher {
     /// Seals a body of `length` bytes that `encode` writes into `payload` (nonce ‖ ciphertext ‖
     /// tag, ``overhead`` + `length` bytes), with a fresh random nonce. The body is encoded where
     /// its ciphertext goes and encrypted there in place: the plaintext is never anywhere else,
-    /// and it is wiped if sealing fails.
+    /// and it is wiped if sealing fails. The caller has checked `length` (``checkBodyLength(_:)``)
+    /// before making the buffer.
     static func seal(
         length: Int, keys: VaultKeys, vaultID: [UInt8], chain: ChainValue, into payload: UnsafeMutableRawBufferPointer,
         encode: (UnsafeMutableRawBufferPointer) -> Void
     ) throws {
-        try checkBodyLength(length)
         precondition(payload.count == overhead + length, "a vault record's payload buffer has the wrong size")
         let nonceLength = XChaCha20Poly1305.nonceLength
         let nonce = UnsafeMutableRawBufferPointer(rebasing: payload[0..<nonceLength])

@@ -305,9 +305,14 @@ final class PostgresLink: Sendable {
                 }
                 guard let stalled else { return }
                 ClientRegistry.ended(client)  // a closed connection keeps no pool busy
+                // Settled before the close: the close fails the statement in flight, and the
+                // work, settling that failure first, made a read's silent deadline look like a
+                // connection lost mid-call, which a read tries once more on a new connection
+                // (seen under load: a read "answered" by a backend stopped with SIGSTOP, a
+                // deadline late).
+                verdict.settle(.noAnswer)
                 // Fails the statement in flight; the work ends when it notices.
                 let _: EventLoopFuture<Void> = stalled.close()
-                verdict.settle(.noAnswer)
             }
             // A connection that closes under the call (the server crashed or was
             // stopped) ends it at once. postgres-nio does not always fail a statement

@@ -8,6 +8,7 @@
 // unspecialised generic path made a key-value read a quarter slower. `public import` because
 // those bodies use CofferCore's types; nothing here is public.
 public import CofferCore
+public import Synchronization
 import CofferRuntime
 
 /// What a store kept in a ``Journal`` holds in memory: the open journal and an index of its
@@ -228,6 +229,10 @@ extension JournalIndex {
     private let fileSystem: any FileSystem
     /// What a call on the closed store throws.
     @usableFromInline let closedError: CofferError
+    /// The thread running a body under ``state``'s lock (``currentThreadIdentity()``), 0 when
+    /// none. Only the holder writes it, and a thread compares it only with itself, so relaxed
+    /// loads suffice: a value equal to the caller's identity was written by the caller.
+    @usableFromInline let holder = Atomic<UInt>(0)
 
     /// A store over `index`, which holds the journal at `path` opened and caught up.
     /// - Parameter closedError: what calls throw while the store is closed.
@@ -250,7 +255,9 @@ extension JournalIndex {
     /// - Throws: the owner's closed error, the index's ``JournalIndex/failure``, or what `body` throws.
     @inlinable @inline(__always)
     package func withIndex<T>(_ body: (inout Index) throws -> T) throws -> T {
-        try state.withLock { index in
+        let me = currentThreadIdentity()
+        if holder.load(ordering: .relaxed) == me { throw heldHereError() }
+        return try withState(holding: me) { index in
             guard index != nil else { throw closedError }
             if let failure = index!.failure { throw failure }
             return try body(&index!)
@@ -260,10 +267,51 @@ extension JournalIndex {
     /// Runs `body` on the index, if the store is open, under the lock; `nil` when it is closed.
     @inlinable @inline(__always)
     package func ifOpen<T, E: Error>(_ body: (inout Index) throws(E) -> T) throws(E) -> T? {
-        try state.withLock { (index: inout Index?) throws(E) -> T? in
+        try withState { (index: inout Index?) throws(E) -> T? in
             guard index != nil else { return nil }
             return try body(&index!)
         }
+    }
+
+    /// Runs `body` on the state under the lock, noting this thread as its holder. Every use of
+    /// the lock goes through here. Called from inside such a body (a store's own `update`
+    /// transform, say), it stops the program with a message saying so; the calls that can
+    /// throw check ``checkNotHeldHere()`` first and throw instead.
+    @inlinable @inline(__always)
+    package func withState<T, E: Error>(_ body: (inout Index?) throws(E) -> T) throws(E) -> T {
+        let me = currentThreadIdentity()
+        precondition(holder.load(ordering: .relaxed) != me, Self.heldHereMessage)
+        return try withState(holding: me) { (index: inout Index?) throws(E) -> T in try body(&index) }
+    }
+
+    /// ``withState(_:)`` once the caller has checked that `me`, the calling thread, is not the holder.
+    @inlinable @inline(__always)
+    func withState<T, E: Error>(holding me: UInt, _ body: (inout Index?) throws(E) -> T) throws(E) -> T {
+        try state.withLock { (index: inout Index?) throws(E) -> T in
+            holder.store(me, ordering: .relaxed)
+            defer { holder.store(0, ordering: .relaxed) }
+            return try body(&index)
+        }
+    }
+
+    /// Throws ``CofferError/Code/invalidArgument`` when the calling thread is already inside
+    /// this store's lock: a store's methods called from a closure it runs under its lock (the
+    /// transform of `update`, a value's `Codable` conformance) would wait on themselves.
+    @inlinable @inline(__always)
+    package func checkNotHeldHere() throws {
+        if holder.load(ordering: .relaxed) == currentThreadIdentity() {
+            throw heldHereError()
+        }
+    }
+
+    @usableFromInline func heldHereError() -> CofferError {
+        CofferError(.invalidArgument, Self.heldHereMessage, path: path)
+    }
+
+    @usableFromInline static var heldHereMessage: String {
+        "this store was called from inside a closure it runs under its own lock (an update's transform, or a "
+            + "value's Codable conformance): the store is already in use by this call. Work out the value in the "
+            + "closure and let update store it, or make the other call after update returns"
     }
 
     /// Runs `body` on the index caught up with every other writer (a read).
@@ -280,7 +328,11 @@ extension JournalIndex {
     /// an async read on a thread of the cooperative pool (it then waits elsewhere).
     @inlinable
     package func readIfAvailable<T>(_ body: (inout Index) throws -> T) throws -> T? {
+        try checkNotHeldHere()
+        let me = currentThreadIdentity()
         let outcome: Result<T, any Error>? = state.withLockIfAvailable { index in
+            holder.store(me, ordering: .relaxed)
+            defer { holder.store(0, ordering: .relaxed) }
             do {
                 guard index != nil else { throw closedError }
                 if let failure = index!.failure { throw failure }
@@ -314,7 +366,7 @@ extension JournalIndex {
     // MARK: - Opening and closing
 
     /// Whether the store is closed.
-    package var isClosed: Bool { state.withLock { $0 == nil } }
+    package var isClosed: Bool { withState { $0 == nil } }
 
     /// Opens the store again with `index` (a vault unlocked): while anyone observes, observers
     /// are told that anything may have changed (from the watcher thread, never from this call).
@@ -326,14 +378,14 @@ extension JournalIndex {
             index.outside.noteAll()
             index.journal.watch(true)
         }
-        state.withLock { $0 = index }
+        withState { $0 = index }
         if let watch { FileWatcher.shared.schedule(watch) }
     }
 
     /// Closes the store (a vault locked) and returns its index, for the owner to close the
     /// journal outside the lock.
     package func close() -> Index? {
-        state.withLock { index in
+        withState { index in
             defer { index = nil }
             return index
         }
@@ -345,7 +397,7 @@ extension JournalIndex {
     /// file) change. The file's directory is watched while at least one observation is alive.
     package func observeChanges(_ handler: @escaping @Sendable (Index.Change) -> Void) -> StoreObservation {
         observers.add(handler) {
-            let open = state.withLock { index -> String? in
+            let open = withState { index -> String? in
                 index?.outside = OutsideChanges(tracking: true)
                 index?.journal.watch(true)
                 return index?.journal.path
@@ -358,7 +410,7 @@ extension JournalIndex {
                 self?.deliverOutsideChanges(checkingPath: names.map { !$0.isEmpty } ?? true)
             }
         } stopped: { [weak self] in
-            self?.state.withLock { index in
+            self?.withState { index in
                 index?.outside = OutsideChanges()
                 index?.journal.watch(false)
             }
@@ -372,7 +424,7 @@ extension JournalIndex {
     private func deliverOutsideChanges(checkingPath: Bool) {
         let change: Index.Change?
         do {
-            change = try state.withLock { index -> Index.Change? in
+            change = try withState { index -> Index.Change? in
                 // Closed: nothing can be read, and every reader will say so.
                 guard index != nil else { return Index.change(nil) }
                 try index!.catchUp(checkingPath: checkingPath)

@@ -99,7 +99,7 @@ extension Vault {
     /// `nil` when locked, or unlocked with an identity (a recipient slot has no such key), or
     /// opened in a way that keeps none.
     package var sessionKey: VaultSessionKey? {
-        store.state.withLock { $0?.opener }.flatMap(VaultSessionKey.init(opener:))
+        store.withState { $0?.opener }.flatMap(VaultSessionKey.init(opener:))
     }
 }
 

@@ -308,7 +308,8 @@ public final class Vault: Sendable {
     /// - Returns: how many records authenticated and how many items they leave.
     /// - Throws: ``CofferError/Code/corrupted`` at the first failure, with its byte offset.
     public func verify() throws -> VaultVerification {
-        try store.state.withLock { session in
+        try store.checkNotHeldHere()
+        return try store.withState { session in
             guard session != nil else { throw CofferError(.locked, "the vault is locked", path: url.path) }
             // What other processes did first: a rotation made elsewhere changes the keys.
             try session!.catchUp()

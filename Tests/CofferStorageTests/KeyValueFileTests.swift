@@ -28,6 +28,48 @@ struct KeyValueFileTests {
         }
     }
 
+    /// A store's own methods called from its `update` transform (which runs under the store's
+    /// lock) throw `.invalidArgument` saying so: they trapped in the mutex before ("Recursive
+    /// call to lock Mutex"). Nothing is written by the refused call or the update it ends.
+    @Test func callsFromInsideItsOwnUpdateAreRefusedNotATrap() throws {
+        let dir = try Scratch("kv-reentry")
+        for exclusive in [false, true] {
+            let store = try KeyValueFileStrategy(directory: dir.url, suite: "s\(exclusive)", exclusive: exclusive)
+            try store.set(1, for: "n")
+            var refused: [CofferError] = []
+            let calls: [(KeyValueFileStrategy) throws -> Void] = [
+                { try $0.set(2, for: "n") }, { try $0.set(2, for: "other") }, { _ = try $0.load("n") },
+                { _ = try $0.keys() }, { try $0.remove("n") }, { try $0.saveBatch([("b", Data([1]))]) },
+                { try $0.update("n") { (n: Int?) in n } }, { _ = try $0.compareAndSwap("n", expected: nil, new: nil) },
+                { try $0.compact() },
+            ]
+            for call in calls {
+                #expect(throws: CofferError.self) {
+                    try store.update("n") { (n: Int?) -> Int? in
+                        do { try call(store) } catch let error as CofferError {
+                            refused.append(error)
+                            throw error
+                        }
+                        return 99
+                    }
+                }
+            }
+            #expect(refused.count == calls.count)
+            for error in refused {
+                #expect(error.code == .invalidArgument)
+                #expect(error.message.contains("inside a closure it runs under its own lock"), "\(error.message)")
+            }
+            // The store works on, and holds only what was there.
+            #expect(try store.get(Int.self, for: "n") == 1)
+            #expect(try store.keys() == ["n"])
+            try store.update("n") { (n: Int?) in (n ?? 0) + 1 }
+            #expect(try store.get(Int.self, for: "n") == 2)
+        }
+        let reopened = try KeyValueFileStrategy(directory: dir.url, suite: "sfalse")
+        #expect(try reopened.get(Int.self, for: "n") == 2)
+        #expect(try reopened.keys() == ["n"])
+    }
+
     @Test func compactionKeepsEveryLiveValueAndShrinksTheFile() throws {
         let dir = try Scratch("kv-compact")
         let store = try KeyValueFileStrategy(directory: dir.url, suite: "s")

@@ -25,6 +25,45 @@ struct VaultUpdateTests {
 
     struct Refused: Error, Equatable { let reason: String }
 
+    /// The vault's own methods called from an `update` transform (which runs under the vault's
+    /// lock) throw `.invalidArgument` saying so, where they trapped in the mutex before; the
+    /// vault keeps what it held and works on.
+    @Test func callsFromInsideItsOwnUpdateAreRefusedNotATrap() throws {
+        let dir = try Scratch("update-reentry")
+        let (vault, key) = try Self.makeVault(dir)
+        try vault.set("one", service: "s", account: "a")
+        let calls: [(Vault) throws -> Void] = [
+            { try $0.set("two", service: "s", account: "a") }, { try $0.set("b", service: "s", account: "b") },
+            { _ = try $0.string(service: "s", account: "a") }, { _ = try $0.items() },
+            { try $0.remove(service: "s", account: "a") }, { _ = try $0.verify() }, { try $0.compact() },
+            { try $0.update(service: "s", account: "a") { (old: String?) in old } },
+        ]
+        var refused: [CofferError] = []
+        for call in calls {
+            #expect(throws: CofferError.self) {
+                try vault.update(service: "s", account: "a") { (old: String?) -> String? in
+                    do { try call(vault) } catch let error as CofferError {
+                        refused.append(error)
+                        throw error
+                    }
+                    return "changed"
+                }
+            }
+        }
+        #expect(refused.count == calls.count)
+        for error in refused {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains("inside a closure it runs under its own lock"), "\(error.message)")
+        }
+        #expect(try vault.string(service: "s", account: "a") == "one")
+        #expect(try vault.items().count == 1)
+        try vault.update(service: "s", account: "a") { (old: String?) in (old ?? "") + "+" }
+        #expect(try vault.string(service: "s", account: "a") == "one+")
+        let reopened = try Vault.open(at: dir.url("v"), unlock: .key(key))
+        #expect(try reopened.string(service: "s", account: "a") == "one+")
+        #expect(try reopened.verify().items == 1)
+    }
+
     /// Coffer zeroes its own Data of the old secret after the update, but never memory that is
     /// the caller's: a copy of the old secret the transform kept, or a returned Data that wraps
     /// the caller's own buffer.

@@ -240,7 +240,9 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// ```swift
     /// try store.update("launches") { (count: Int?) in (count ?? 0) + 1 }
     /// ```
-    /// Returning `nil` removes the key.
+    /// Returning `nil` removes the key. `transform` runs under the lock: a call to this store
+    /// from inside it throws ``CofferError/Code/invalidArgument`` saying so (and the update, if
+    /// the error is rethrown, writes nothing).
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
             let current = try index.value(for: key).map {

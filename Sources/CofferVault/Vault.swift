@@ -224,7 +224,8 @@ public final class Vault: Sendable {
     /// the new one; returning `nil` removes the item, and returning the current bytes writes
     /// nothing. An existing item keeps its label, comment and creation date; a new one gets an
     /// empty label and comment. `transform` runs under the lock: keep it short, and do not call
-    /// this vault from it (a nested write on the same thread traps or deadlocks). The `Data`
+    /// this vault from it (such a call throws ``CofferError/Code/invalidArgument`` saying so,
+    /// and the update then writes nothing). The `Data`
     /// Coffer passes to `transform` is wiped when the update ends; the `Data` it returns is
     /// left as it is (it is the caller's, and may wrap the caller's own buffer), and Coffer's
     /// copy of it is wiped. Copies `transform` keeps are the caller's to wipe. Name the
@@ -233,7 +234,8 @@ public final class Vault: Sendable {
     ///
     /// - Throws: whatever `transform` throws, unchanged, and then nothing is written;
     ///   ``CofferError`` — ``CofferError/Code/locked``, ``CofferError/Code/invalidArgument``
-    ///   (empty service or account), ``CofferError/Code/busy``, ``CofferError/Code/io``, …
+    ///   (empty service or account, or this vault called from `transform`),
+    ///   ``CofferError/Code/busy``, ``CofferError/Code/io``, …
     public func update(service: String, account: String, _ transform: (Data?) throws -> Data?) throws {
         try update(service: service, account: account, bytes: { current in
             var old = current.map { Data($0) }

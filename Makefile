@@ -66,7 +66,7 @@ test: deps postgres-deps test-tools
 	$(SWIFT) build --build-tests $(STRICT) $(TRAITS) $(IMPORT_CHECK)
 	@bin=$$($(SWIFT) build --show-bin-path $(TRAITS)) || exit 1; \
 	$(SWIFT) test --skip-build $(TRAITS) $(TEST_FLAGS) --skip '$(OWN_PROCESS)'; rest=$$?; \
-	echo "== $(OWN_PROCESS), in a test process of their own, after the rest:"; \
+	echo "== $(OWN_PROCESS) but $(ONE_AT_A_TIME), in a test process of their own, after the rest:"; \
 	NO_COLOR=1 "$$bin/CofferPackageTests.xctest" --testing-library swift-testing --filter '$(OWN_PROCESS)' \
 		--skip '$(ONE_AT_A_TIME)'; status=$$?; \
 	echo "== $(ONE_AT_A_TIME), one test at a time:"; \

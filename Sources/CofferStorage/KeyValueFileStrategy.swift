@@ -242,7 +242,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// ```
     /// Returning `nil` removes the key. `transform` runs under the lock: a call to this store
     /// from inside it throws ``CofferError/Code/invalidArgument`` saying so (and the update, if
-    /// the error is rethrown, writes nothing).
+    /// the error is rethrown, writes nothing); `statistics`, which cannot throw, stops the
+    /// process with that message.
     public func update<T: Codable>(_ key: String, _ transform: (T?) throws -> T?) throws {
         try commit { index in
             let current = try index.value(for: key).map {
@@ -334,7 +335,8 @@ public final class KeyValueFileStrategy: BatchPersistenceStrategy, CompareAndSwa
     /// change. The suite's directory is watched (inotify on Linux, else polling; see
     /// `FileWatcher`) while at least one observation is alive.
     public func observeChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) throws -> StoreObservation {
-        store.observeChanges(handler)
+        try store.checkNotHeldHere()
+        return store.observeChanges(handler)
     }
 
     // MARK: - Record layout

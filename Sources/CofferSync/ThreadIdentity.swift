@@ -13,9 +13,10 @@ public import Darwin
 /// `Mutex` would trap ("Recursive call to lock Mutex").
 @inlinable @inline(__always)
 package func currentThreadIdentity() -> UInt {
-    #if canImport(Darwin)
-    UInt(bitPattern: pthread_self())
-    #else
+    // An integer on glibc; a pointer on Musl and Darwin.
+    #if canImport(Glibc)
     UInt(pthread_self())
+    #else
+    UInt(bitPattern: pthread_self())
     #endif
 }

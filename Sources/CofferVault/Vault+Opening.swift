@@ -240,6 +240,7 @@ extension Vault {
     ///   least the parameters it was created with).
     /// - Throws: as ``open(at:unlock:kdfLimit:durability:lockTimeout:recovery:fileSystem:)``.
     public func unlock(_ source: VaultUnlock, kdfLimit: Argon2idParameters? = nil) throws {
+        try store.checkNotHeldHere()
         if !isLocked { return }
         let session = try Self.openSession(
             url: url, unlock: source, kdfLimit: kdfLimit ?? self.kdfLimit, options: options, fileSystem: fs)

@@ -224,8 +224,9 @@ public final class Vault: Sendable {
     /// the new one; returning `nil` removes the item, and returning the current bytes writes
     /// nothing. An existing item keeps its label, comment and creation date; a new one gets an
     /// empty label and comment. `transform` runs under the lock: keep it short, and do not call
-    /// this vault from it (such a call throws ``CofferError/Code/invalidArgument`` saying so,
-    /// and the update then writes nothing). The `Data`
+    /// this vault from it: such a call throws ``CofferError/Code/invalidArgument`` saying so
+    /// (and the update then writes nothing), and the members that cannot throw (`isLocked`,
+    /// `lock()`, `sessionKey`, `observeChanges`) stop the process with that message. The `Data`
     /// Coffer passes to `transform` is wiped when the update ends; the `Data` it returns is
     /// left as it is (it is the caller's, and may wrap the caller's own buffer), and Coffer's
     /// copy of it is wiped. Copies `transform` keeps are the caller's to wipe. Name the
@@ -334,6 +335,7 @@ public final class Vault: Sendable {
 
     /// Makes coalesced writes durable now (nothing to do in `.immediate` mode).
     public func flush() throws {
+        try store.checkNotHeldHere()
         try store.ifOpen { try $0.journal.flush() }
     }
 

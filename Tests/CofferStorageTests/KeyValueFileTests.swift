@@ -41,7 +41,7 @@ struct KeyValueFileTests {
                 { try $0.set(2, for: "n") }, { try $0.set(2, for: "other") }, { _ = try $0.load("n") },
                 { _ = try $0.keys() }, { try $0.remove("n") }, { try $0.saveBatch([("b", Data([1]))]) },
                 { try $0.update("n") { (n: Int?) in n } }, { _ = try $0.compareAndSwap("n", expected: nil, new: nil) },
-                { try $0.compact() },
+                { try $0.compact() }, { try $0.flush() }, { _ = try $0.observeChanges { _ in } },
             ]
             for call in calls {
                 #expect(throws: CofferError.self) {

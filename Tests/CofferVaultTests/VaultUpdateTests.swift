@@ -37,6 +37,7 @@ struct VaultUpdateTests {
             { _ = try $0.string(service: "s", account: "a") }, { _ = try $0.items() },
             { try $0.remove(service: "s", account: "a") }, { _ = try $0.verify() }, { try $0.compact() },
             { try $0.update(service: "s", account: "a") { (old: String?) in old } },
+            { try $0.flush() }, { try $0.unlock(.key(key)) },
         ]
         var refused: [CofferError] = []
         for call in calls {

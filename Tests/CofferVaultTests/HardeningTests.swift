@@ -416,6 +416,68 @@ struct VaultNameTests {
         #expect(try salvaged.verify() == VaultVerification(records: 1, items: 1))
     }
 
+    /// The same record deep in a batch opened on two threads, where the index is built beside
+    /// the opens (`Session.chainAndOpen`): strict open names its offset; salvage drops it alone
+    /// and keeps every record before and after it, later overwrites included.
+    @Test(arguments: [0, 63, 64, 250])
+    func aRecordThatIsNotABodyDeepInALargeBatchIsRefusedAtItsOffset(position: Int) throws {
+        let dir = try Scratch("utf8-large")
+        let url = dir.url("v")
+        let key = try SecureBytes.random(count: 32)
+        let first = Session.parallelOpenThreshold
+        do {
+            let vault = try Vault.create(at: url, unlock: .key(key), durability: .coalesced)
+            try vault.apply(
+                (0..<first).map { .set(service: "svc", account: "a\($0)", secret: Array("s\($0)".utf8), label: nil, comment: nil) })
+            vault.lock()
+        }
+        let fs = LiveFileSystem()
+        let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
+        let (journal, records) = try Journal.open(path: url.path, options: options, fileSystem: fs, create: .openExisting)
+        let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
+        let master = try Vault.unwrapMaster(
+            header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
+        let keys = try VaultKeys(master: master.key)
+        var chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+        for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
+        func text(_ bytes: [UInt8]) -> [UInt8] {
+            withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) } + bytes
+        }
+        func body(account: [UInt8], secret: String) -> [UInt8] {
+            [1] + [Array("svc".utf8), account, [], []].map(text).joined()
+                + [UInt8](repeating: 0, count: 16) + text(Array(secret.utf8))
+        }
+        // 300 more records: new items, overwrites of early ones, and one that is not UTF-8.
+        var payloads: [[UInt8]] = []
+        for i in 0..<300 {
+            let plain: [UInt8] =
+                i == position
+                ? body(account: Array("bad".utf8) + [0xFF], secret: "x")
+                : i % 3 == 0 ? body(account: Array("a\(i)".utf8), secret: "over\(i)")
+                : body(account: Array("n\(i)".utf8), secret: "t\(i)")
+            let payload = try RecordCipher.seal(plain, keys: keys, vaultID: header.vaultID, chain: chain)
+            chain = try keys.advance(chain, over: payload)
+            payloads.append(payload)
+        }
+        let offsets = try journal.withWriteLock { _ in try journal.append(payloads) }
+        try journal.close()
+        let error = expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .key(key)) }
+        #expect(error?.offset == offsets[position])
+        #expect(error?.message.contains("its account is not valid UTF-8") == true, "\(error?.message ?? "")")
+        let salvaged = try Vault.open(at: url, unlock: .key(key), recovery: .salvage)
+        let newItems = (0..<300).filter { $0 != position && $0 % 3 != 0 }
+        #expect(try salvaged.items().count == first + newItems.count)
+        for i in 0..<300 where i != position {
+            if i % 3 == 0 {
+                #expect(try salvaged.string(service: "svc", account: "a\(i)") == "over\(i)")
+            } else {
+                #expect(try salvaged.string(service: "svc", account: "n\(i)") == "t\(i)")
+            }
+        }
+        #expect(try salvaged.string(service: "svc", account: "a1") == "s1")
+        #expect(try salvaged.string(service: "svc", account: "a\(first - 1)") == "s\(first - 1)")
+    }
+
     /// Service and account at most 1,024 bytes of UTF-8, label and comment 4,096, counted in
     /// bytes: refused before anything is written, with lengths but not the text in the message.
     @Test func longNamesAreRefusedBeforeAnythingIsWritten() throws {

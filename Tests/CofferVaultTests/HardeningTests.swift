@@ -373,6 +373,28 @@ struct HeaderBytesTests {
 
 @Suite("Vault names: valid UTF-8 and bounded")
 struct VaultNameTests {
+    /// The vault's journal opened directly, with its keys, its header and the chain after its
+    /// last record: to seal records a buggy or hostile writer holding the key could append.
+    static func openBehindTheVault(_ url: URL, key: SecureBytes) throws
+        -> (journal: Journal, keys: VaultKeys, header: VaultHeader, chain: ChainValue)
+    {
+        let fs = LiveFileSystem()
+        let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
+        let (journal, records) = try Journal.open(path: url.path, options: options, fileSystem: fs, create: .openExisting)
+        let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
+        let master = try Vault.unwrapMaster(
+            header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
+        let keys = try VaultKeys(master: master.key)
+        var chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
+        for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
+        return (journal, keys, header, chain)
+    }
+
+    /// A text field of a record body: its length (UInt32, little-endian), then its bytes.
+    static func text(_ bytes: [UInt8]) -> [UInt8] {
+        withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) } + bytes
+    }
+
     /// A record that authenticates but whose service (or another text field) is not UTF-8, as
     /// a buggy or hostile writer holding the key could seal it: refused with its offset, never
     /// repaired (`svc\u{FF}` and `svc\u{FE}` would both read as "svc\u{FFFD}", one item).
@@ -385,19 +407,8 @@ struct VaultNameTests {
             let vault = try Vault.create(at: url, unlock: .key(key))
             try vault.set("fine", service: "svc", account: "acct")
         }
-        let fs = LiveFileSystem()
-        let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
-        let (journal, records) = try Journal.open(
-            path: url.path, options: options, fileSystem: fs, create: .openExisting)
-        let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
-        let master = try Vault.unwrapMaster(
-            header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
-        let keys = try VaultKeys(master: master.key)
-        var chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
-        for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
-        func text(_ bytes: [UInt8]) -> [UInt8] {
-            withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) } + bytes
-        }
+        let (journal, keys, header, chain) = try Self.openBehindTheVault(url, key: key)
+        let text = Self.text
         let bad: [UInt8] = Array("svc".utf8) + [0xFF]
         let fields = ["service", "account", "label", "comment"].map { $0 == field ? bad : Array("ok".utf8) }
         var body: [UInt8] = [1] + fields.map(text).joined()
@@ -431,18 +442,8 @@ struct VaultNameTests {
                 (0..<first).map { .set(service: "svc", account: "a\($0)", secret: Array("s\($0)".utf8), label: nil, comment: nil) })
             vault.lock()
         }
-        let fs = LiveFileSystem()
-        let options = JournalOptions(application: Vault.application, headerAreaSize: VaultHeader.areaSize)
-        let (journal, records) = try Journal.open(path: url.path, options: options, fileSystem: fs, create: .openExisting)
-        let (header, _) = try Vault.selectHeader(journal.headerArea, path: url.path)
-        let master = try Vault.unwrapMaster(
-            header, unlock: .key(key), kdfLimit: Vault.defaultKDFLimit, fileSystem: fs, path: url.path)
-        let keys = try VaultKeys(master: master.key)
-        var chain = try keys.genesis(vaultID: header.vaultID, epoch: header.epoch)
-        for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
-        func text(_ bytes: [UInt8]) -> [UInt8] {
-            withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) } + bytes
-        }
+        var (journal, keys, header, chain) = try Self.openBehindTheVault(url, key: key)
+        let text = Self.text
         func body(account: [UInt8], secret: String) -> [UInt8] {
             [1] + [Array("svc".utf8), account, [], []].map(text).joined()
                 + [UInt8](repeating: 0, count: 16) + text(Array(secret.utf8))

@@ -75,7 +75,7 @@ extension Journal {
     func readForward(repair: Bool) throws -> JournalRecords {
         // The payloads are read one after another into `bytes`; `committed` frames (and
         // `committedBytes` bytes) belong to whole commits, the rest to the commit being read.
-        var bytes = Data()
+        var bytes: [UInt8] = []
         var frames: [JournalFrame] = []
         var committed = 0
         var committedBytes = 0
@@ -84,7 +84,7 @@ extension Journal {
         var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
         func wholeCommits() -> JournalRecords {
             frames.removeSubrange(committed...)
-            bytes.count = committedBytes
+            bytes.removeSubrange(committedBytes...)
             return JournalRecords(bytes: bytes, frames: frames)
         }
         while true {
@@ -100,7 +100,7 @@ extension Journal {
                 return wholeCommits()
             }
             let start = bytes.count
-            bytes.count += frame.length
+            bytes.append(contentsOf: repeatElement(0, count: frame.length))
             let crcOK = try bytes.withUnsafeMutableBytes {
                 let payload = UnsafeMutableRawBufferPointer(rebasing: $0[start...])
                 let got = try fs.readFully(fd, into: payload, at: offset + Int64(Journal.frameHeaderSize))

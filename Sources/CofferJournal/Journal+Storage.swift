@@ -273,11 +273,13 @@ extension Journal {
     }
 
     /// The whole file, read into one buffer (shorter than `size` if the file shrank meanwhile).
-    static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem, path: String) throws -> Data {
-        var image = Data(count: Int(try DurableIO.checkSize(size, path: path)))
-        let n = try image.withUnsafeMutableBytes { try fs.readFully(fd, into: $0, at: 0) }
-        if n < image.count { image.count = n }
-        return image
+    /// An array, not `Data`: a vault's index keeps slices of it as its records (``JournalRecords``),
+    /// so an open copies no payload. Not zero-filled first: the read writes every byte kept.
+    static func readImage(_ fd: Int32, size: Int64, fs: any FileSystem, path: String) throws -> [UInt8] {
+        let capacity = Int(try DurableIO.checkSize(size, path: path))
+        return try [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            initialized = try fs.readFully(fd, into: UnsafeMutableRawBufferPointer(buffer), at: 0)
+        }
     }
 
     static func removeStaleTemporaryFiles(of path: String, fs: any FileSystem) throws {

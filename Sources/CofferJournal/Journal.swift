@@ -28,6 +28,10 @@ package import Foundation
     /// The payload's length.
     @usableFromInline package var count: Int
 
+    /// Where the payload lies in the records' ``JournalRecords/bytes``.
+    @inlinable
+    package var span: Range<Int> { start..<(start + count) }
+
     @inlinable
     package init(offset: Int64, start: Int, count: Int) {
         self.offset = offset
@@ -45,19 +49,20 @@ package import Foundation
 /// (``withPayloads(_:)``) and copies what it keeps; a record taken by subscript is a slice of
 /// ``bytes``, as before.
 @usableFromInline package struct JournalRecords: RandomAccessCollection, Sendable {
-    /// The bytes the payloads lie in.
-    package var bytes: Data
+    /// The bytes the payloads lie in: the file's image at open, the records read at a catch-up.
+    /// An array, so that an index may keep its records as slices of it (no copy).
+    package var bytes: [UInt8]
     /// Where each record lies, in order.
     package var frames: [JournalFrame]
 
     /// No records.
     package init() {
-        bytes = Data()
+        bytes = []
         frames = []
     }
 
     /// The records `frames` places in `bytes`.
-    package init(bytes: Data, frames: [JournalFrame]) {
+    package init(bytes: [UInt8], frames: [JournalFrame]) {
         self.bytes = bytes
         self.frames = frames
     }
@@ -65,11 +70,11 @@ package import Foundation
     @usableFromInline package var startIndex: Int { 0 }
     @usableFromInline package var endIndex: Int { frames.count }
 
-    /// Record `position`: its payload is a slice of ``bytes``.
+    /// Record `position`, its payload copied out of ``bytes`` (for tests and salvage; the stores
+    /// read ``withPayloads(_:)``).
     @usableFromInline package subscript(position: Int) -> JournalRecord {
         let frame = frames[position]
-        let start = bytes.startIndex + frame.start
-        return JournalRecord(offset: frame.offset, payload: bytes[start..<(start + frame.count)])
+        return JournalRecord(offset: frame.offset, payload: Data(bytes[frame.start..<(frame.start + frame.count)]))
     }
 
     /// Runs `body` with the bytes and the frames, each payload at

@@ -81,32 +81,33 @@ extension Session {
     /// over its tag — and the count of skipped records is returned.
     ///
     /// In three steps, with the same outcome as opening and indexing one record at a time:
-    /// 1. the payloads copied into one buffer: the index's entries keep slices of it (one
-    ///    allocation for the batch instead of one per record, and one to free).
+    /// 1. the payloads stay in the buffer the journal read them into (the whole file, at an
+    ///    open): the index's entries keep slices of it, so an open copies no payload and
+    ///    allocates nothing per record. That buffer also holds frame headers and superseded
+    ///    records, as long as any of its records is live (a compaction drops them).
     /// 2. the chain value before every record, and every record opened (AEAD) and parsed
     ///    against its chain value. The chain advances over the records' tags, which need no
     ///    decryption, so a record can be opened as soon as the chain has reached it: for a large
     ///    batch one thread computes the chain while the other opens the records it has reached,
-    ///    then both open the rest (``chainAndOpen(_:bounds:from:keys:vaultID:chains:into:index:)``).
+    ///    then both open the rest (``chainAndOpen(_:frames:from:keys:vaultID:chains:into:index:)``).
     ///    A record too short to hold a tag ends the chain: no later record can be
     ///    authenticated, and step 3 throws there. The plaintexts are decrypted into a scratch
     ///    buffer per thread, wiped as soon as the record is parsed; the secret is never copied
     ///    out (the index keeps the sealed payload).
     /// 3. in order: the index updated, and the first failure thrown (or skipped, when salvaging)
     ///    with its offset, so what is applied before a failure is exactly what was before. For a
-    ///    large batch this runs beside step 2, on the thread that computed the chain, a block of
-    ///    records at a time once they are opened (it opens blocks itself while the next one is
-    ///    not ready): the index's inserts were a third of a 10,000-record open, after the rest.
+    ///    large batch this runs beside step 2, on the thread that does not compute the chain, a
+    ///    block of records at a time once they are opened (it opens blocks itself while the next
+    ///    one is not ready). The index's inserts are the costliest step after the opens, and
+    ///    the chain must be complete before its owner can take any other work: the two long
+    ///    serial tasks are on different threads.
     @discardableResult
     mutating func apply(_ records: JournalRecords, skippingFailures: Bool = false) throws -> Int {
         if records.isEmpty { return 0 }
         let count = records.count
-        // 1. The payloads in one buffer, record i at bounds[i]..<bounds[i + 1].
-        var bounds: [Int] = []
-        bounds.reserveCapacity(count + 1)
-        bounds.append(0)
-        for i in 0..<count { bounds.append(bounds[i] + records.frames[i].count) }
-        let arena = Self.copyPayloads(records, bounds: bounds)
+        // 1. The payloads where they were read, record i at frames[i]: the index's entries keep
+        // slices of that buffer.
+        let (arena, frames) = (records.bytes, records.frames)
         // 2. The chain (chains[i]: before record i) and the opens of records 0..<reached.
         let chains = UnsafeMutablePointer<ChainValue>.allocate(capacity: count + 1)
         defer { chains.deallocate() }  // ChainValue is trivial: nothing to deinitialise
@@ -121,14 +122,15 @@ extension Session {
         // At most one new item per record: grow the table once.
         entries.reserveCapacity(entries.count + count)
         let (start, keys, vaultID, path) = (chain, keys, header.vaultID, journal.path)
-        reached = try withUnsafeMutablePointer(to: &self) { session in
+        let chainFailure: (any Error)?
+        (reached, chainFailure) = withUnsafeMutablePointer(to: &self) { session in
             let target = IndexTarget(session: session, opened: opened, chains: chains)
             // 3. Record i indexed (all before it are): false once a failure is kept to throw.
-            let index: @Sendable (Int) -> Bool = { [bounds] i in
+            let index: @Sendable (Int) -> Bool = { i in
                 let outcome = (target.opened + i).move()
                 progress.next = i + 1
-                let payload = arena[bounds[i]..<bounds[i + 1]]
-                switch outcome {
+                let payload = arena[frames[i].span]
+                switch consume outcome {
                 case .body(let body):
                     target.session.pointee.index(
                         body, payload: payload, chainBefore: target.chains[i], chainAfter: target.chains[i + 1])
@@ -162,12 +164,13 @@ extension Session {
                     return false
                 }
             }
-            return try arena.withUnsafeBytes { arena in
-                try Self.chainAndOpen(
-                    arena, bounds: bounds, from: start, keys: keys, vaultID: vaultID, chains: chains, into: opened,
+            return arena.withUnsafeBytes { arena in
+                Self.chainAndOpen(
+                    arena, frames: frames, from: start, keys: keys, vaultID: vaultID, chains: chains, into: opened,
                     index: index)
             }
         }
+        if let chainFailure { throw chainFailure }
         if let failure = progress.failure { throw failure }
         return progress.skipped
     }
@@ -189,24 +192,7 @@ extension Session {
     /// this many at a time.
     static let pipelineBlock = 64
 
-    /// The payloads of records `0..<bounds.count - 1` in one buffer, record `i` at
-    /// `bounds[i]..<bounds[i + 1]`.
-    private static func copyPayloads(_ records: JournalRecords, bounds: [Int]) -> [UInt8] {
-        let total = bounds[bounds.count - 1]
-        guard total > 0 else { return [] }
-        return records.withPayloads { bytes, frames in
-            [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
-                let arena = UnsafeMutableRawBufferPointer(buffer)
-                for (i, frame) in frames.enumerated() where frame.count > 0 {
-                    UnsafeMutableRawBufferPointer(rebasing: arena[bounds[i]..<bounds[i + 1]]).copyMemory(
-                        from: UnsafeRawBufferPointer(rebasing: bytes[frame.start..<(frame.start + frame.count)]))
-                }
-                initialized = total
-            }
-        }
-    }
-
-    /// Steps 2 and 3 of `apply` for the records `0..<bounds.count - 1` of `arena`: sets
+    /// Steps 2 and 3 of `apply` for the records `frames` places in `arena`: sets
     /// `chains[0]` to `start` and `chains[i + 1]` to the chain value after record `i`,
     /// initialises `results[i]` with record `i` opened and parsed against `chains[i]`, for every
     /// record up to and including the first too short to hold a tag (whose open fails; no chain
@@ -215,27 +201,31 @@ extension Session {
     /// is, whatever `index` returns. Writes only `chains` and `results`; `index` does the rest.
     ///
     /// A large batch runs on two threads with shared counters and no lock. The first thread to
-    /// start owns the chain: it extends it a block at a time, publishing how far it has got.
-    /// The other claims blocks of records to open in order, waiting (yielding) only until the
-    /// chain has reached its block — the chain is about twice as fast as the opens, so it waits
-    /// only for the first block — and marks each block done. Once the chain is complete its
-    /// owner indexes the blocks in order as they are done, opening the next unclaimed block
-    /// itself whenever the next one to index is not done yet; then both open what is left.
-    /// Neither thread waits for the other otherwise, so if Dispatch runs both iterations on one
-    /// thread one after the other, the first does all the work and the second finds none.
-    /// - Throws: what advancing the chain throws (nothing is indexed then).
+    /// start owns the chain: it extends it a block at a time, publishing how far it has got,
+    /// then opens the blocks nobody has claimed. The other indexes: it claims blocks of records
+    /// to open in order, waiting (yielding) only until the chain has reached its block — the
+    /// chain is about twice as fast as the opens, so it waits only for the first block — and
+    /// marks each block done; whenever the next block to index is done (by either thread) it
+    /// indexes it, and when every block is claimed it waits for the one the chain's owner is
+    /// opening. The owner never waits for the indexer, so if Dispatch runs both iterations on
+    /// one thread one after the other, the first (the owner) computes the chain and opens
+    /// everything, and the second indexes it all.
+    ///
+    /// Returns how many records were opened, and what advancing the chain threw: the records
+    /// before the failure may have been indexed by then, as before any failing record (the
+    /// caller throws it and discards this session's catch-up either way).
     private static func chainAndOpen(
-        _ arena: UnsafeRawBufferPointer, bounds: [Int], from start: ChainValue, keys: VaultKeys, vaultID: [UInt8],
+        _ arena: UnsafeRawBufferPointer, frames: [JournalFrame], from start: ChainValue, keys: VaultKeys, vaultID: [UInt8],
         chains: UnsafeMutablePointer<ChainValue>, into results: UnsafeMutablePointer<Opened>,
         index: @Sendable (Int) -> Bool
-    ) throws -> Int {
-        let count = bounds.count - 1
+    ) -> (reached: Int, failure: (any Error)?) {
+        let count = frames.count
         chains.initialize(to: start)
         let shared = PipelineBuffers(arena: arena, chains: chains, results: results)
         /// Advances the chain over `range`; returns the first record too short to hold a tag, or nil.
         @Sendable func extend(_ range: Range<Int>) throws -> Int? {
             for i in range {
-                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[frames[i].span])
                 guard sealed.count >= XChaCha20Poly1305.tagLength else { return i }
                 (shared.chains + i + 1).initialize(to: try keys.advance(shared.chains[i], tag: RecordCipher.tag(of: sealed)))
             }
@@ -243,7 +233,7 @@ extension Session {
         }
         @Sendable func open(_ range: Range<Int>, _ opener: inout RecordOpener) {
             for i in range {
-                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[bounds[i]..<bounds[i + 1]])
+                let sealed = UnsafeRawBufferPointer(rebasing: shared.arena[frames[i].span])
                 let outcome: Opened
                 do {
                     outcome = try opener.open(sealed, chain: shared.chains[i]) { plaintext in
@@ -257,11 +247,16 @@ extension Session {
             }
         }
         if count < parallelOpenThreshold || !hasTwoProcessors {
-            let reached = try extend(0..<count).map { $0 + 1 } ?? count
+            let reached: Int
+            do {
+                reached = try extend(0..<count).map { $0 + 1 } ?? count
+            } catch {
+                return (0, error)
+            }
             var opener = RecordOpener(keys: keys, vaultID: vaultID)
             open(0..<reached, &opener)
             for i in 0..<reached where !index(i) { break }
-            return reached
+            return (reached, nil)
         }
         let pipeline = Pipeline(blocks: (count + pipelineBlock - 1) / pipelineBlock)
         DispatchQueue.concurrentPerform(iterations: 2) { _ in
@@ -287,7 +282,6 @@ extension Session {
             if pipeline.owner.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
                 // The chain, a block at a time, published after each block.
                 var done = 0
-                var complete = true
                 while done < count {
                     let end = min(count, done + pipelineBlock)
                     do {
@@ -298,21 +292,27 @@ extension Session {
                     } catch {
                         pipeline.failure.withLock { $0 = error }
                         pipeline.ready.store(done + 1, ordering: .releasing)
-                        complete = false
                         break
                     }
                     done = end
                     pipeline.ready.store(done + 1, ordering: .releasing)
                 }
                 pipeline.finished.store(true, ordering: .releasing)
-                // The index, in order, a done block at a time (only what the chain reached, and
-                // nothing when advancing it failed).
-                let reached = complete ? min(count, pipeline.ready.load(ordering: .relaxed)) : 0
+            } else {
+                // The index, in order, a done block at a time, opening the next unclaimed block
+                // whenever the next one to index is not done yet.
                 var indexed = 0
-                indexing: while indexed < reached {
+                indexing: while true {
                     let block = indexed / pipelineBlock
-                    guard pipeline.done[block].load(ordering: .acquiring) else {
-                        if !openNextBlock() { yieldProcessor() }  // the other thread has it
+                    // `done` first: a block cut short at the end of the chain is marked done
+                    // only after the chain finished, so `finished` is then seen set below.
+                    let isDone = block < pipeline.blocks && pipeline.done[block].load(ordering: .acquiring)
+                    let finished = pipeline.finished.load(ordering: .acquiring)
+                    // Every record the chain reached once it is done: chains[0..<ready].
+                    let reached = finished ? min(count, pipeline.ready.load(ordering: .acquiring)) : count
+                    if indexed >= reached || (finished && pipeline.failure.withLock({ $0 != nil })) { break }
+                    guard isDone else {
+                        if !openNextBlock() { yieldProcessor() }  // the chain's owner has it
                         continue
                     }
                     let end = min(reached, (block + 1) * pipelineBlock)
@@ -326,12 +326,7 @@ extension Session {
             while openNextBlock() {}
         }
         // Every record the chain reached was opened: 0..<reached.
-        let reached = min(count, pipeline.ready.load(ordering: .acquiring))
-        if let failure = pipeline.failure.withLock({ $0 }) {
-            results.deinitialize(count: reached)  // the caller destroys only what is returned
-            throw failure
-        }
-        return reached
+        return (min(count, pipeline.ready.load(ordering: .acquiring)), pipeline.failure.withLock { $0 })
     }
 }
 
@@ -379,7 +374,7 @@ private final class Pipeline: @unchecked Sendable {
     let failure = Locked<(any Error)?>(nil)
     /// Whether block `b` (records `b * pipelineBlock` on) is opened (release/acquire).
     let done: UnsafeMutablePointer<Atomic<Bool>>
-    private let blocks: Int
+    let blocks: Int
 
     init(blocks: Int) {
         self.blocks = blocks

@@ -49,20 +49,18 @@ struct Session: Sendable {
     }
 
     mutating func index(
-        _ body: IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue
+        _ body: consuming IndexedBody, payload: ArraySlice<UInt8>, chainBefore: ChainValue, chainAfter: ChainValue
     ) {
         let size = payload.count + Journal.frameHeaderSize
-        switch body {
-        case .put(let item):
-            // One hash and probe: updateValue returns the entry it replaced.
-            let key = ItemKey(service: item.service, account: item.account)
+        switch consume body {
+        case .put(let item, let key):
+            // One probe: updateValue returns the entry it replaced.
             outside.note(key)
             if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
             liveBytes += size
-        case .delete(let service, let account):
-            let key = ItemKey(service: service, account: account)
+        case .delete(let key):
             outside.note(key)
             if let old = entries.removeValue(forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize

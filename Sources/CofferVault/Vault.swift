@@ -530,21 +530,42 @@ public struct VaultItemID: Hashable, Sendable {
 }
 
 /// An item's identity, compared by exact UTF-8 bytes (see ``ExactKey``).
+///
+/// Both names are hashed once, when the key is made, and the index's probes compare that hash
+/// before the names: an open makes each record's key on the thread that decrypted it, so the
+/// thread that inserts 10,000 keys in order neither hashes them nor compares the names of
+/// the keys that merely share a bucket run (those were most of an insert's instructions).
 struct ItemKey: Hashable, Sendable {
-    var service: ExactKey
-    var account: ExactKey
+    let service: ExactKey
+    let account: ExactKey
+    /// Both names through one `Hasher` (this process's random seed): equal keys have equal
+    /// hashes; a dictionary mixes it again with its own seed.
+    private let hash: Int
 
     init(service: String, account: String) {
         self.service = ExactKey(service)
         self.account = ExactKey(account)
+        var hasher = Hasher()
+        self.service.hash(into: &hasher)
+        self.account.hash(into: &hasher)
+        hash = hasher.finalize()
+    }
+
+    static func == (a: ItemKey, b: ItemKey) -> Bool {
+        a.hash == b.hash && a.service == b.service && a.account == b.account
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(hash)
     }
 }
 
 struct Entry: Sendable {
     var item: VaultItem
     /// The sealed record (nonce ‖ ciphertext ‖ tag), decrypted only when the secret is read.
-    /// A slice: the records of one `Session.apply` share one buffer (one allocation for the
-    /// batch, one to free), which lives while any of its entries does.
+    /// A slice: the records of one `Session.apply` share the buffer the journal read them into
+    /// (the file's image at an open: nothing copied, one buffer to free), which lives while
+    /// any of its entries does.
     var payload: ArraySlice<UInt8>
     /// The chain value the record was sealed against (part of its associated data).
     var chain: ChainValue

@@ -271,6 +271,15 @@ extension VaultRecordBody.Layout {
 
 /// What the vault's index keeps of a record body: the item's attributes, or the identity removed.
 enum IndexedBody {
-    case put(VaultItem)
-    case delete(service: String, account: String)
+    /// The item, and its key (made where the record was decrypted: see ``ItemKey``).
+    case put(VaultItem, key: ItemKey)
+    case delete(ItemKey)
+
+    static func put(_ item: VaultItem) -> IndexedBody {
+        .put(item, key: ItemKey(service: item.service, account: item.account))
+    }
+
+    static func delete(service: String, account: String) -> IndexedBody {
+        .delete(ItemKey(service: service, account: account))
+    }
 }

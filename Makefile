@@ -58,9 +58,10 @@ test-tools:
 ## Every test, built with warnings as errors (with TRAITS, the CofferPostgres tests against a
 ## real server started by the tests themselves).
 test: deps postgres-deps test-tools
-	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) check the vectors; optional.
+	@# PyNaCl lets the independent vault reader (Tools/vault-reader.py) open what Coffer wrote;
+	@# the vault tests that run it fail without it (test-tools installs python3-nacl on Debian).
 	@python3 -c 'import nacl' 2>/dev/null || python3 -m pip install -q pynacl >/dev/null 2>&1 || \
-		echo "coffer: PyNaCl unavailable; the independent-reader check will be skipped" >&2
+		echo "coffer: PyNaCl is missing and pip could not install it: the independent-reader tests will fail" >&2
 	./scripts/check-imports.py
 	./scripts/check-doc-references.py
 	$(SWIFT) build --build-tests $(STRICT) $(TRAITS) $(IMPORT_CHECK)

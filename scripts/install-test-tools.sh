@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the programs the CLI tests drive for real when they are missing: age and age-keygen
 # (sealed export and import), keyctl (the kept-key tests attack the kernel keyring with it) and
-# gpg (the `pass` import). Debian/Ubuntu via apt-get, macOS via Homebrew. Idempotent.
+# gpg (the `pass` import); on Debian/Ubuntu also PyNaCl (python3-nacl), which the independent
+# vault reader (Tools/vault-reader.py) needs in the vault tests. Debian/Ubuntu via apt-get,
+# macOS via Homebrew (where `make test` installs PyNaCl with pip). Idempotent.
 set -euo pipefail
 
 missing=()
@@ -9,6 +11,12 @@ command -v age >/dev/null 2>&1 && command -v age-keygen >/dev/null 2>&1 || missi
 command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
 if [ "$(uname -s)" = Linux ]; then
   command -v keyctl >/dev/null 2>&1 || missing+=(keyutils)
+  # Debian's package serves Debian's python3 only; another python3 first on PATH (pyenv, a
+  # virtual environment) gets PyNaCl from pip in `make test`.
+  if command -v apt-get >/dev/null 2>&1 && [ "$(command -v python3)" = /usr/bin/python3 ] \
+    && ! python3 -c 'import nacl' >/dev/null 2>&1; then
+    missing+=(python3-nacl)
+  fi
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

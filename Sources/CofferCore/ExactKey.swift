@@ -54,7 +54,10 @@
         copy.withUTF8 { bytes in
             let raw = UnsafeRawBufferPointer(bytes)
             guard raw.count < 16 else {
+                // The length too: two keys hashed one after the other (a vault item's service
+                // and account) must not hash alike because their bytes run on alike.
                 hasher.combine(bytes: raw)
+                hasher.combine(raw.count)
                 return
             }
             // A short name (the usual case) as two words, its length in the last byte (zero

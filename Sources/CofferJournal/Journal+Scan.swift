@@ -85,6 +85,16 @@ extension Journal {
         func wholeCommits() -> JournalRecords {
             frames.removeSubrange(committed...)
             bytes.removeSubrange(committedBytes...)
+            // A vault's index keeps slices of these bytes: grown by appending, the buffer can
+            // be twice what it holds, so a loose one is copied to its size (as the image read
+            // at an open is, by construction).
+            if bytes.capacity - bytes.count > bytes.count / 4 {
+                let loose = bytes
+                bytes = [UInt8](unsafeUninitializedCapacity: loose.count) { buffer, initialized in
+                    _ = buffer.initialize(from: loose)
+                    initialized = loose.count
+                }
+            }
             return JournalRecords(bytes: bytes, frames: frames)
         }
         while true {

@@ -46,8 +46,8 @@ package import Foundation
 /// One buffer for a batch instead of a `Data` per record: an open of 10,000 records made 10,000
 /// slices of the file's image, and their retains, releases and exclusivity checks were a fifth
 /// of a key-value suite's open (BENCHMARKS.md). A store reads the payloads in place
-/// (``withPayloads(_:)``) and copies what it keeps; a record taken by subscript is a slice of
-/// ``bytes``, as before.
+/// (``withPayloads(_:)``) and copies what it keeps, or keeps slices of ``bytes`` (a vault's
+/// index); a record taken by subscript is a copy.
 @usableFromInline package struct JournalRecords: RandomAccessCollection, Sendable {
     /// The bytes the payloads lie in: the file's image at open, the records read at a catch-up.
     /// An array, so that an index may keep its records as slices of it (no copy).

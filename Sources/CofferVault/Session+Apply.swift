@@ -267,7 +267,11 @@ extension Session {
                 let first = pipeline.claim.wrappingAdd(pipelineBlock, ordering: .relaxed).oldValue
                 guard first < count else { return false }
                 var end = min(count, first + pipelineBlock)
-                while pipeline.ready.load(ordering: .acquiring) < end {  // chains[0..<end] needed
+                // chains[0...end] needed: the opens read chains[first..<end], and the index of
+                // the block's last record reads the value after it, chains[end]. Waiting for
+                // only chains[0..<end] let a last block of one record be opened, marked done and
+                // indexed with chains[count] not yet written (count = 64k + 1).
+                while pipeline.ready.load(ordering: .acquiring) <= end {
                     if pipeline.finished.load(ordering: .acquiring) {
                         end = min(end, pipeline.ready.load(ordering: .acquiring))
                         break
@@ -304,8 +308,11 @@ extension Session {
                 var indexed = 0
                 indexing: while true {
                     let block = indexed / pipelineBlock
-                    // `done` first: a block cut short at the end of the chain is marked done
-                    // only after the chain finished, so `finished` is then seen set below.
+                    // `done` first. A done block's chain values, the one after its last record
+                    // included, were published before it was opened, unless the chain stopped
+                    // inside it or at its end (a record too short for a tag, or a failure): then
+                    // it was marked done only after the chain finished, so `finished` is seen
+                    // set below, and `reached` or the failure stops the index at the right place.
                     let isDone = block < pipeline.blocks && pipeline.done[block].load(ordering: .acquiring)
                     let finished = pipeline.finished.load(ordering: .acquiring)
                     // Every record the chain reached once it is done: chains[0..<ready].
@@ -341,7 +348,8 @@ private struct PipelineBuffers<T>: @unchecked Sendable {
 
 /// What `Session.apply`'s index step works on, for the thread that indexes (one at a time:
 /// see `Session.chainAndOpen`): the session, which `apply` holds `inout` meanwhile, the
-/// outcomes it moves out, and the chain values (complete before it starts).
+/// outcomes it moves out, and the chain values (those around a done block's records are
+/// published before the block is opened: see `openNextBlock`).
 private struct IndexTarget: @unchecked Sendable {
     let session: UnsafeMutablePointer<Session>
     let opened: UnsafeMutablePointer<Session.Opened>

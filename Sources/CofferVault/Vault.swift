@@ -533,8 +533,9 @@ public struct VaultItemID: Hashable, Sendable {
 ///
 /// Both names are hashed once, when the key is made, and the index's probes compare that hash
 /// before the names: an open makes each record's key on the thread that decrypted it, so the
-/// thread that inserts 10,000 keys in order neither hashes them nor compares the names of
-/// the keys that merely share a bucket run (those were most of an insert's instructions).
+/// thread that inserts 10,000 keys in order hashes one word per key instead of its names, and
+/// compares no names with the keys that merely share a bucket run (those were most of an
+/// insert's instructions).
 struct ItemKey: Hashable, Sendable {
     let service: ExactKey
     let account: ExactKey

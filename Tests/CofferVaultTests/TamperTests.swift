@@ -281,6 +281,58 @@ struct VaultSalvageTests {
         #expect(error?.message.contains("too short") == true)
     }
 
+    /// Counts around the two-thread pipeline's block of 64, the last block of one record
+    /// among them (64k + 1: its record's index reads the chain value after it, which the chain's
+    /// owner writes last; the indexer once read it before it was written, a race a review found
+    /// by delaying that write). Every open ends on the same chain value as a walk of the
+    /// records on one thread, and a write after it opens again. Two vaults are opened in turn:
+    /// a value read too early would be the other vault's (the allocator hands the same block
+    /// back), never by chance the right one.
+    @Test(arguments: [
+        Session.parallelOpenThreshold, Session.parallelOpenThreshold + 1, Session.parallelOpenThreshold + 63,
+        Session.parallelOpenThreshold + Session.pipelineBlock + 1,
+    ])
+    func everyOpenOfALargeBatchEndsOnTheChainOfItsLastRecord(count: Int) throws {
+        let dir = try Scratch("chain-end")
+        let key = try SecureBytes.random(count: 32)
+        let urls = [dir.url("v1"), dir.url("v2")]
+        var expected: [ChainValue] = []
+        for url in urls {
+            let vault = try Vault.create(at: url, unlock: .key(key), durability: .coalesced)
+            try vault.apply(
+                (0..<count).map { .set(service: "svc", account: "a\($0)", secret: [UInt8($0 % 251)], label: nil, comment: nil) })
+            // The expected end: the chain walked over every record's tag on this thread.
+            let (keys, start) = try vault.withSession { session in
+                (session.keys, try session.keys.genesis(vaultID: session.header.vaultID, epoch: session.header.epoch))
+            }
+            vault.lock()
+            let options = JournalOptions(
+                application: Vault.application, headerAreaSize: VaultHeader.areaSize, durability: .immediate,
+                lockTimeout: .seconds(10))
+            let (journal, records) = try Journal.open(
+                path: url.path, options: options, fileSystem: LiveFileSystem(), create: .openExisting)
+            var chain = start
+            for record in records { chain = try keys.advance(chain, over: [UInt8](record.payload)) }
+            try journal.close()
+            expected.append(chain)
+        }
+        #expect(expected[0] != expected[1])
+        for _ in 0..<25 {
+            for (url, chain) in zip(urls, expected) {
+                let vault = try Vault.open(at: url, unlock: .key(key))
+                #expect(try vault.withSession { $0.chain } == chain)
+                vault.lock()
+            }
+        }
+        let vault = try Vault.open(at: urls[0], unlock: .key(key))
+        try vault.set("after", service: "svc", account: "after")
+        vault.lock()
+        let reopened = try Vault.open(at: urls[0], unlock: .key(key))
+        #expect(try reopened.string(service: "svc", account: "after") == "after")
+        #expect(try reopened.data(service: "svc", account: "a\(count - 1)") == Data([UInt8((count - 1) % 251)]))
+        #expect(try reopened.items().count == count + 1)
+    }
+
     @Test func aDamagedFrameKeepsEveryEarlierRecord() throws {
         let dir = try Scratch("salvage-frame")
         let url = dir.url("v")

@@ -78,7 +78,8 @@ extension Session {
 
     /// Authenticates and applies records in order, advancing the chain. With
     /// `skippingFailures` (salvage) a record that fails is skipped — the chain still advances
-    /// over its tag — and the count of skipped records is returned.
+    /// over its tag — and the count of skipped records is returned; a record too short to hold
+    /// a tag ends the chain, so it and every record after it are skipped.
     ///
     /// In three steps, with the same outcome as opening and indexing one record at a time:
     /// 1. the payloads stay in the buffer the journal read them into (the whole file, at an
@@ -157,6 +158,13 @@ extension Session {
                         target.session.pointee.chain = target.chains[i + 1]
                         progress.skipped += 1
                         return true
+                    }
+                    if skippingFailures {
+                        // Too short to hold a tag: the chain ends here, so no later record can
+                        // be authenticated. Salvage keeps every record before it and drops it
+                        // with everything after (it used to throw, and so kept nothing).
+                        progress.skipped += frames.count - i
+                        return false
                     }
                     error.path = path
                     error.offset = records.frames[i].offset

@@ -186,8 +186,9 @@ extension Vault {
             CofferWarning.warn(
                 CofferWarning(
                     .salvaged,
-                    "salvaged a damaged vault: dropped \(skipped) record(s) that failed to authenticate and kept "
-                        + "the rest; the damaged file is kept at \(aside)",
+                    "salvaged a damaged vault: dropped \(skipped) record(s) that failed to authenticate (or came "
+                        + "after a record too short to be sealed, which ends what can be checked) and kept the rest; "
+                        + "the damaged file is kept at \(aside)",
                     path: url.path))
         }
         // Under the lock: what other processes committed since the open first, then the

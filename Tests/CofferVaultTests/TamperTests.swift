@@ -281,6 +281,43 @@ struct VaultSalvageTests {
         #expect(error?.message.contains("too short") == true)
     }
 
+    /// Salvage past a record too short to hold a tag (its frame intact, so only the vault can
+    /// tell): the chain ends there, so salvage keeps every item before it and drops it with
+    /// everything after. It used to throw the strict open's error, and so kept nothing (an
+    /// outside attack found it). One thread (10 items) and two (a large batch).
+    @Test(arguments: [10, Session.parallelOpenThreshold + 3 * Session.pipelineBlock + 1])
+    func salvageKeepsEveryItemBeforeAShortRecord(count: Int) throws {
+        let dir = try Scratch("short-salvage")
+        let url = dir.url("v")
+        do {
+            let vault = try Vault.create(at: url, unlock: .passphrase("pw"), kdf: fastKDF, durability: .coalesced)
+            try vault.apply(
+                (0..<count).map { .set(service: "svc", account: "a\($0)", secret: [UInt8($0 % 251)], label: nil, comment: nil) })
+            vault.lock()
+        }
+        let options = JournalOptions(
+            application: Vault.application, headerAreaSize: VaultHeader.areaSize, durability: .immediate, lockTimeout: .seconds(10))
+        let (journal, _) = try Journal.open(
+            path: url.path, options: options, fileSystem: LiveFileSystem(), create: .openExisting)
+        _ = try journal.withWriteLock { _ in
+            try journal.append([[1, 2, 3]] + (0..<20).map { _ in SecureRandom.bytes(count: 100) })
+        }
+        try journal.close()
+        expectError(.corrupted) { _ = try Vault.open(at: url, unlock: .passphrase("pw")) }
+        let vault = try Vault.open(at: url, unlock: .passphrase("pw"), recovery: .salvage)
+        #expect(try vault.items().count == count)
+        #expect(try vault.data(service: "svc", account: "a0") == Data([0]))
+        #expect(try vault.data(service: "svc", account: "a\(count - 1)") == Data([UInt8((count - 1) % 251)]))
+        // Rewritten: a strict open now succeeds, and a write after it lands.
+        try vault.set("after", service: "svc", account: "after")
+        vault.lock()
+        let reopened = try Vault.open(at: url, unlock: .passphrase("pw"))
+        #expect(try reopened.items().count == count + 1)
+        #expect(try reopened.string(service: "svc", account: "after") == "after")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".damaged-") }
+        #expect(!aside.isEmpty)
+    }
+
     /// Counts around the two-thread pipeline's block of 64, the last block of one record
     /// among them (64k + 1: its record's index reads the chain value after it, which the chain's
     /// owner writes last; the indexer once read it before it was written, a race a review found

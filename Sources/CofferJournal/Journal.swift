@@ -74,7 +74,7 @@ package import Foundation
     /// read ``withPayloads(_:)``).
     @usableFromInline package subscript(position: Int) -> JournalRecord {
         let frame = frames[position]
-        return JournalRecord(offset: frame.offset, payload: Data(bytes[frame.start..<(frame.start + frame.count)]))
+        return JournalRecord(offset: frame.offset, payload: Data(bytes[frame.span]))
     }
 
     /// Runs `body` with the bytes and the frames, each payload at

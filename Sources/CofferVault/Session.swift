@@ -53,10 +53,10 @@ struct Session: Sendable {
     ) {
         let size = payload.count + Journal.frameHeaderSize
         switch consume body {
-        case .put(let item, let key):
+        case .put(let attributes, let key):
             // One probe: updateValue returns the entry it replaced.
             outside.note(key)
-            if let old = entries.updateValue(Entry(item: item, payload: payload, chain: chainBefore), forKey: key) {
+            if let old = entries.updateValue(Entry(attributes: attributes, payload: payload, chain: chainBefore), forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
             liveBytes += size
@@ -92,7 +92,7 @@ struct Session: Sendable {
         // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
         // A single change needs none (an empty dictionary allocates nothing).
         let batch = capacity > 1
-        var overlay: [ItemKey: VaultItem?] = [:]
+        var overlay: [ItemKey: ItemAttributes?] = [:]
         var payloads: [[UInt8]] = []
         payloads.reserveCapacity(capacity)
         return try withUnsafeTemporaryAllocation(of: Sealed.self, capacity: capacity) { sealed in
@@ -103,7 +103,7 @@ struct Session: Sendable {
             for change in changes {
                 let (service, account) = change.identity
                 let key = ItemKey(service: service, account: account)
-                let old = batch ? (overlay[key] ?? entries[key]?.item) : entries[key]?.item
+                let old = batch ? (overlay[key] ?? entries[key]?.attributes) : entries[key]?.attributes
                 let body: IndexedBody
                 let payload: [UInt8]
                 if let (label, comment) = change.attributes {
@@ -114,7 +114,7 @@ struct Session: Sendable {
                         try RecordCipher.sealPut(item, secret: secret, keys: keys, vaultID: header.vaultID, chain: chain)
                     }
                     body = .put(item)
-                    if batch { overlay[key] = .some(item) }
+                    if batch { overlay[key] = .some(ItemAttributes(item)) }
                 } else {
                     guard old != nil else { continue }
                     payload = try RecordCipher.sealDelete(
@@ -176,7 +176,8 @@ struct Session: Sendable {
                 let item = VaultItem(
                     service: service, account: account, label: labelText, comment: commentText, created: now,
                     modified: now)
-                entries[key] = Entry(item: item, payload: ArraySlice(sealed), chain: chain, ownsBuffer: true)
+                entries[key] = Entry(
+                    attributes: ItemAttributes(item), payload: ArraySlice(sealed), chain: chain, ownsBuffer: true)
                 liveBytes += sealed.count + Journal.frameHeaderSize
             }
             chain = after
@@ -261,7 +262,9 @@ struct Session: Sendable {
         header.mac = try newKeys.headerMAC(header)
         var next = try Session(journal: journal, keys: newKeys, header: header, unlockedSlot: newSlot, opener: opener)
         var payloads: [Data] = []
-        for entry in entries.values.sorted(by: { ($0.item.service, $0.item.account) < ($1.item.service, $1.item.account) }) {
+        for entry in entries.sorted(by: { ($0.key.service.string, $0.key.account.string) < ($1.key.service.string, $1.key.account.string) })
+            .map(\.value)
+        {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
             defer { SecureMemory.zero(&plaintext) }
             guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {

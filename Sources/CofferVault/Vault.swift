@@ -156,14 +156,17 @@ public final class Vault: Sendable {
 
     /// An item's attributes (never its secret), or `nil` when there is no such item.
     public func item(service: String, account: String) throws -> VaultItem? {
-        try read { $0.entries[ItemKey(service: service, account: account)]?.item }
+        let key = ItemKey(service: service, account: account)
+        return try read { $0.entries[key]?.item(key) }
     }
 
     /// The attributes of every item (of one service when given), sorted by service then account.
     public func items(service: String? = nil) throws -> [VaultItem] {
         try read { session in
-            session.entries.values.map(\.item).filter { item in service.map { item.service.utf8.elementsEqual($0.utf8) } ?? true }
-                .sorted { ($0.service, $0.account) < ($1.service, $1.account) }
+            session.entries.compactMap { key, entry in
+                service.map { key.service.string.utf8.elementsEqual($0.utf8) } ?? true ? entry.item(key) : nil
+            }
+            .sorted { ($0.service, $0.account) < ($1.service, $1.account) }
         }
     }
 
@@ -562,7 +565,8 @@ struct ItemKey: Hashable, Sendable {
 }
 
 struct Entry: Sendable {
-    var item: VaultItem
+    /// The item's label, comment and dates; its names are its key's.
+    var attributes: ItemAttributes
     /// The sealed record (nonce ‖ ciphertext ‖ tag), decrypted only when the secret is read.
     /// A slice: the records of one `Session.apply` share the buffer the journal read them into
     /// (the file's image at an open: nothing copied, one buffer to free), which lives while
@@ -578,7 +582,12 @@ struct Entry: Sendable {
     /// current ones for `nil`), and when it was created. `mutating` only so that it is reached
     /// through the dictionary's in-place accessor: its getter would copy the whole entry.
     mutating func kept(label: String?, comment: String?) -> (label: String, comment: String, created: Date) {
-        (label ?? item.label, comment ?? item.comment, item.created)
+        (label ?? attributes.label, comment ?? attributes.comment, attributes.created)
+    }
+
+    /// The item this entry is the index's record of, under `key`.
+    func item(_ key: ItemKey) -> VaultItem {
+        attributes.item(service: key.service.string, account: key.account.string)
     }
 
     /// The item set again (``Session/commitSet(service:account:secret:label:comment:)``), in
@@ -601,9 +610,9 @@ struct Entry: Sendable {
             ownsBuffer = true
         }
         self.chain = chain
-        item.modified = modified
-        if let label { item.label = label }
-        if let comment { item.comment = comment }
+        attributes.modified = modified
+        if let label { attributes.label = label }
+        if let comment { attributes.comment = comment }
         return replaced
     }
 }

@@ -177,15 +177,15 @@ package enum VaultRecordBody: Equatable {
     /// `nil` when the layout is invalid or a text field is not valid UTF-8 (exactly when
     /// ``decode(_:)`` returns `nil`; ``invalidity(_:)`` says which).
     static func indexed(_ bytes: UnsafeRawBufferPointer) -> IndexedBody? {
-        guard let layout = Layout(bytes) else { return nil }
+        guard let layout = Layout(bytes),
+            let service = text(bytes, layout.service), let account = text(bytes, layout.account)
+        else { return nil }
+        let key = ItemKey(service: service, account: account)
         switch layout.kind {
         case .put:
-            return layout.item(bytes).map { .put($0) }
+            return layout.attributes(bytes).map { .put($0, key: key) }
         case .delete:
-            guard let service = text(bytes, layout.service), let account = text(bytes, layout.account) else {
-                return nil
-            }
-            return .delete(service: service, account: account)
+            return .delete(key)
         }
     }
 
@@ -226,11 +226,17 @@ package enum VaultRecordBody: Equatable {
         /// The item of a `.put` body, or `nil` when a text field is not UTF-8.
         func item(_ bytes: UnsafeRawBufferPointer) -> VaultItem? {
             guard let service = text(bytes, service), let account = text(bytes, account),
-                let label = text(bytes, label), let comment = text(bytes, comment)
+                let attributes = attributes(bytes)
             else { return nil }
-            return VaultItem(
-                service: service, account: account, label: label, comment: comment,
-                created: Date(timeIntervalSince1970: Double(created) / 1000),
+            return attributes.item(service: service, account: account)
+        }
+
+        /// What a `.put` body says of its item besides the names, or `nil` when the label or
+        /// the comment is not UTF-8.
+        func attributes(_ bytes: UnsafeRawBufferPointer) -> ItemAttributes? {
+            guard let label = text(bytes, label), let comment = text(bytes, comment) else { return nil }
+            return ItemAttributes(
+                label: label, comment: comment, created: Date(timeIntervalSince1970: Double(created) / 1000),
                 modified: Date(timeIntervalSince1970: Double(modified) / 1000))
         }
     }
@@ -271,15 +277,42 @@ extension VaultRecordBody.Layout {
 
 /// What the vault's index keeps of a record body: the item's attributes, or the identity removed.
 enum IndexedBody {
-    /// The item, and its key (made where the record was decrypted: see ``ItemKey``).
-    case put(VaultItem, key: ItemKey)
+    /// The item's attributes, and its key (made where the record was decrypted: see ``ItemKey``).
+    case put(ItemAttributes, key: ItemKey)
     case delete(ItemKey)
 
     static func put(_ item: VaultItem) -> IndexedBody {
-        .put(item, key: ItemKey(service: item.service, account: item.account))
+        .put(ItemAttributes(item), key: ItemKey(service: item.service, account: item.account))
     }
 
     static func delete(service: String, account: String) -> IndexedBody {
         .delete(ItemKey(service: service, account: account))
+    }
+}
+
+/// What the index keeps of an item besides its names, which its ``ItemKey`` holds: the item is
+/// put together from both when it is read (``Entry/item(_:)``). Keeping the names once makes an
+/// entry a fifth smaller (120 bytes instead of 152), which an open of many items writes at
+/// random places of the index's table.
+struct ItemAttributes: Sendable {
+    var label: String
+    var comment: String
+    var created: Date
+    var modified: Date
+
+    init(label: String, comment: String, created: Date, modified: Date) {
+        self.label = label
+        self.comment = comment
+        self.created = created
+        self.modified = modified
+    }
+
+    init(_ item: VaultItem) {
+        self.init(label: item.label, comment: item.comment, created: item.created, modified: item.modified)
+    }
+
+    func item(service: String, account: String) -> VaultItem {
+        VaultItem(
+            service: service, account: account, label: label, comment: comment, created: created, modified: modified)
     }
 }

@@ -29,7 +29,7 @@ trap 'rm -rf "$work"' EXIT
 
 for ((i = 1; i <= pairs; i++)); do
     echo "compare.sh: pair $i of $pairs: coffer-bench" >&2
-    COFFER_BENCH_FILTER=keyvalue.write,vault.write,keyvalue.open.10k,vault.open.10k \
+    COFFER_BENCH_FILTER=keyvalue.write,vault.write,keyvalue.open.10k,vault.open.10k,peer.crypto.open.10k \
         "$coffer" "${coffer_args[@]}" >"$work/coffer-$i.json"
     echo "compare.sh: pair $i of $pairs: mmkv-bench" >&2
     root=$(mktemp -d "$work/mmkv-root.XXXXXX")
@@ -88,8 +88,20 @@ for ours, theirs in rows:
     print(f"| `{ours}` | `{theirs}` | {duration(a) if a is not None else '—'} | "
           f"{duration(b) if b is not None else '—'} | {ratio} |")
 
+# The vault's open against the cryptography it cannot skip, measured in the same runs: an
+# XChaCha20-Poly1305 open and a keyed BLAKE2b chain step per record, on one thread, raw buffers
+# (BENCHMARKS.md, "The vault's open and its cryptography").
+if "vault.open.10k" in coffer and "peer.crypto.open.10k" in coffer:
+    a = statistics.median(coffer["vault.open.10k"])
+    b = statistics.median(coffer["peer.crypto.open.10k"])
+    print()
+    print(f"`vault.open.10k` / `peer.crypto.open.10k` (its cryptography alone, one thread): "
+          f"{duration(a)} / {duration(b)} = {a / b:.2f}")
+
 # Each pair's figures on stderr, to see how much the machine moved between pairs.
 for ours, theirs in rows:
     for name, values in ((ours, coffer.get(ours, [])), (theirs, mmkv.get(theirs, []))):
         print(f"{name}: " + (", ".join(duration(v) for v in values) or "not measured"), file=sys.stderr)
+print("peer.crypto.open.10k: " + (", ".join(duration(v) for v in coffer.get("peer.crypto.open.10k", []))
+                                  or "not measured"), file=sys.stderr)
 EOF

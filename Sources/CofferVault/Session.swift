@@ -56,7 +56,8 @@ struct Session: Sendable {
         case .put(let attributes, let key):
             // One probe: updateValue returns the entry it replaced.
             outside.note(key)
-            if let old = entries.updateValue(Entry(attributes: attributes, payload: payload, chain: chainBefore), forKey: key) {
+            let entry = Entry(attributes: attributes, payload: payload, chain: chainBefore)
+            if let old = entries.updateValue(entry, forKey: key) {
                 liveBytes -= old.payload.count + Journal.frameHeaderSize
             }
             liveBytes += size
@@ -89,7 +90,8 @@ struct Session: Sendable {
             return 1
         }
         let now = Self.now()
-        // Items as the earlier changes of this batch leave them (nil: removed), over `entries`.
+        // Items' attributes as the earlier changes of this batch leave them (nil: removed), over
+        // `entries`.
         // A single change needs none (an empty dictionary allocates nothing).
         let batch = capacity > 1
         var overlay: [ItemKey: ItemAttributes?] = [:]
@@ -262,9 +264,10 @@ struct Session: Sendable {
         header.mac = try newKeys.headerMAC(header)
         var next = try Session(journal: journal, keys: newKeys, header: header, unlockedSlot: newSlot, opener: opener)
         var payloads: [Data] = []
-        for entry in entries.sorted(by: { ($0.key.service.string, $0.key.account.string) < ($1.key.service.string, $1.key.account.string) })
-            .map(\.value)
-        {
+        let sorted = entries.sorted {
+            ($0.key.service.string, $0.key.account.string) < ($1.key.service.string, $1.key.account.string)
+        }
+        for (_, entry) in sorted {
             var plaintext = try RecordCipher.open(entry.payload, keys: keys, vaultID: header.vaultID, chain: entry.chain)
             defer { SecureMemory.zero(&plaintext) }
             guard let body = plaintext.withUnsafeBytes({ VaultRecordBody.indexed($0) }) else {

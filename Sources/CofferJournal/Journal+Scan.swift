@@ -110,11 +110,9 @@ extension Journal {
                 return wholeCommits()
             }
             let start = bytes.count
-            bytes.append(contentsOf: repeatElement(0, count: frame.length))
-            let crcOK = try bytes.withUnsafeMutableBytes {
-                let payload = UnsafeMutableRawBufferPointer(rebasing: $0[start...])
-                let got = try fs.readFully(fd, into: payload, at: offset + Int64(Journal.frameHeaderSize))
-                return got == frame.length && CRC32C.checksum(UnsafeRawBufferPointer(payload)) == frame.payloadCRC
+            let got = try readPayload(of: frame.length, at: offset + Int64(Journal.frameHeaderSize), into: &bytes)
+            let crcOK = got == frame.length && bytes.withUnsafeBytes {
+                CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start...])) == frame.payloadCRC
             }
             guard crcOK else {
                 try judgeTail(from: end, repair: repair)
@@ -132,6 +130,35 @@ extension Journal {
         dataEnd = end
         return wholeCommits()
     }
+
+    /// Appends to `bytes` the payload of `length` bytes at `offset`, or as much of it as the file
+    /// holds; returns how many bytes were read. The length comes from a frame header, which a
+    /// writer may be in the middle of, or damage or a hostile edit may have set to anything up
+    /// to `maxPayload` (1 GiB): so the buffer grows by what the file really holds, 1 MiB and
+    /// then at most doubling, never by the header's claim. A frame of up to 1 MiB (every usual
+    /// one) is one read, as before.
+    private func readPayload(of length: Int, at offset: Int64, into bytes: inout [UInt8]) throws -> Int {
+        let start = bytes.count
+        var got = 0
+        while got < length {
+            let chunk = min(length - got, max(got, Self.firstPayloadChunk))
+            bytes.append(contentsOf: repeatElement(0, count: chunk))
+            let n = try bytes.withUnsafeMutableBytes {
+                let into = UnsafeMutableRawBufferPointer(rebasing: $0[(start + got)..<(start + got + chunk)])
+                return try fs.readFully(fd, into: into, at: offset + Int64(got))
+            }
+            got += n
+            guard n == chunk else {
+                bytes.removeSubrange((start + got)...)
+                break
+            }
+        }
+        return got
+    }
+
+    /// How much of a frame's payload a catch-up reads before it has seen that the file holds
+    /// more (``readPayload(of:at:into:)``).
+    static let firstPayloadChunk = 1 << 20
 
     /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the
     /// lock it may be a write in progress, so nothing is concluded. With it, the rest of the

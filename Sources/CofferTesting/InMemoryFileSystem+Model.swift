@@ -167,6 +167,8 @@ struct State {
     var umask: UInt32
     var faults: [ActiveFault] = []
     var calls: [InMemoryFileSystem.Call] = []
+    /// The largest buffer a `pread` was given since creation or the last `resetCalls()`.
+    var largestRead = 0
     var diskBudget: Int?
     /// Directory entries as of the oldest change still in `metaLog`.
     var baseEntries: [UInt64: [[UInt8]: UInt64]] = [State.rootID: [:]]

@@ -111,8 +111,16 @@ package final class InMemoryFileSystem: FileSystem {
 
     /// Forgets the recorded calls.
     package func resetCalls() {
-        state.withLock { $0.calls.removeAll() }
+        state.withLock {
+            $0.calls.removeAll()
+            $0.largestRead = 0
+        }
     }
+
+    /// The largest buffer a `pread` was given since creation or the last ``resetCalls()``: what
+    /// a reader was ready to take in one call, which shows whether it sized a buffer by a
+    /// length it read from a file before the file backed it.
+    package var largestReadRequest: Int { state.withLock { $0.largestRead } }
 
     /// How many descriptors are open (a test can check that a failed operation closed its own).
     package var openDescriptorCount: Int { state.withLock { $0.descriptors.count } }
@@ -271,6 +279,7 @@ package final class InMemoryFileSystem: FileSystem {
     /// Reads at `offset`; 0 at end of file.
     package func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         try perform(.pread, "read", fd: fd) { (state, _) throws(PosixError) in
+            state.largestRead = max(state.largestRead, buffer.count)
             let (node, _) = try state.descriptor(fd)
             if node.isDirectory { throw PosixError(EISDIR) }
             guard offset >= 0 else { throw PosixError(EINVAL) }

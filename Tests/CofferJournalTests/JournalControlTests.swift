@@ -62,6 +62,49 @@ struct JournalControlTests {
         #expect(all == (0...100).map(payload))
     }
 
+    /// A frame header that claims far more than the file holds (a damaged header, a hostile
+    /// edit, or a writer in the middle of a large append): another instance catching up reads
+    /// what the file holds and sizes its buffer by that, never by the claim. Before, a claim of
+    /// `maxPayload` (1 GiB) made every catch-up allocate and zero 1 GiB.
+    @Test func aCatchUpSizesItsBufferByTheFileNotByAFramesClaim() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        _ = try append(a, 1)
+        #expect(try b.refresh().records.map(\.payload) == [payload(1)])
+        let at = a.dataEnd
+        _ = try append(a, 2)
+        // Record 2's frame header, rewritten to claim the largest payload a frame may have.
+        var header = [UInt8](repeating: 0, count: Journal.frameHeaderSize)
+        let claim = UInt32(shared.maxPayload)
+        withUnsafeBytes(of: claim.littleEndian) { header.replaceSubrange(0..<4, with: $0) }
+        let check = header.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[0..<8])) }
+        withUnsafeBytes(of: check.littleEndian) { header.replaceSubrange(8..<12, with: $0) }
+        let fd = try fs.open(path, create: false, exclusive: false, mode: 0o600)
+        defer { fs.close(fd) }
+        #expect(try header.withUnsafeBytes { try fs.pwrite(fd, $0, at: at) } == header.count)
+        let fileSize = try fs.fstat(fd).size
+        #expect(fileSize < 1 << 20)
+
+        fs.resetCalls()
+        // Without the lock a frame that does not check out may be a write in progress: nothing
+        // is read past record 1, and nothing is concluded.
+        #expect(try b.refresh().records.isEmpty)
+        #expect(fs.largestReadRequest <= Journal.firstPayloadChunk)
+        #expect(b.dataEnd == at)
+        // With the lock the rest of the file is judged (a torn tail here, or damage): whatever
+        // the verdict, nothing is read beyond what the file holds, and record 1 stays.
+        do {
+            _ = try b.withWriteLock { changes in changes }
+        } catch let error as CofferError {
+            #expect(error.code == .corrupted)
+        }
+        #expect(fs.largestReadRequest <= max(Int(fileSize), Journal.firstPayloadChunk))
+        let (_, all) = try open(path, fs)
+        #expect(all.first == payload(1))
+    }
+
     /// Appends, a compaction, an exclusive opener in between and a writer that failed part-way:
     /// each is seen by the other instance's next write, with nothing lost or overwritten.
     @Test func everyKindOfChangeByAnotherProcessIsSeen() throws {

@@ -82,6 +82,17 @@ func message(for error: CofferError) -> String {
             with: "; coffer will not run it (a file from elsewhere could ask for any cost); "
                 + "a program you trust can open it with Vault.open(at:unlock:kdfLimit:)")
     }
+    // A damaged vault file (the error names a byte offset): the library's hint names
+    // `Vault.open`'s `recovery:` parameter; this command's way is `verify --salvage`.
+    if error.code == .corrupted, error.offset != nil {
+        let libraryWay = "open with `recovery: .salvage`"
+        if let range = text.range(of: libraryWay) {
+            text.replaceSubrange(range, with: "run `coffer verify --salvage`")
+        } else if !text.contains("salvage") {
+            text += " — restore a backup, or run `coffer verify --salvage` to keep every record that still "
+                + "authenticates (the damaged file is kept aside)"
+        }
+    }
     return text
 }
 
@@ -166,3 +177,7 @@ func writeOut(_ text: String) {
     }
 }
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
+
+/// ``message(for:)``, under a name commands can call (a command's own static `message(for:)`,
+/// from swift-argument-parser, hides the function above inside it).
+func cliMessage(for error: CofferError) -> String { message(for: error) }

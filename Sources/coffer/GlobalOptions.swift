@@ -167,8 +167,13 @@ struct GlobalOptions: ParsableArguments {
     /// Opens the vault for a command; a missing vault is explained, not reported as "not found".
     /// Without an explicit unlock source (``hasUnlockSource``), the key `coffer unlock` kept in
     /// the session keyring opens it without a prompt (`usingSessionKey: false`: never; `coffer
-    /// unlock` itself asks for the secret again).
-    func openVault(usingSessionKey: Bool = true) throws -> Vault {
+    /// unlock` itself asks for the secret again). `recovery` is `Vault.open`'s; `unlockedWith`
+    /// is told what the vault is being opened with (before the open, which may fail on damage),
+    /// so that `verify --salvage` can open it again without asking twice.
+    func openVault(
+        usingSessionKey: Bool = true, recovery: JournalRecovery = .strict, unlock given: VaultUnlock? = nil,
+        unlockedWith: ((VaultUnlock) -> Void)? = nil
+    ) throws -> Vault {
         // passwd, info and compact: a PostgreSQL vault named by --store must never be
         // answered for by the local file (passwd used to change the file and say so, exit 0).
         if try storeURL != nil {
@@ -184,16 +189,18 @@ struct GlobalOptions: ParsableArguments {
                 "no vault at \(escapedName(url.path)): create one with `coffer init` (or choose one with --vault or "
                     + "COFFER_VAULT)")
         }
+        let open = { (unlock: VaultUnlock) throws -> Vault in
+            unlockedWith?(unlock)
+            return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout(), recovery: recovery)
+        }
+        if let given { return try open(given) }
         // The header is read for the key's name only when a kept key could be used.
         if usingSessionKey, !hasUnlockSource, let description = try? SessionKeyring.description(forFile: url),
-            let vault = try openWithSessionKey(
-                description, place: escapedName(url.path),
-                { try Vault.open(at: url, unlock: $0, lockTimeout: try lockTimeout()) })
+            let vault = try openWithSessionKey(description, place: escapedName(url.path), open)
         {
             return vault
         }
-        let unlock = try unlock(prompt: "Passphrase for \(escapedName(url.path)): ")
-        return try Vault.open(at: url, unlock: unlock, lockTimeout: try lockTimeout())
+        return try open(try unlock(prompt: "Passphrase for \(escapedName(url.path)): "))
     }
 }
 

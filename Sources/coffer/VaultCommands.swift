@@ -155,6 +155,13 @@ struct VerifyCommand: ParsableCommand {
             place in the chain of records, so a flipped bit, a truncated, reordered or replayed \
             record is found. The failure names the byte offset.
 
+            With --salvage (a file vault that fails): keeps every record that still \
+            authenticates, in order, and rewrites the vault with them, after asking on the \
+            terminal (--yes: without asking). The damaged file is first copied aside, next to \
+            the vault, and the warning names the copy. A record that fails ends what can be \
+            checked of the records chained after it, so those are dropped too; restoring a \
+            backup keeps more when there is one. A vault that verifies is left as it is.
+
             With --store (a PostgreSQL vault): authenticates every row and names each one that \
             fails — altered, copied from another row or vault, sealed under another vault name, \
             or inserted by hand with a version beyond the vault's counter — and exits 5 when one \
@@ -164,28 +171,70 @@ struct VerifyCommand: ParsableCommand {
             Examples:
               coffer verify
               coffer verify || echo "the vault was damaged or tampered with" >&2
+              coffer verify --salvage
               coffer --store 'postgres://app@db.internal/fleet?vault=prod' verify --repair
             """)
 
     @ParentCommand var root: CofferCommand
     @Flag(help: "With --store: remove the rows verify names as damaged (asks first).")
     var repair = false
-    @Flag(help: "With --repair: remove them without asking.")
+    @Flag(help: "A file vault that fails: keep every record that still authenticates, set the damaged file aside (asks first).")
+    var salvage = false
+    @Flag(help: "With --repair or --salvage: go ahead without asking.")
     var yes = false
 
     func run() throws {
-        if try root.global.storeURL != nil { return try verifyStore() }
-        guard !repair else {
-            throw CLIError.usage("--repair works on a PostgreSQL vault (--store) only: a file vault keeps its records in one authenticated chain, so no record can be cut out of it")
+        if try root.global.storeURL != nil {
+            guard !salvage else {
+                throw CLIError.usage(
+                    "--salvage works on a file vault only: on a PostgreSQL vault (--store), `verify --repair` removes "
+                        + "the rows that fail")
+            }
+            return try verifyStore()
         }
+        guard !repair else {
+            throw CLIError.usage("--repair works on a PostgreSQL vault (--store) only: a file vault keeps its records in one authenticated chain, so no record can be cut out of it; `coffer verify --salvage` keeps those that still authenticate")
+        }
+        var unlock: VaultUnlock?
         do {
-            let vault = try root.global.openVault()
+            let vault = try root.global.openVault(unlockedWith: { unlock = $0 })
             let result = try vault.verify()
-            writeOut(
-                "ok: \(escapedName(vault.url.path)): header and \(result.records) record\(result.records == 1 ? "" : "s") authenticated, \(result.items) item\(result.items == 1 ? "" : "s")\n"
-            )
+            writeOut("ok: \(escapedName(vault.url.path)): \(Self.counts(result))\n")
         } catch let error as CofferError where error.code == .corrupted {
-            throw CLIError(.integrity, "verification FAILED: \(error.description)")
+            guard salvage, let unlock else {
+                throw CLIError(.integrity, "verification FAILED: \(cliMessage(for: error))")
+            }
+            try salvageVault(after: error, unlock: unlock)
+        }
+    }
+
+    /// "header and N records authenticated, M items".
+    private static func counts(_ result: VaultVerification) -> String {
+        "header and \(result.records) record\(result.records == 1 ? "" : "s") authenticated, "
+            + "\(result.items) item\(result.items == 1 ? "" : "s")"
+    }
+
+    /// `--salvage` of a file vault that failed with `failure`: asks, then opens it again with
+    /// the same key, `recovery: .salvage` (which copies the damaged file aside, keeps the
+    /// records that authenticate and rewrites the vault), and verifies what is left.
+    private func salvageVault(after failure: CofferError, unlock: VaultUnlock) throws {
+        let place = escapedName(try root.global.vaultURL.path)
+        // The failure without its advice (which is what is being done).
+        let what = cliMessage(for: failure).components(separatedBy: " — restore a backup")[0]
+        writeError("coffer: verification FAILED: \(what)\n")
+        if !yes,
+            try !Input.confirm(
+                "Salvage \(place): keep the records that still authenticate, rewrite the vault with them, and copy "
+                    + "the damaged file aside? Type yes to salvage: ")
+        {
+            throw CLIError(.failure, "nothing was changed")
+        }
+        let vault = try root.global.openVault(recovery: .salvage, unlock: unlock)
+        do {
+            let result = try vault.verify()
+            writeOut("salvaged \(place): \(Self.counts(result))\n")
+        } catch let error as CofferError where error.code == .corrupted {
+            throw CLIError(.integrity, "verification FAILED after salvage: \(error.description)")
         }
     }
 

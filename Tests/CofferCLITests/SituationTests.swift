@@ -72,6 +72,60 @@ struct SituationTests {
         #expect(try box.run(["get", "svc", "only"]).status == Exit.integrity)
     }
 
+    @Test("verify --salvage keeps the records before a damaged one, after asking; the hint names it")
+    func salvageFromTheCommandLine() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "first", Array("first secret".utf8))
+        try box.set("svc", "second", Array("second secret".utf8))
+        let end = try box.dataEnd()
+        // One bit flipped inside the last record: damage (not a torn write), so a strict open fails.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: box.vault))
+        try handle.seek(toOffset: UInt64(end - 20))
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(end - 20))
+        try handle.write(contentsOf: [byte ^ 0x10])
+        try handle.close()
+        let damaged = try Data(contentsOf: URL(fileURLWithPath: box.vault))
+
+        // The failure says what this command can do about it (the library's hint names an API).
+        let verify = try box.run(["verify"])
+        #expect(verify.status == Exit.integrity, "\(verify)")
+        #expect(verify.err.contains("coffer verify --salvage") && !verify.err.contains("recovery:"), "\(verify)")
+        let get = try box.run(["get", "svc", "first"])
+        #expect(get.status == Exit.integrity && get.err.contains("coffer verify --salvage"), "\(get)")
+
+        // Without a terminal to ask on and without --yes: nothing changes.
+        let refused = try box.run(["verify", "--salvage"])
+        #expect(refused.status == Exit.usage && refused.err.contains("--yes"), "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.vault)) == damaged)
+
+        // --repair is PostgreSQL's; it points a file vault to --salvage.
+        let repair = try box.run(["verify", "--repair"])
+        #expect(repair.status == Exit.usage && repair.err.contains("--salvage"), "\(repair)")
+
+        let salvage = try box.run(["verify", "--salvage", "--yes"])
+        #expect(salvage.status == Exit.ok, "\(salvage)")
+        #expect(salvage.out.contains("salvaged") && salvage.out.contains("1 item"), "\(salvage)")
+        #expect(salvage.err.contains("verification FAILED") && salvage.err.contains("kept at"), "\(salvage)")
+        #expect(try box.run(["get", "svc", "first"]).printed(Array("first secret".utf8)))
+        #expect(try box.run(["get", "svc", "second"]).status == Exit.notFound)
+        #expect(try box.run(["verify"]).out.contains("1 record"))
+        // The damaged file, byte for byte, kept beside the vault.
+        let directory = URL(fileURLWithPath: box.vault).deletingLastPathComponent()
+        let copies = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
+            $0 != URL(fileURLWithPath: box.vault).lastPathComponent
+                && (try? Data(contentsOf: directory.appendingPathComponent($0))) == damaged
+        }
+        #expect(copies.count >= 1, "no copy of the damaged file beside the vault")
+
+        // A vault that verifies is left as it is.
+        let before = try Data(contentsOf: URL(fileURLWithPath: box.vault))
+        let intact = try box.run(["verify", "--salvage", "--yes"])
+        #expect(intact.status == Exit.ok && intact.out.hasPrefix("ok: "), "\(intact)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.vault)) == before)
+    }
+
     @Test("a record altered with its checksums fixed up (tampering, not bit rot) is exit 5")
     func tamperedRecord() throws {
         #expect(crc32c(ArraySlice(Array("123456789".utf8))) == 0xE306_9283)  // the check value in FORMAT.md

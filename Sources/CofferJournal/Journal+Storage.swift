@@ -286,9 +286,27 @@ extension Journal {
         let directory = DurableIO.parentDirectory(of: path)
         let prefix = "." + DurableIO.lastComponent(of: path) + "."
         guard (try fs.stat(directory)) != nil else { return }
+        let now = Int(Date().timeIntervalSince1970)
         for name in try fs.contentsOfDirectory(directory) where isTemporaryFile(name, prefix: prefix) {
+            // A damaged copy is set aside without the store's lock (a salvage writes it before
+            // it takes the lock to rewrite the store): one named in the last hour may be another
+            // process's salvage in progress, whose rename this unlink would make fail.
+            if let named = damagedCopySeconds(name, prefix: prefix), abs(now - named) < recentDamagedCopySeconds {
+                continue
+            }
             try fs.unlink(directory + "/" + name)
         }
+    }
+
+    /// How long the temporary file of a damaged copy is left to the salvage that may be writing it.
+    static let recentDamagedCopySeconds = 3600
+
+    /// The time in the name of a damaged copy's temporary file
+    /// (`<prefix>damaged-<seconds>…`, ``isTemporaryFile(_:prefix:)``), or `nil` for another name.
+    static func damagedCopySeconds(_ name: String, prefix: String) -> Int? {
+        let rest = name.dropFirst(prefix.count)
+        guard name.hasPrefix(prefix), rest.hasPrefix("damaged-") else { return nil }
+        return Int(rest.dropFirst("damaged-".count).prefix { $0.isASCII && $0.isNumber })
     }
 
     /// Whether `name` is `<prefix><random>.tmp` as DurableIO names this store's temporary files,

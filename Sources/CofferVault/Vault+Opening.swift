@@ -210,13 +210,15 @@ extension Vault {
             try verifyMAC(journal.headerArea, copy: copy, keys: keys, path: url.path)
             var session = try Session(
                 journal: journal, keys: keys, header: header, unlockedSlot: unlockedSlot, opener: opener)
-            try session.apply(records)
+            do {
+                try session.apply(records)
+            } catch var error as CofferError where error.code == .corrupted && error.offset != nil {
+                // A record, not the header (which salvage cannot open either): salvage helps.
+                error.message += " — restore a backup, or open with `recovery: .salvage` to keep every record that"
+                    + " still authenticates (the damaged file is kept aside)"
+                throw error
+            }
             return session
-        } catch var error as CofferError where error.code == .corrupted && error.offset != nil {
-            try? journal.close()
-            error.message += " — restore a backup, or open with `recovery: .salvage` to keep every record that"
-                + " still authenticates (the damaged file is kept aside)"
-            throw error
         } catch {
             try? journal.close()
             throw error

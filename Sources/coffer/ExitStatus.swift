@@ -82,9 +82,10 @@ func message(for error: CofferError) -> String {
             with: "; coffer will not run it (a file from elsewhere could ask for any cost); "
                 + "a program you trust can open it with Vault.open(at:unlock:kdfLimit:)")
     }
-    // A damaged vault file (the error names a byte offset): the library's hint names
-    // `Vault.open`'s `recovery:` parameter; this command's way is `verify --salvage`.
-    if error.code == .corrupted, error.offset != nil {
+    // A damaged record of a vault file (the error names its byte offset): the library's hint
+    // names `Vault.open`'s `recovery:` parameter; this command's way is `verify --salvage`. Not
+    // for a damaged header, which salvage cannot open either.
+    if error.code == .corrupted, error.offset != nil, error.message.contains("record") {
         let libraryWay = "open with `recovery: .salvage`"
         if let range = text.range(of: libraryWay) {
             text.replaceSubrange(range, with: "run `coffer verify --salvage`")
@@ -177,6 +178,16 @@ func writeOut(_ text: String) {
     }
 }
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
+
+/// `error` as ``message(for:)`` words it, without the library's advice to restore a backup or
+/// salvage: for a salvage that is under way or failed.
+func messageWithoutSalvageAdvice(_ error: CofferError) -> String {
+    var error = error
+    if let advice = error.message.range(of: " — restore a backup") {
+        error.message.removeSubrange(advice.lowerBound...)
+    }
+    return error.description
+}
 
 /// ``message(for:)``, under a name commands can call (a command's own static `message(for:)`,
 /// from swift-argument-parser, hides the function above inside it).

@@ -155,12 +155,14 @@ struct VerifyCommand: ParsableCommand {
             place in the chain of records, so a flipped bit, a truncated, reordered or replayed \
             record is found. The failure names the byte offset.
 
-            With --salvage (a file vault that fails): keeps every record that still \
+            With --salvage (a file vault whose records fail): keeps every record that still \
             authenticates, in order, and rewrites the vault with them, after asking on the \
             terminal (--yes: without asking). The damaged file is first copied aside, next to \
-            the vault, and the warning names the copy. A record that fails ends what can be \
-            checked of the records chained after it, so those are dropped too; restoring a \
-            backup keeps more when there is one. A vault that verifies is left as it is.
+            the vault, and the warning names the copy. What a dropped record did is lost: an \
+            item it set keeps its value from before, an item it removed comes back, and when \
+            the damage leaves the records after it unchecked (the chain of records breaks \
+            there), they are dropped too. Restoring a backup keeps more when there is one. A \
+            vault that verifies is left as it is; a damaged header cannot be salvaged.
 
             With --store (a PostgreSQL vault): authenticates every row and names each one that \
             fails — altered, copied from another row or vault, sealed under another vault name, \
@@ -220,22 +222,27 @@ struct VerifyCommand: ParsableCommand {
     private func salvageVault(after failure: CofferError, unlock: VaultUnlock) throws {
         let place = escapedName(try root.global.vaultURL.path)
         // The failure without its advice (which is what is being done).
-        let what = cliMessage(for: failure).components(separatedBy: " — restore a backup")[0]
-        writeError("coffer: verification FAILED: \(what)\n")
+        printError("verification FAILED: \(messageWithoutSalvageAdvice(failure))")
         if !yes,
             try !Input.confirm(
-                "Salvage \(place): keep the records that still authenticate, rewrite the vault with them, and copy "
-                    + "the damaged file aside? Type yes to salvage: ")
+                "Salvage \(place): keep only the records that still authenticate (what a dropped record changed is "
+                    + "lost), rewrite the vault with them, and copy the damaged file aside? Type yes to salvage: ")
         {
             throw CLIError(.failure, "nothing was changed")
         }
-        let vault = try root.global.openVault(recovery: .salvage, unlock: unlock)
+        let result: VaultVerification
         do {
-            let result = try vault.verify()
-            writeOut("salvaged \(place): \(Self.counts(result))\n")
-        } catch let error as CofferError where error.code == .corrupted {
-            throw CLIError(.integrity, "verification FAILED after salvage: \(error.description)")
+            result = try root.global.openVault(recovery: .salvage, unlock: unlock).verify()
+        } catch let error as CofferError where error.code != .wrongKey {
+            // Never "run verify --salvage" again as advice: it is what failed.
+            throw CLIError(
+                ExitStatus(error),
+                "salvage did not complete: \(messageWithoutSalvageAdvice(error)); restore a backup (a copy of the "
+                    + "damaged file is kept beside the vault when a warning above names it)")
         }
+        writeOut(
+            "salvaged \(place): \(Self.counts(result)); what the dropped records changed is lost, so check the items "
+                + "you depend on\n")
     }
 
     private func verifyStore() throws {

@@ -13,6 +13,10 @@ import CofferCore
     import Darwin
 #endif
 
+// Warnings as one line each, control characters escaped like errors' (a path in a warning may
+// hold escape sequences); the library's default handler writes them as they are.
+CofferWarning.setHandler { warning in printError("warning: \(warning)") }
+
 do {
     try Hardening.apply()
     try checkArgumentsAreUTF8()

@@ -126,6 +126,43 @@ struct SituationTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: box.vault)) == before)
     }
 
+    @Test("a damaged header is not offered salvage, which cannot open it either; nor is a salvage that failed")
+    func damagedHeaderIsNotOfferedSalvage() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        try box.set("svc", "acct", Array("secret".utf8))
+        // Both copies of the vault header (the area after the 32-byte file header) altered.
+        var image = try Data(contentsOf: URL(fileURLWithPath: box.vault))
+        for offset in stride(from: 40, to: 4000, by: 7) { image[offset] ^= 0x55 }
+        try image.write(to: URL(fileURLWithPath: box.vault))
+        let get = try box.run(["get", "svc", "acct"])
+        #expect(get.status == Exit.integrity && get.err.contains("header") && !get.err.contains("salvage"), "\(get)")
+        let salvage = try box.run(["verify", "--salvage", "--yes"])
+        #expect(salvage.status == Exit.integrity, "\(salvage)")
+        #expect(salvage.err.contains("salvage did not complete") && !salvage.err.contains("verify --salvage"), "\(salvage)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.vault)) == image)
+    }
+
+    @Test("a warning's path is shown with its control characters escaped, on one line")
+    func warningsEscapeControlCharacters() throws {
+        let box = try Sandbox()
+        let directory = box.path + "/we\nird\u{1B}[31mRED"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let vault = ["--vault", directory + "/v.coffer"]
+        #expect(try box.run(vault + ["init"], vault: false).status == Exit.ok)
+        #expect(try box.run(vault + ["set", "svc", "acct"], stdin: Array("s".utf8), vault: false).status == Exit.ok)
+        var image = try Data(contentsOf: URL(fileURLWithPath: directory + "/v.coffer"))
+        let end = try #require(image.lastIndex { $0 != 0 })
+        image[end - 10] ^= 0x10
+        try image.write(to: URL(fileURLWithPath: directory + "/v.coffer"))
+        let salvage = try box.run(vault + ["verify", "--salvage", "--yes"], vault: false)
+        #expect(salvage.status == Exit.ok, "\(salvage)")
+        #expect(salvage.err.contains("warning: salvaged"), "\(salvage)")
+        #expect(!salvage.stderr.contains(0x1B), "an escape character reached the terminal: \(salvage)")
+        let lines = salvage.err.split(separator: "\n")
+        #expect(lines.allSatisfy { $0.hasPrefix("coffer: ") }, "\(salvage)")
+    }
+
     @Test("a record altered with its checksums fixed up (tampering, not bit rot) is exit 5")
     func tamperedRecord() throws {
         #expect(crc32c(ArraySlice(Array("123456789".utf8))) == 0xE306_9283)  // the check value in FORMAT.md

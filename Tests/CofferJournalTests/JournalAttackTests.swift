@@ -148,6 +148,25 @@ struct JournalAttackTests {
         #expect(FileManager.default.fileExists(atPath: other), "another store's temporary file was removed")
     }
 
+    @Test("opening a store leaves a damaged copy's temporary file named in the last hour: a salvage may be writing it")
+    func openLeavesARecentDamagedCopyBeingWritten() throws {
+        let dir = try Scratch("temporaries-damaged")
+        let path = dir.path("a.coffer")
+        let (journal, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .createNew)
+        try journal.close()
+        let now = Int(Date().timeIntervalSince1970)
+        let random = { String(UInt64.random(in: 0...UInt64.max), radix: 36) }
+        // Another process's salvage, copying the damaged file aside outside the store's lock...
+        let inProgress = dir.path(".a.coffer.damaged-\(now)-records.\(random()).tmp")
+        // ...and what a salvage that crashed two hours ago left.
+        let leftover = dir.path(".a.coffer.damaged-\(now - 7200).\(random()).tmp")
+        for file in [inProgress, leftover] { try Data("x".utf8).write(to: URL(fileURLWithPath: file)) }
+        let (reopened, _) = try Journal.open(path: path, options: options, fileSystem: fs, create: .openExisting)
+        try reopened.close()
+        #expect(FileManager.default.fileExists(atPath: inProgress), "a salvage's copy in progress was removed")
+        #expect(!FileManager.default.fileExists(atPath: leftover), "an old leftover was kept")
+    }
+
     @Test("the temporary file of a damaged copy being set aside is this store's to remove; look-alikes are not")
     func temporaryNames() {
         let prefix = ".a.coffer."

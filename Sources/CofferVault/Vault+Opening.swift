@@ -79,10 +79,17 @@ extension Vault {
     ///     passes and in memory (each compared on its own); ``defaultKDFLimit`` unless given.
     ///     Slots above it are not tried. Raise it only for a file you trust.
     ///   - recovery: `.strict` (the default) refuses a damaged file and names the byte
-    ///     offset of the damage. `.salvage` keeps every record that still authenticates in order
-    ///     — every commit before the damage, and after it when the damage was to a frame's bytes
-    ///     only — sets the damaged file aside as `<file>.damaged-<time>`, and rewrites the vault.
-    ///     The passphrase or key is checked before anything is changed.
+    ///     offset of the damage. `.salvage` keeps every record that still authenticates, in
+    ///     order, sets the damaged file aside as `<file>.damaged-<time>`, and rewrites the vault.
+    ///     The passphrase or key is checked before anything is changed. What is dropped:
+    ///     - a commit whose frames fail their checksums (bit rot, a lost sector) is dropped
+    ///       whole, and because every record is chained to all the records before it, every
+    ///       record after it fails to authenticate and is dropped too;
+    ///     - a record altered with its checksums fixed up (so its frames pass) is dropped
+    ///       alone: the chain goes on over its tag and the records after it are kept.
+    ///
+    ///     What a dropped record did is lost: an item it set keeps its earlier value, and an
+    ///     item it removed comes back.
     ///
     /// ```swift
     /// // A vault created with `kdf: Argon2idParameters(opsLimit: 8, memLimitBytes: 2 << 30)`:

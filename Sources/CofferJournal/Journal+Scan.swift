@@ -134,30 +134,27 @@ extension Journal {
     /// Appends to `bytes` the payload of `length` bytes at `offset`, or as much of it as the file
     /// holds; returns how many bytes were read. The length comes from a frame header, which a
     /// writer may be in the middle of, or damage or a hostile edit may have set to anything up
-    /// to `maxPayload` (1 GiB): so the buffer grows by what the file really holds, 1 MiB and
-    /// then at most doubling, never by the header's claim. A frame of up to 1 MiB (every usual
-    /// one) is one read, as before.
+    /// to `maxPayload` (1 GiB): a length over ``firstPayloadChunk`` is first checked against the
+    /// file's size (one `fstat`), and a frame the file does not hold (yet) is not read at all,
+    /// so nothing is ever allocated for bytes that are not there. Up to that size (every usual
+    /// frame) it is one read, as before, and a large frame the file holds is read in one piece
+    /// into a buffer of its exact size.
     private func readPayload(of length: Int, at offset: Int64, into bytes: inout [UInt8]) throws -> Int {
-        let start = bytes.count
-        var got = 0
-        while got < length {
-            let chunk = min(length - got, max(got, Self.firstPayloadChunk))
-            bytes.append(contentsOf: repeatElement(0, count: chunk))
-            let n = try bytes.withUnsafeMutableBytes {
-                let into = UnsafeMutableRawBufferPointer(rebasing: $0[(start + got)..<(start + got + chunk)])
-                return try fs.readFully(fd, into: into, at: offset + Int64(got))
-            }
-            got += n
-            guard n == chunk else {
-                bytes.removeSubrange((start + got)...)
-                break
-            }
+        if length > Self.firstPayloadChunk {
+            let available = try fs.fstat(fd).size - offset
+            guard available >= Int64(length) else { return 0 }
         }
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: length))
+        let got = try bytes.withUnsafeMutableBytes {
+            try fs.readFully(fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[start...]), at: offset)
+        }
+        if got < length { bytes.removeSubrange((start + got)...) }
         return got
     }
 
-    /// How much of a frame's payload a catch-up reads before it has seen that the file holds
-    /// more (``readPayload(of:at:into:)``).
+    /// The longest payload a catch-up reads without first checking that the file holds it
+    /// (``readPayload(of:at:into:)``).
     static let firstPayloadChunk = 1 << 20
 
     /// Decides what an invalid frame at `start` (the end of the commits read) is. Without the

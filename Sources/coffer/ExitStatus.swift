@@ -69,7 +69,7 @@ extension ExitStatus {
 
 /// What the command says for a library error: its description, with hints a terminal user can
 /// act on.
-func message(for error: CofferError) -> String {
+func message(for error: CofferError, salvageAdvice: Bool = true) -> String {
     var text = error.description
     if error.code == .busy, getenv("COFFER_LOCK_TIMEOUT") == nil {
         text += " (wait longer with COFFER_LOCK_TIMEOUT=SECONDS)"
@@ -82,10 +82,9 @@ func message(for error: CofferError) -> String {
             with: "; coffer will not run it (a file from elsewhere could ask for any cost); "
                 + "a program you trust can open it with Vault.open(at:unlock:kdfLimit:)")
     }
-    // A damaged record of a vault file (the error names its byte offset): the library's hint
-    // names `Vault.open`'s `recovery:` parameter; this command's way is `verify --salvage`. Not
-    // for a damaged header, which salvage cannot open either.
-    if error.code == .corrupted, error.offset != nil, error.message.contains("record") {
+    // A damaged record of a vault file: the library's hint names `Vault.open`'s `recovery:`
+    // parameter; this command's way is `verify --salvage`.
+    if salvageAdvice, isSalvageable(error) {
         let libraryWay = "open with `recovery: .salvage`"
         if let range = text.range(of: libraryWay) {
             text.replaceSubrange(range, with: "run `coffer verify --salvage`")
@@ -179,6 +178,14 @@ func writeOut(_ text: String) {
 }
 func writeError(_ text: String) { writeAll(STDERR_FILENO, Array(text.utf8)) }
 
+/// Whether salvage can help with `error`: damage to a vault file's records, which the error
+/// places at a byte offset. Not a damaged header (salvage cannot open it either), nor a file
+/// cut short while it was open (what was cut is gone from the file; nothing is left to keep).
+func isSalvageable(_ error: CofferError) -> Bool {
+    error.code == .corrupted && error.offset != nil && error.message.contains("record")
+        && !error.message.contains("cut short")
+}
+
 /// `error` as ``message(for:)`` words it, without the library's advice to restore a backup or
 /// salvage: for a salvage that is under way or failed.
 func messageWithoutSalvageAdvice(_ error: CofferError) -> String {
@@ -186,7 +193,7 @@ func messageWithoutSalvageAdvice(_ error: CofferError) -> String {
     if let advice = error.message.range(of: " — restore a backup") {
         error.message.removeSubrange(advice.lowerBound...)
     }
-    return error.description
+    return message(for: error, salvageAdvice: false)
 }
 
 /// ``message(for:)``, under a name commands can call (a command's own static `message(for:)`,

@@ -197,14 +197,21 @@ struct VerifyCommand: ParsableCommand {
         guard !repair else {
             throw CLIError.usage("--repair works on a PostgreSQL vault (--store) only: a file vault keeps its records in one authenticated chain, so no record can be cut out of it; `coffer verify --salvage` keeps those that still authenticate")
         }
+        // What opened the vault is kept only for a salvage, to open it again without asking twice.
         var unlock: VaultUnlock?
         do {
-            let vault = try root.global.openVault(unlockedWith: { unlock = $0 })
+            let vault = try root.global.openVault(unlockedWith: salvage ? { unlock = $0 } : nil)
             let result = try vault.verify()
             writeOut("ok: \(escapedName(vault.url.path)): \(Self.counts(result))\n")
         } catch let error as CofferError where error.code == .corrupted {
             guard salvage, let unlock else {
                 throw CLIError(.integrity, "verification FAILED: \(cliMessage(for: error))")
+            }
+            guard isSalvageable(error) else {
+                throw CLIError(
+                    .integrity,
+                    "verification FAILED: \(messageWithoutSalvageAdvice(error)); salvage cannot help here (it keeps "
+                        + "records, and the damage is not to a record): restore a backup")
             }
             try salvageVault(after: error, unlock: unlock)
         }

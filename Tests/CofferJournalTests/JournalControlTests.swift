@@ -105,6 +105,20 @@ struct JournalControlTests {
         #expect(all.first == payload(1))
     }
 
+    /// A frame over 1 MiB that the file does hold is caught up whole, read once into a buffer
+    /// of its size (the check against the file's size is only for lengths the file may not hold).
+    @Test func aCatchUpReadsALargeFrameTheFileHolds() throws {
+        let fs = try memoryFS()
+        let path = "/data/j"
+        let (a, _) = try open(path, fs)
+        let (b, _) = try open(path, fs)
+        let large = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        _ = try a.withWriteLock { _ in try a.append([payload(1), large]) }
+        fs.resetCalls()
+        #expect(try b.refresh().records.map(\.payload) == [payload(1), large])
+        #expect(fs.largestReadRequest == large.count)
+    }
+
     /// Appends, a compaction, an exclusive opener in between and a writer that failed part-way:
     /// each is seen by the other instance's next write, with nothing lost or overwritten.
     @Test func everyKindOfChangeByAnotherProcessIsSeen() throws {

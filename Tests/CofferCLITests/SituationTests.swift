@@ -38,12 +38,7 @@ struct SituationTests {
         try box.set("svc", "second", Array("second secret".utf8))
 
         // Flip one bit inside the first record's ciphertext, with an intact record after it.
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: box.vault))
-        try handle.seek(toOffset: UInt64(endOfFirst - 40))
-        let byte = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: UInt64(endOfFirst - 40))
-        try handle.write(contentsOf: [byte ^ 0x04])
-        try handle.close()
+        try box.flipBits(at: endOfFirst - 40, mask: 0x04)
 
         let verify = try box.run(["verify"])
         #expect(verify.status == Exit.integrity, "\(verify)")
@@ -61,12 +56,7 @@ struct SituationTests {
         try box.initVault()
         try box.set("svc", "only", Array(repeating: UInt8(ascii: "z"), count: 100))
         let end = try box.dataEnd()
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: box.vault))
-        try handle.seek(toOffset: UInt64(end - 30))
-        let byte = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: UInt64(end - 30))
-        try handle.write(contentsOf: [byte ^ 0x80])
-        try handle.close()
+        try box.flipBits(at: end - 30, mask: 0x80)
         let verify = try box.run(["verify"])
         #expect(verify.status == Exit.integrity, "\(verify)")
         #expect(try box.run(["get", "svc", "only"]).status == Exit.integrity)
@@ -80,12 +70,7 @@ struct SituationTests {
         try box.set("svc", "second", Array("second secret".utf8))
         let end = try box.dataEnd()
         // One bit flipped inside the last record: damage (not a torn write), so a strict open fails.
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: box.vault))
-        try handle.seek(toOffset: UInt64(end - 20))
-        let byte = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: UInt64(end - 20))
-        try handle.write(contentsOf: [byte ^ 0x10])
-        try handle.close()
+        try box.flipBits(at: end - 20, mask: 0x10)
         let damaged = try Data(contentsOf: URL(fileURLWithPath: box.vault))
 
         // The failure says what this command can do about it (the library's hint names an API).

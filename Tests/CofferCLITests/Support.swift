@@ -361,6 +361,16 @@ final class Sandbox {
             sourceLocation: sourceLocation)
     }
 
+    /// XORs the vault file's byte at `offset` with `mask` (damage, as bit rot makes it).
+    func flipBits(at offset: Int, mask: UInt8) throws {
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: vault))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(offset))
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(offset))
+        try handle.write(contentsOf: [byte ^ mask])
+    }
+
     /// Where the vault's data ends: `usedBytes` from `coffer info --json`.
     func dataEnd() throws -> Int {
         let run = try run(["info", "--json"])

@@ -15,7 +15,7 @@ struct BlockingPoolTests {
     @Test("A job's captures are released when it ends, while the pool's threads stay alive and idle")
     func finishedJobsAreReleased() async throws {
         // Several jobs, so the slots are not all trimmed by the queue's compaction.
-        let weakOnes = Mutex<[Weak]>([])
+        let weakOnes = Locked<[Weak]>([])
         for _ in 0..<8 {
             let captured = Captured()
             weakOnes.withLock { $0.append(Weak(object: captured)) }

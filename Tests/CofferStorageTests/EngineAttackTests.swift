@@ -364,7 +364,7 @@ struct EngineAttackTests {
     func writersAndTwoCompactorsRacingLoseNothing() throws {
         let dir = try Scratch("kv-race")
         let stores = try (0..<4).map { _ in try suite(dir.path, lockTimeout: .seconds(60)) }
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         let group = DispatchGroup()
         for writer in 0..<2 {
             DispatchQueue.global().async(group: group) {

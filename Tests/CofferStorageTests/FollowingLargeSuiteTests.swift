@@ -71,7 +71,7 @@ struct FollowingLargeSuiteTests {
         #expect(follower.statistics.keys == count)
         #expect(files.bytesRead >= Int(fileSize), "opening reads the whole file")
 
-        let told = Mutex<[StoreChange]>([])
+        let told = Locked<[StoreChange]>([])
         let arrived = DispatchSemaphore(value: 0)
         let observation = try follower.observeChanges { change in
             told.withLock { $0.append(change) }
@@ -104,7 +104,7 @@ struct FollowingLargeSuiteTests {
         }
         let files = ReadCountingFileSystem()
         let follower = try KeyValueFileStrategy(directory: dir.url, suite: "large", fileSystem: files)
-        let told = Mutex<[StoreChange]>([])
+        let told = Locked<[StoreChange]>([])
         let arrived = DispatchSemaphore(value: 0)
         let observation = try follower.observeChanges { change in
             told.withLock { $0.append(change) }

@@ -65,7 +65,7 @@ struct LargeBatchApplyTests {
     func catchUpMatchesTheModel() throws {
         let scratch = try Scratch()
         let reader = try KeyValueFileStrategy(directory: scratch.url, suite: "big")
-        let told = Mutex<Set<String>?>([])
+        let told = Locked<Set<String>?>([])
         let observation = try reader.observeChanges { change in
             told.withLock { seen in
                 if let keys = change.keys { seen?.formUnion(keys) } else { seen = nil }

@@ -422,8 +422,8 @@ struct StoreMutexAttackTests {
         let dir = try Scratch("mutex-threads")
         let store = try suite(dir.path, lockTimeout: .seconds(30))
         let child = try HelperChild(["kv-increment-ack", dir.path, "s", "counter", "3000", "10000"], standardError: .capture)
-        let written = Mutex<[Int]>([])
-        let failures = Mutex<[String]>([])
+        let written = Locked<[Int]>([])
+        let failures = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             for _ in 0..<1000 {
                 do {

@@ -152,7 +152,7 @@ struct BatchAttackTests {
         let url = dir.url("v.coffer")
         let writer = try Vault.create(at: url, unlock: try Self.key(5), lockTimeout: .seconds(60))
         let compactors = try (0..<2).map { _ in try Vault.open(at: url, unlock: try Self.key(5), lockTimeout: .seconds(60)) }
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         let group = DispatchGroup()
         DispatchQueue.global().async(group: group) {
             do {

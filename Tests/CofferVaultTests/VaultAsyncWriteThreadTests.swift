@@ -140,9 +140,9 @@ final class NotingFileSystem: FileSystem {
     }
 
     let live = LiveFileSystem()
-    let calls = Mutex<[Call]>([])
+    let calls = Locked<[Call]>([])
     /// When set, the next `flock` says it has begun and waits to be released (taken once).
-    let gate = Mutex<Gate?>(nil)
+    let gate = Locked<Gate?>(nil)
 
     private func note(_ call: String) {
         let onCofferThread = BlockingPool.isCurrentThread
